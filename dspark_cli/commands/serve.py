@@ -1,0 +1,35 @@
+"""`dspark serve`: compose the launch, check it before anything boots, then print or run it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from omegaconf import DictConfig
+
+from dspark_cli import launch
+from dspark_cli.plan import build_plan
+from dspark_cli.render import plan_dict, shell_script
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the environment and command, shell-ready; start nothing")
+    parser.add_argument("--validate", action="store_true",
+                        help="with --dry-run: also check the command with vLLM's own parser")
+    parser.add_argument("--json", action="store_true", help="print a machine-readable plan")
+
+
+def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    plan = build_plan(cfg)
+    if opts.dry_run:
+        findings = launch.check(cfg, plan, machine=None, validate=opts.validate)
+        if opts.json:
+            print(json.dumps({**plan_dict(plan), "preflight": [f.to_dict() for f in findings]},
+                             indent=2))
+        else:
+            sys.stdout.write(shell_script(plan))
+        launch.report(findings)
+        return launch.exit_code(findings)
+    return launch.serve_foreground(cfg, plan)

@@ -1,0 +1,1 @@
+"""Config schemas (dataclasses registered in Hydra's ConfigStore) and config-file lookup."""

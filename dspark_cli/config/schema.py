@@ -1,0 +1,177 @@
+"""One dataclass schema per config group: a typo'd key, a wrong type or an unknown option fails
+while Hydra composes, before anything runs.
+
+Fields under `args` are vLLM `serve` options named by their argparse dest (snake_case); a null
+value is not rendered, so a profile says only what it changes from vLLM's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class Platform(StrEnum):
+    rocm = "rocm"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class CudagraphMode(StrEnum):
+    NONE = "NONE"
+    PIECEWISE = "PIECEWISE"
+    FULL = "FULL"
+    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
+    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
+
+
+class DraftTokensRule(StrEnum):
+    """How `spec_decode_num_draft_tokens` relates to drafts x K for a drafter."""
+
+    exact = "exact"  # fixed-K drafters: DSpark, draft_model
+    at_most = "at_most"  # ngram, suffix: may propose fewer than K
+
+
+@dataclass
+class HwArgs:
+    tensor_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    distributed_executor_backend: str | None = None
+    moe_backend: str | None = None
+    dtype: str | None = None
+
+
+@dataclass
+class HardwareConf:
+    name: str = MISSING
+    platform: Platform = MISSING
+    num_gpus: int = MISSING
+    # Case-insensitive regexes matched against detected device names and GPU architectures.
+    detect: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    args: HwArgs = field(default_factory=HwArgs)
+    # Startup log lines a healthy server on this hardware prints (checked by `dspark smoke`).
+    expect_log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModelArgs:
+    served_model_name: str | None = None
+    max_model_len: int | None = None
+    kv_cache_dtype: str | None = None
+    trust_remote_code: bool | None = None
+    tokenizer_mode: str | None = None
+    reasoning_parser: str | None = None
+
+
+@dataclass
+class ExpectedFacts:
+    """Pinned checkpoint facts; a null pin is not checked."""
+
+    config_sha256: str | None = None
+    index_sha256: str | None = None
+    num_shards: int | None = None
+    total_bytes: int | None = None
+    architecture: str | None = None
+    draft_params: int | None = None
+
+
+@dataclass
+class ModelConf:
+    name: str = MISSING
+    path: str = MISSING
+    # "deepseek_v4": sparse MLA and DSpark-in-checkpoint rules apply.
+    family: str | None = None
+    # "tiny": dspark builds this model locally on first use (no hub access needed).
+    synthetic: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    args: ModelArgs = field(default_factory=ModelArgs)
+    expected: ExpectedFacts = field(default_factory=ExpectedFacts)
+    expect_log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SpeculativeConf:
+    name: str = MISSING
+    method: str | None = None
+    # Draft model path for method=draft_model (vLLM's `model` key).
+    model: str | None = None
+    num_speculative_tokens: int | None = None
+    enable_adaptive_verification: bool | None = None
+    # Any other `--speculative-config` key, passed through as JSON.
+    extra: dict[str, Any] = field(default_factory=dict)
+    draft_tokens_rule: DraftTokensRule = DraftTokensRule.exact
+    env: dict[str, str] = field(default_factory=dict)
+    expect_log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CompilationConf:
+    name: str = MISSING
+    mode: int | None = None
+    cudagraph_mode: CudagraphMode | None = None
+    max_cudagraph_capture_size: int | None = None
+    enforce_eager: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ServingArgs:
+    async_scheduling: bool | None = None
+    enable_prefix_caching: bool | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    enable_lora: bool | None = None
+
+
+@dataclass
+class ServingConf:
+    name: str = MISSING
+    env: dict[str, str] = field(default_factory=dict)
+    args: ServingArgs = field(default_factory=ServingArgs)
+    # Any other `vllm serve` option, by dest name (`foo_bar: 1` renders `--foo-bar 1`).
+    extra_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ServerConf:
+    """Where the server listens, or which running server to attach to."""
+
+    host: str | None = None  # null: vLLM's default (all interfaces); clients use 127.0.0.1
+    port: int = 8000
+    url: str | None = None  # attach to a running server instead of launching one
+    command: list[str] | None = None  # replaces the launched argv (wrapper, test double)
+    log: str | None = None  # the log of an attached server, for log checks
+    ready_timeout_s: float = 1200.0
+    stop_grace_s: float = 15.0
+
+
+@dataclass
+class ChecksConf:
+    """Explicit, recorded overrides of fail-closed checks."""
+
+    allow_missing_confidence_head: bool = False
+
+
+@dataclass
+class LaunchConf:
+    """What every command that launches (or plans) a vLLM server composes."""
+
+    hw: HardwareConf = field(default_factory=HardwareConf)
+    model: ModelConf = field(default_factory=ModelConf)
+    speculative: SpeculativeConf = field(default_factory=SpeculativeConf)
+    compilation: CompilationConf = field(default_factory=CompilationConf)
+    serving: ServingConf = field(default_factory=ServingConf)
+    server: ServerConf = field(default_factory=ServerConf)
+    checks: ChecksConf = field(default_factory=ChecksConf)
+
+
+def register() -> None:
+    """Register the shared schema; command modules register their own primaries."""
+    ConfigStore.instance().store(name="launch_schema", node=LaunchConf)

@@ -1,0 +1,44 @@
+"""Expected failures and their exit codes: the one table the dispatcher maps errors through."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Documented exit codes (README: "Exit codes")."""
+
+    OK = 0
+    CHECK_FAILED = 1
+    USAGE = 2
+    SERVER = 3
+    INTERRUPTED = 130
+
+
+class DsparkError(Exception):
+    """An expected failure: printed as one paragraph, never as a traceback."""
+
+    exit_code: ExitCode = ExitCode.CHECK_FAILED
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class CheckFailed(DsparkError):
+    """A check ran and found something wrong (preflight, checkpoint, smoke verdict)."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
+
+class UsageError(DsparkError):
+    """The command line or the composed config is wrong; nothing was started."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ServerError(DsparkError):
+    """The server failed to start, died, or did not stay healthy."""
+
+    exit_code = ExitCode.SERVER

@@ -1,0 +1,132 @@
+"""What accelerators this machine has, read without importing torch (fast enough for --dry-run):
+`nvidia-smi` for NVIDIA, the KFD topology in sysfs (plus `amd-smi` for product names) for AMD."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from dspark_cli.config.schema import Platform
+
+KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
+PROBE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    arch: str | None = None
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class Machine:
+    platform: Platform
+    gpus: tuple[Gpu, ...] = ()
+    driver: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "platform": self.platform.value,
+            "driver": self.driver,
+            "gpus": [g.__dict__ for g in self.gpus],
+        }
+
+
+def _run(argv: list[str]) -> str | None:
+    if not shutil.which(argv[0]):
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def parse_nvidia_smi(text: str) -> tuple[tuple[Gpu, ...], str | None]:
+    """Parse `nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap
+    --format=csv,noheader,nounits`."""
+    gpus, driver = [], None
+    for line in text.splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) < 5 or not cols[0].isdigit():
+            continue
+        mem = int(cols[2]) if cols[2].isdigit() else None
+        gpus.append(Gpu(int(cols[0]), cols[1], f"sm_{cols[4].replace('.', '')}", mem))
+        driver = cols[3]
+    return tuple(gpus), driver
+
+
+def gfx_name(target_version: int) -> str:
+    """KFD's gfx_target_version (e.g. 90500) as an LLVM target name (gfx950)."""
+    major, minor, step = target_version // 10000, target_version // 100 % 100, target_version % 100
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def _amd_product_names() -> list[str]:
+    out = _run(["amd-smi", "static", "--asic", "--json"])
+    if not out:
+        return []
+    try:
+        data = json.loads(out)
+    except json.JSONDecodeError:
+        return []
+    items = data if isinstance(data, list) else data.get("gpu_data", [])
+    return [str(i.get("asic", {}).get("market_name", "")) for i in items if isinstance(i, dict)]
+
+
+def _amd_gpus(nodes: Path) -> tuple[Gpu, ...]:
+    archs = []
+    for props in sorted(nodes.glob("*/properties")):
+        match = re.search(r"^gfx_target_version\s+(\d+)", props.read_text(), re.MULTILINE)
+        if match and int(match.group(1)) > 0:
+            archs.append(gfx_name(int(match.group(1))))
+    names = _amd_product_names() if archs else []
+    return tuple(
+        Gpu(i, names[i] if i < len(names) and names[i] else arch, arch)
+        for i, arch in enumerate(archs)
+    )
+
+
+def detect(kfd_nodes: Path = KFD_NODES) -> Machine:
+    """The accelerators of this machine; no GPU found means the CPU platform."""
+    out = _run([
+        "nvidia-smi",
+        "--query-gpu=index,name,memory.total,driver_version,compute_cap",
+        "--format=csv,noheader,nounits",
+    ])
+    if out:
+        gpus, driver = parse_nvidia_smi(out)
+        if gpus:
+            return Machine(Platform.cuda, gpus, driver)
+    if kfd_nodes.is_dir():
+        gpus = _amd_gpus(kfd_nodes)
+        if gpus:
+            return Machine(Platform.rocm, gpus)
+    return Machine(Platform.cpu)
+
+
+def match_profile(machine: Machine, profiles: Mapping[str, tuple[Platform, Iterable[str]]]) -> str:
+    """The hardware profile for this machine: a pattern matching a GPU's product name wins over
+    one matching only its architecture; ties go to the alphabetically first profile.
+    Returns "cpu" when there is no GPU; raises LookupError when no profile matches."""
+    if not machine.gpus:
+        return "cpu"
+    for field in ("name", "arch"):
+        for profile in sorted(profiles):
+            platform, patterns = profiles[profile]
+            if platform != machine.platform:
+                continue
+            for gpu in machine.gpus:
+                value = getattr(gpu, field) or ""
+                if any(re.search(p, value, re.IGNORECASE) for p in patterns):
+                    return profile
+    names = ", ".join(sorted({g.name for g in machine.gpus}))
+    raise LookupError(f"no hardware profile matches the detected {machine.platform.value} GPUs "
+                      f"({names})")

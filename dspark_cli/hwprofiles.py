@@ -1,0 +1,28 @@
+"""The hardware profiles in conf/hw, read as plain YAML (no Hydra composition), for detection."""
+
+from __future__ import annotations
+
+from dspark_cli.config.schema import Platform
+from dspark_cli.errors import UsageError
+from dspark_cli.hardware import detect, match_profile
+from dspark_cli.paths import conf_dir
+
+
+def profile_patterns() -> dict[str, tuple[Platform, tuple[str, ...]]]:
+    from omegaconf import OmegaConf
+
+    profiles = {}
+    for path in sorted((conf_dir() / "hw").glob("*.yaml")):
+        hw = OmegaConf.load(path).get("hw", {})
+        profiles[path.stem] = (Platform(hw.get("platform", "cpu")), tuple(hw.get("detect", [])))
+    return profiles
+
+
+def detected_profile() -> str:
+    """The hw profile for this machine, or a usage error naming what was found."""
+    machine = detect()
+    try:
+        return match_profile(machine, profile_patterns())
+    except LookupError as e:
+        raise UsageError(f"{e}. Pick one explicitly with +hw=<profile> "
+                         f"(profiles: {', '.join(profile_patterns())}).") from None

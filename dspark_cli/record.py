@@ -1,0 +1,36 @@
+"""The record every launch leaves in its run directory: the resolved config, the exact env and
+command as a runnable script (secrets redacted), and provenance."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dspark_cli.plan import LaunchPlan
+from dspark_cli.render import shell_script
+
+
+def run_dir() -> Path:
+    """The Hydra job's output directory (a fresh one per run, or per multirun job)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def write_record(directory: Path, cfg: DictConfig, plan: LaunchPlan, argv: list[str],
+                 provenance: dict[str, Any], notes: list[str]) -> None:
+    """Write config.yaml, launch.sh and provenance.json; `notes` records explicit overrides."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    header = "#!/usr/bin/env bash\n# Written by dspark: the exact environment and command.\n"
+    header += "".join(f"# NOTE: {n}\n" for n in notes)
+    script = directory / "launch.sh"
+    script.write_text(header + "set -euo pipefail\n" + shell_script(plan, argv))
+    script.chmod(0o755)
+    data = {**provenance, "notes": notes, "argv": argv,
+            "command": " ".join(shlex.quote(a) for a in argv)}
+    (directory / "provenance.json").write_text(json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,229 @@
+"""A launched server process: its own process group, its output in the run directory, a health
+poll that notices a dead process, and a teardown that leaves nothing behind.
+
+The output is read by one thread that appends every line to the log file and hands it to
+listeners (an echo to the terminal, a fault watcher), so a fatal line is seen as it is printed.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from dspark_cli.errors import ServerError
+
+LineListener = Callable[[str], None]
+HEALTH_PROBE_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class Teardown:
+    seconds: float
+    signal: str  # what ended it: "exited" (already gone), "SIGTERM" or "SIGKILL"
+    leftover_pids: tuple[int, ...]
+    port_free: bool
+
+    @property
+    def clean(self) -> bool:
+        return not self.leftover_pids and self.port_free
+
+
+def port_in_use(host: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether something accepts connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An ephemeral port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _group_members(pgid: int) -> set[int]:
+    members = set()
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.add(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return members
+
+
+def _alive(pids: set[int]) -> set[int]:
+    left = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.add(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
+class ServerProcess:
+    """`with ServerProcess(...) as server:` starts it; leaving the block tears it down."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path,
+                 base_url: str, host: str, port: int) -> None:
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.log_path = Path(log_path)
+        self.base_url = base_url.rstrip("/")
+        self.host, self.port = host, port
+        self.started_at = 0.0
+        self.teardown: Teardown | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._listeners: list[LineListener] = []
+        self._tail: collections.deque[str] = collections.deque(maxlen=400)
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def add_listener(self, listener: LineListener) -> None:
+        """Call `listener(line)` for every output line from now on (on the reader thread)."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def start(self) -> ServerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise ServerError(f"could not start {self.argv[0]!r}: {e.strerror or e}") from None
+        self.started_at = time.monotonic()
+        self._reader = threading.Thread(target=self._pump, name="server-output", daemon=True)
+        self._reader.start()
+        return self
+
+    def _pump(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        with self.log_path.open("a", encoding="utf-8") as log:
+            for line in self._proc.stdout:
+                log.write(line)
+                log.flush()
+                line = line.rstrip("\n")
+                with self._lock:
+                    self._tail.append(line)
+                    listeners = list(self._listeners)
+                for listener in listeners:
+                    listener(line)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "server not started"
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def tail(self, n: int = 40) -> list[str]:
+        with self._lock:
+            return list(self._tail)[-n:]
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(self.base_url + "/health",
+                             timeout=HEALTH_PROBE_TIMEOUT_S).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_healthy(self, timeout: float, poll: float = 0.25,
+                     abort: Callable[[], str | None] | None = None) -> float:
+        """Seconds from start until /health answered 200. Raises ServerError as soon as the
+        process dies, `abort()` returns a reason, or the timeout passes."""
+        deadline = self.started_at + timeout
+        while True:
+            if not self.alive():
+                raise ServerError(self._failure(f"the server exited with code {self.returncode} "
+                                                "before it became healthy"))
+            reason = abort() if abort else None
+            if reason:
+                raise ServerError(self._failure(reason))
+            if self.healthy():
+                return time.monotonic() - self.started_at
+            if time.monotonic() > deadline:
+                raise ServerError(self._failure(f"/health did not answer 200 within {timeout:.0f}"
+                                                " s (server.ready_timeout_s)"))
+            time.sleep(poll)
+
+    def _failure(self, reason: str) -> str:
+        tail = "\n".join("    " + line for line in self.tail(15))
+        return f"{reason}; log: {self.log_path}\n  last lines:\n{tail}"
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        assert self._proc is not None
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    # -- teardown ----------------------------------------------------------------------------
+    def stop(self, grace: float = 15.0) -> Teardown:
+        """SIGTERM to the process group, SIGKILL after `grace` seconds, then confirm that no
+        process of the group (or child that left it) is left and the port is free."""
+        if self.teardown is not None or self._proc is None:
+            return self.teardown or Teardown(0.0, "exited", (), True)
+        start = time.monotonic()
+        pids = _group_members(self.pid) | {self.pid}
+        with contextlib.suppress(psutil.NoSuchProcess):
+            pids |= {c.pid for c in psutil.Process(self.pid).children(recursive=True)}
+        how = "exited"
+        if _alive(pids):
+            how = "SIGTERM"
+            self.signal_group(signal.SIGTERM)
+            while _alive(pids) and time.monotonic() - start < grace:
+                self._proc.poll()
+                time.sleep(0.05)
+        if _alive(pids):
+            how = "SIGKILL"
+            self.signal_group(signal.SIGKILL)
+            for pid in _alive(pids):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            kill_deadline = time.monotonic() + 5
+            while _alive(pids) and time.monotonic() < kill_deadline:
+                time.sleep(0.05)
+        self._proc.wait(timeout=5)
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+        port_free = not port_in_use(self.host, self.port)
+        self.teardown = Teardown(time.monotonic() - start, how, tuple(sorted(_alive(pids))),
+                                 port_free)
+        return self.teardown

@@ -1,0 +1,51 @@
+"""Check a `vllm serve` command line with the installed vLLM's own parser, in seconds.
+
+Run as `python -m dspark_cli.vllm_check` with a JSON list (the argv after `vllm serve`) on
+stdin; prints one JSON object: {"ok": bool, "stage": ..., "error": ...}. A subprocess, so that
+vLLM's import-time side effects (logging, signal handlers) stay out of dspark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+
+def check(args: list[str]) -> dict:
+    from dspark_cli.vllm_shim import patch_version_lookup
+
+    patch_version_lookup()
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            ns = parser.parse_args(args)
+    except SystemExit:
+        lines = [ln for ln in stderr.getvalue().splitlines() if ln.strip()]
+        return {"ok": False, "stage": "parse", "error": lines[-1] if lines else "rejected"}
+    ns.model = ns.model_tag
+    try:
+        validate_parsed_serve_args(ns)
+    except Exception as e:
+        return {"ok": False, "stage": "serve-args", "error": str(e)}
+    if not os.path.isfile(os.path.join(str(ns.model), "config.json")):
+        return {"ok": True, "stage": "serve-args",
+                "error": "engine config not checked: no local config.json"}
+    try:
+        AsyncEngineArgs.from_cli_args(ns).create_engine_config()
+    except Exception as e:
+        return {"ok": False, "stage": "engine-config", "error": f"{type(e).__name__}: {e}"}
+    return {"ok": True, "stage": "engine-config", "error": None}
+
+
+if __name__ == "__main__":
+    result = check(json.loads(sys.stdin.read()))
+    sys.stdout.flush()
+    print("\n" + json.dumps(result))

