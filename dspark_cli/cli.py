@@ -96,6 +96,7 @@ def run_command(name: str, argv: list[str]) -> int:
     import hydra
 
     from dspark_cli.config import schema
+    from dspark_cli.config.strict import check_known_keys
     from dspark_cli.paths import conf_dir
 
     schema.register()
@@ -107,6 +108,7 @@ def run_command(name: str, argv: list[str]) -> int:
     def app(cfg: Any) -> None:
         state["ran"] = True
         try:
+            check_known_keys(cfg)
             code = int(module.run(cfg, opts) or 0)
         except DsparkError as e:
             if opts.debug:
@@ -115,10 +117,14 @@ def run_command(name: str, argv: list[str]) -> int:
             code = int(e.exit_code)
         state["code"] = max(state["code"], code)
 
-    extra = ["hydra.output_subdir=null", "hydra.run.dir=."] if getattr(
-        opts, "dry_run", False) else []
+    if "--help" in overrides:
+        print(_parser(name, module.add_arguments).format_help())
     saved = sys.argv
-    sys.argv = [f"dspark {name}", *overrides, *extra]
+    # Hydra's argparse wants its flags before the overrides: keep flags (and their values)
+    # first, then dspark's Hydra settings, then the user's overrides, which win.
+    plain = [o for o in overrides if not o.startswith("-") and ("=" in o or o[:1] in "+~")]
+    flags = [o for o in overrides if o not in plain]
+    sys.argv = [f"dspark {name}", *flags, *hydra_settings(name, opts), *plain]
     try:
         app()
     except SystemExit as e:
@@ -129,6 +135,16 @@ def run_command(name: str, argv: list[str]) -> int:
     finally:
         sys.argv = saved
     return state["code"]
+
+
+def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
+    """dspark's Hydra defaults, placed before the user's overrides so those win: runs under
+    runs/<command>/, no Hydra log file, and a dry run that writes nothing at all."""
+    if getattr(opts, "dry_run", False):
+        return ["hydra/job_logging=none", "hydra.output_subdir=null", "hydra.run.dir=."]
+    stamp = "${now:%Y%m%d-%H%M%S}"
+    return ["hydra/job_logging=none", f"hydra.run.dir=runs/{name}/{stamp}",
+            f"hydra.sweep.dir=runs/{name}/multirun-{stamp}"]
 
 
 HYDRA_FLAGS = {

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,13 +60,16 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
 
 
 def report(findings: Iterable[Finding]) -> None:
-    """Failures and skips to stderr, one line each, naming the config key to change."""
+    """Failures to stderr, one line each naming the config key to change; skips in one line."""
+    findings = list(findings)
     for f in findings:
         if f.status is Status.failed:
             print(f"dspark: preflight {f.rule} FAILED: {f.message} (change `{f.key}`)",
                   file=sys.stderr)
-        elif f.status is Status.skipped:
-            print(f"dspark: preflight {f.rule} skipped: {f.message}", file=sys.stderr)
+    skipped = [f.rule for f in findings if f.status is Status.skipped]
+    if skipped:
+        print(f"dspark: dry run: skipped the checks that need this machine's hardware: "
+              f"{', '.join(skipped)}", file=sys.stderr)
 
 
 def exit_code(findings: Iterable[Finding]) -> int:
@@ -77,7 +81,8 @@ def ensure_model(cfg: DictConfig) -> None:
     if cfg.model.synthetic == "tiny":
         from dspark_cli.tiny_model import build
 
-        print(f"dspark: preparing the tiny model at {cfg.model.path}", file=sys.stderr)
+        if not (Path(cfg.model.path) / "config.json").is_file():
+            print(f"dspark: making the tiny model at {cfg.model.path}", file=sys.stderr)
         build(Path(cfg.model.path))
     elif cfg.model.synthetic is not None:
         raise UsageError(f"model.synthetic={cfg.model.synthetic!r} is unknown; use `tiny` or null")
@@ -89,14 +94,17 @@ class Prepared:
 
     argv: list[str]
     env: dict[str, str]
+    scratch: Path
     run_dir: Path
     machine: Machine
     findings: tuple[Finding, ...]
 
 
-def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path) -> Prepared:
+def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
+            validate: bool = True) -> Prepared:
     """Preflight on this machine (raising CheckFailed), then the model, the vLLM validation and
-    the run record. `server.command` replaces the argv (and skips vLLM's validation)."""
+    the run record. `server.command` replaces the argv (and skips vLLM's validation).
+    `validate=False` leaves the validation to the caller (`smoke` runs it beside the boot)."""
     from dspark_cli.provenance import collect
     from dspark_cli.record import write_record
 
@@ -107,7 +115,9 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path) -> Prepared:
         raise CheckFailed("preflight failed; nothing was started (details above).")
     ensure_model(cfg)
     custom = cfg.server.command
-    if custom is None:
+    if custom is None and not validate:
+        argv = vllm_command(plan.argv)
+    elif custom is None:
         validation = validate_with_vllm(plan)
         findings += (validation,)
         if validation.failed:
@@ -119,12 +129,13 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path) -> Prepared:
         if not argv:
             raise UsageError("server.command is empty; give the argv to launch, e.g. "
                              "server.command=[my-wrapper,vllm,serve]")
-    tmp = run_dir / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **plan.env_map, "TMPDIR": str(tmp)}
+    # A private TMPDIR per launch (vLLM leaves sockets and vllm_dist_* files there); short,
+    # because ZeroMQ's IPC socket paths must fit in 107 bytes. The server removes it.
+    scratch = Path(tempfile.mkdtemp(prefix="dspark-"))
+    env = {**os.environ, **plan.env_map, "TMPDIR": str(scratch)}
     notes = [f"server.command replaces the planned argv: {argv}"] if custom is not None else []
     write_record(run_dir, cfg, plan, argv, collect(plan.model_path, machine), notes)
-    return Prepared(argv, env, run_dir, machine, findings)
+    return Prepared(argv, env, scratch, run_dir, machine, findings)
 
 
 def server_for(plan: LaunchPlan, prepared: Prepared):  # -> ServerProcess
@@ -132,7 +143,7 @@ def server_for(plan: LaunchPlan, prepared: Prepared):  # -> ServerProcess
 
     host = "127.0.0.1" if plan.host in (None, "", "0.0.0.0", "::") else plan.host
     return ServerProcess(prepared.argv, prepared.env, prepared.run_dir / "server.log",
-                         plan.base_url, host, plan.port)
+                         plan.base_url, host, plan.port, scratch=prepared.scratch)
 
 
 def serve_foreground(cfg: DictConfig, plan: LaunchPlan) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dspark_cli.plan import LaunchPlan
-from dspark_cli.render import shell_script
+from dspark_cli.render import is_secret, shell_script
 
 
 def run_dir() -> Path:
@@ -21,11 +21,27 @@ def run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
+def redacted(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config with secret-named variables of every `env` map masked."""
+    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "env" and isinstance(value, dict):
+                    node[key] = {k: ("<redacted>" if is_secret(k) else v) for k, v in value.items()}
+                else:
+                    walk(value)
+
+    walk(data)
+    return data
+
+
 def write_record(directory: Path, cfg: DictConfig, plan: LaunchPlan, argv: list[str],
                  provenance: dict[str, Any], notes: list[str]) -> None:
     """Write config.yaml, launch.sh and provenance.json; `notes` records explicit overrides."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
     header = "#!/usr/bin/env bash\n# Written by dspark: the exact environment and command.\n"
     header += "".join(f"# NOTE: {n}\n" for n in notes)
     script = directory / "launch.sh"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -82,12 +83,14 @@ class ServerProcess:
     """`with ServerProcess(...) as server:` starts it; leaving the block tears it down."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path,
-                 base_url: str, host: str, port: int) -> None:
+                 base_url: str, host: str, port: int, scratch: Path | None = None) -> None:
+        """`scratch`: a directory private to this server (its TMPDIR), removed at teardown."""
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = Path(log_path)
         self.base_url = base_url.rstrip("/")
         self.host, self.port = host, port
+        self.scratch = scratch
         self.started_at = 0.0
         self.teardown: Teardown | None = None
         self._proc: subprocess.Popen[str] | None = None
@@ -223,6 +226,8 @@ class ServerProcess:
         self._proc.wait(timeout=5)
         if self._reader is not None:
             self._reader.join(timeout=2)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         port_free = not port_in_use(self.host, self.port)
         self.teardown = Teardown(time.monotonic() - start, how, tuple(sorted(_alive(pids))),
                                  port_free)

@@ -1,0 +1,41 @@
+"""Refuse keys the schema does not define.
+
+Hydra lets `+key=value` add a key even to a dataclass-typed node, so a typo'd appended key
+would otherwise be carried silently; this walk finds every such key before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+from omegaconf import DictConfig, OmegaConf
+
+from dspark_cli.errors import UsageError
+
+
+def unknown_keys(node: DictConfig, prefix: str = "") -> list[tuple[str, list[str]]]:
+    """(dotted key, close field names) for each key of a dataclass node that is no field."""
+    found = []
+    kind = OmegaConf.get_type(node)
+    fields = ({f.name for f in dataclasses.fields(kind)}
+              if kind is not None and dataclasses.is_dataclass(kind) else None)
+    for key in node.keys():
+        full = f"{prefix}{key}"
+        if fields is not None and key not in fields:
+            found.append((full, difflib.get_close_matches(str(key), sorted(fields), n=2)))
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            found += unknown_keys(child, full + ".")
+    return found
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    """Raise a UsageError naming every key the schema does not know (and what was meant)."""
+    problems = unknown_keys(cfg)
+    if problems:
+        parts = [f"`{k}`" + (f" (did you mean {' or '.join(m)}?)" if m else "")
+                 for k, m in problems]
+        raise UsageError(f"unknown config key {', '.join(parts)}: the schema has no such "
+                         "setting. Free-form settings live under env, extra and extra_args.")

