@@ -92,39 +92,81 @@ def run_command(name: str, argv: list[str]) -> int:
         raise_usage(f"unknown flag {unknown[0]!r} for `dspark {name}`; "
                     f"`dspark {name} --help` lists them")
     overrides = with_hardware(overrides)
-
-    import hydra
-
-    from dspark_cli.config import schema
-    from dspark_cli.config.strict import check_known_keys
-    from dspark_cli.paths import conf_dir
-
-    schema.register()
-    if hasattr(module, "register"):
-        module.register()
-    state: dict[str, Any] = {"ran": False, "code": 0}
-
-    @hydra.main(config_path=str(conf_dir()), config_name=command.config, version_base="1.3")
-    def app(cfg: Any) -> None:
-        state["ran"] = True
-        try:
-            check_known_keys(cfg)
-            code = int(module.run(cfg, opts) or 0)
-        except DsparkError as e:
-            if opts.debug:
-                raise
-            err(e.message + (f"\n  hint: {e.hint}" if e.hint else ""))
-            code = int(e.exit_code)
-        state["code"] = max(state["code"], code)
-
-    if "--help" in overrides:
-        print(_parser(name, module.add_arguments).format_help())
-    saved = sys.argv
     # Hydra's argparse wants its flags before the overrides: keep flags (and their values)
     # first, then dspark's Hydra settings, then the user's overrides, which win.
     plain = [o for o in overrides if not o.startswith("-") and ("=" in o or o[:1] in "+~")]
     flags = [o for o in overrides if o not in plain]
-    sys.argv = [f"dspark {name}", *flags, *hydra_settings(name, opts), *plain]
+
+    from dspark_cli.config.strict import check_known_keys
+
+    def task(cfg: Any) -> int:
+        try:
+            check_known_keys(cfg)
+            return int(module.run(cfg, opts) or 0)
+        except DsparkError as e:
+            if opts.debug:
+                raise
+            err(e.message + (f"\n  hint: {e.hint}" if e.hint else ""))
+            return int(e.exit_code)
+
+    if getattr(opts, "dry_run", False) and not flags:
+        # A plain dry run needs no run directory, logging or sweep: compose once with the
+        # Compose API (hydra.main composes twice), or not at all when this exact composition
+        # is cached, and plan.
+        from dspark_cli.config.cache import cached_compose
+
+        return task(cached_compose(command.config, plain,
+                                   lambda: compose_once(module, command.config, plain)))
+    register_schemas(module)
+    if "--help" in flags:
+        print(_parser(name, module.add_arguments).format_help())
+    return run_hydra_app(name, command.config, task, [*flags, *hydra_settings(name, opts),
+                                                      *plain])
+
+
+def register_schemas(module: Any) -> None:
+    """Put the shared schema and the command's own primary schema in Hydra's ConfigStore."""
+    from dspark_cli.config import schema
+
+    schema.register()
+    if hasattr(module, "register"):
+        module.register()
+
+
+def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
+    """The composed config, with Hydra's composition errors as usage errors."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from dspark_cli.errors import UsageError
+    from dspark_cli.paths import conf_dir
+
+    register_schemas(module)
+    try:
+        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            return compose(config, overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
+        raise UsageError(f"{e}{cause}") from None
+
+
+def run_hydra_app(name: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
+    """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --help, completion); the worst
+    exit code of its jobs, or USAGE when Hydra rejects the config before any job runs."""
+    import hydra
+
+    from dspark_cli.paths import conf_dir
+
+    state: dict[str, Any] = {"ran": False, "code": 0}
+
+    @hydra.main(config_path=str(conf_dir()), config_name=config, version_base="1.3")
+    def app(cfg: Any) -> None:
+        state["ran"] = True
+        state["code"] = max(state["code"], task(cfg))
+
+    saved = sys.argv
+    sys.argv = [f"dspark {name}", *argv]
     try:
         app()
     except SystemExit as e:
@@ -140,7 +182,8 @@ def run_command(name: str, argv: list[str]) -> int:
 def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     """dspark's Hydra defaults, placed before the user's overrides so those win: runs under
     runs/<command>/, no Hydra log file, and a dry run that writes nothing at all."""
-    if getattr(opts, "dry_run", False):
+    # `read_only`: a command that never writes (verify-checkpoint) gets no run directory either.
+    if getattr(opts, "dry_run", False) or getattr(opts, "read_only", False):
         return ["hydra/job_logging=none", "hydra.output_subdir=null", "hydra.run.dir=."]
     stamp = "${now:%Y%m%d-%H%M%S}"
     return ["hydra/job_logging=none", f"hydra.run.dir=runs/{name}/{stamp}",

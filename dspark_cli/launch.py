@@ -20,7 +20,6 @@ from dspark_cli.errors import CheckFailed, ExitCode, ServerError, UsageError
 from dspark_cli.hardware import Machine, detect
 from dspark_cli.plan import LaunchPlan
 from dspark_cli.preflight import Context, Finding, Status
-from dspark_cli.vllm_shim import installed_vllm, vllm_command
 
 VALIDATE_TIMEOUT_S = 120.0
 
@@ -28,6 +27,8 @@ VALIDATE_TIMEOUT_S = 120.0
 def validate_with_vllm(plan: LaunchPlan) -> Finding:
     """Parse the command with the installed vLLM's own parser (and build its engine config when
     the checkpoint's config.json is local), in a subprocess: seconds, not a weight load."""
+    from dspark_cli.vllm_shim import installed_vllm
+
     rule, key = "vllm-accepts-command", "serving.extra_args"
     if installed_vllm() is None:
         return Finding(rule, Status.failed, "vLLM is not installed here, so the command cannot "
@@ -116,6 +117,8 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
     ensure_model(cfg)
     custom = cfg.server.command
     if custom is None and not validate:
+        from dspark_cli.vllm_shim import vllm_command
+
         argv = vllm_command(plan.argv)
     elif custom is None:
         validation = validate_with_vllm(plan)
@@ -123,6 +126,8 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
         if validation.failed:
             report([validation])
             raise CheckFailed("vLLM would reject this command; nothing was started.")
+        from dspark_cli.vllm_shim import vllm_command
+
         argv = vllm_command(plan.argv)
     else:
         argv = [str(a) for a in custom]

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 
@@ -174,4 +173,6 @@ class LaunchConf:
 
 def register() -> None:
     """Register the shared schema; command modules register their own primaries."""
+    from hydra.core.config_store import ConfigStore
+
     ConfigStore.instance().store(name="launch_schema", node=LaunchConf)

@@ -20,7 +20,7 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[tuple[str, list[str
     kind = OmegaConf.get_type(node)
     fields = ({f.name for f in dataclasses.fields(kind)}
               if kind is not None and dataclasses.is_dataclass(kind) else None)
-    for key in node.keys():
+    for key in node:
         full = f"{prefix}{key}"
         if fields is not None and key not in fields:
             found.append((full, difflib.get_close_matches(str(key), sorted(fields), n=2)))
