@@ -31,8 +31,8 @@ def validate_with_vllm(plan: LaunchPlan) -> Finding:
 
     rule, key = "vllm-accepts-command", "serving.extra_args"
     if installed_vllm() is None:
-        return Finding(rule, Status.failed, "vLLM is not installed here, so the command cannot "
-                       "be validated (on CPU: pip install 'dspark[cpu]')", key)
+        return Finding(rule, Status.failed, "vLLM is not installed here, so the command can "
+                       "neither be validated nor run (on CPU: pip install 'dspark[cpu]')", None)
     env = {**os.environ, **plan.env_map}
     try:
         done = subprocess.run(
@@ -65,8 +65,8 @@ def report(findings: Iterable[Finding]) -> None:
     findings = list(findings)
     for f in findings:
         if f.status is Status.failed:
-            print(f"dspark: preflight {f.rule} FAILED: {f.message} (change `{f.key}`)",
-                  file=sys.stderr)
+            change = f" (change `{f.key}`)" if f.key else ""
+            print(f"dspark: preflight {f.rule} FAILED: {f.message}{change}", file=sys.stderr)
     skipped = [f.rule for f in findings if f.status is Status.skipped]
     if skipped:
         print(f"dspark: dry run: skipped the checks that need this machine's hardware: "
@@ -125,7 +125,8 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
         findings += (validation,)
         if validation.failed:
             report([validation])
-            raise CheckFailed("vLLM would reject this command; nothing was started.")
+            raise CheckFailed("the command did not pass vLLM's own validation; nothing was "
+                              "started.")
         from dspark_cli.vllm_shim import vllm_command
 
         argv = vllm_command(plan.argv)
