@@ -118,10 +118,14 @@ def run_command(name: str, argv: list[str]) -> int:
         return task(cached_compose(command.config, plain,
                                    lambda: compose_once(module, command.config, plain)))
     register_schemas(module)
+    settings = hydra_settings(name, opts)
     if "--help" in flags:
         print(_parser(name, module.add_arguments).format_help())
-    return run_hydra_app(name, command.config, task, [*flags, *hydra_settings(name, opts),
-                                                      *plain])
+        settings += [f"hydra.help.header='dspark {name}: {command.help}'",
+                     "hydra.help.footer='Overrides: group=option, key=value, +key=value adds a "
+                     "key to a free-form map. Exit codes: 0 ok, 1 check failed, 2 usage or "
+                     "config error, 3 server failed, 130 interrupted.'"]
+    return run_hydra_app(name, command.config, task, [*flags, *settings, *plain])
 
 
 def register_schemas(module: Any) -> None:

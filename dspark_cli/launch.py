@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
@@ -20,6 +21,9 @@ from dspark_cli.errors import CheckFailed, ExitCode, ServerError, UsageError
 from dspark_cli.hardware import Machine, detect
 from dspark_cli.plan import LaunchPlan
 from dspark_cli.preflight import Context, Finding, Status
+
+if TYPE_CHECKING:
+    from dspark_cli.server import ServerProcess
 
 VALIDATE_TIMEOUT_S = 120.0
 
@@ -144,12 +148,17 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
     return Prepared(argv, env, scratch, run_dir, machine, findings)
 
 
-def server_for(plan: LaunchPlan, prepared: Prepared):  # -> ServerProcess
+def client_host(plan: LaunchPlan) -> str:
+    """Where a local client reaches the planned server."""
+    return "127.0.0.1" if plan.host in (None, "", "0.0.0.0", "::") else plan.host
+
+
+def server_for(plan: LaunchPlan, prepared: Prepared) -> ServerProcess:
+    """The server process for a prepared plan (not started yet)."""
     from dspark_cli.server import ServerProcess
 
-    host = "127.0.0.1" if plan.host in (None, "", "0.0.0.0", "::") else plan.host
     return ServerProcess(prepared.argv, prepared.env, prepared.run_dir / "server.log",
-                         plan.base_url, host, plan.port, scratch=prepared.scratch)
+                         plan.base_url, client_host(plan), plan.port, scratch=prepared.scratch)
 
 
 def serve_foreground(cfg: DictConfig, plan: LaunchPlan) -> int:
@@ -158,11 +167,11 @@ def serve_foreground(cfg: DictConfig, plan: LaunchPlan) -> int:
     from dspark_cli.record import run_dir
     from dspark_cli.server import port_in_use
 
+    if port_in_use(client_host(plan), plan.port):
+        raise ServerError(f"port {plan.port} on {client_host(plan)} is already in use; choose "
+                          "another with server.port=<port>.")
     prepared = prepare(cfg, plan, run_dir())
     server = server_for(plan, prepared)
-    if port_in_use(server.host, server.port):
-        raise ServerError(f"port {server.port} on {server.host} is already in use; choose "
-                          "another with server.port=<port>.")
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:

@@ -201,8 +201,13 @@ class ServerProcess:
     def stop(self, grace: float = 15.0) -> Teardown:
         """SIGTERM to the process group, SIGKILL after `grace` seconds, then confirm that no
         process of the group (or child that left it) is left and the port is free."""
-        if self.teardown is not None or self._proc is None:
-            return self.teardown or Teardown(0.0, "exited", (), True)
+        if self.teardown is not None:
+            return self.teardown
+        if self._proc is None:
+            if self.scratch is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+            self.teardown = Teardown(0.0, "exited", (), True)
+            return self.teardown
         start = time.monotonic()
         pids = _group_members(self.pid) | {self.pid}
         with contextlib.suppress(psutil.NoSuchProcess):
