@@ -56,25 +56,28 @@ def validate_with_vllm(plan: LaunchPlan) -> Finding:
 
 def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
           validate: bool) -> tuple[Finding, ...]:
-    """All preflight findings: plan rules, machine rules (skipped without a machine) and,
-    when asked, vLLM's own validation."""
+    """All preflight findings: plan rules, machine rules (skipped without a machine), the
+    local checkpoint (structure, pins, DSpark heads) and, when asked, vLLM's own validation."""
+    from dspark_cli.checkpoint.preflight import checkpoint_findings
+
     findings = list(preflight.run_rules(Context(cfg, plan, machine)))
+    findings += checkpoint_findings(cfg.model, cfg.speculative, cfg.checks,
+                                    dry_run=machine is None)
     if validate:
         findings.append(validate_with_vllm(plan))
     return tuple(findings)
 
 
 def report(findings: Iterable[Finding]) -> None:
-    """Failures to stderr, one line each naming the config key to change; skips in one line."""
+    """Failures and skips to stderr, one line each; a failure names the config key to change."""
     findings = list(findings)
     for f in findings:
         if f.status is Status.failed:
             change = f" (change `{f.key}`)" if f.key else ""
             print(f"dspark: preflight {f.rule} FAILED: {f.message}{change}", file=sys.stderr)
-    skipped = [f.rule for f in findings if f.status is Status.skipped]
-    if skipped:
-        print(f"dspark: dry run: skipped the checks that need this machine's hardware: "
-              f"{', '.join(skipped)}", file=sys.stderr)
+    for f in findings:
+        if f.status is Status.skipped:
+            print(f"dspark: preflight {f.rule} skipped: {f.message}", file=sys.stderr)
 
 
 def exit_code(findings: Iterable[Finding]) -> int:
@@ -144,6 +147,7 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
     scratch = Path(tempfile.mkdtemp(prefix="dspark-"))
     env = {**os.environ, **plan.env_map, "TMPDIR": str(scratch)}
     notes = [f"server.command replaces the planned argv: {argv}"] if custom is not None else []
+    notes += [f"{f.rule}: {f.message}" for f in findings if f.message.startswith("OVERRIDDEN")]
     write_record(run_dir, cfg, plan, argv, collect(plan.model_path, machine), notes)
     return Prepared(argv, env, scratch, run_dir, machine, findings)
 

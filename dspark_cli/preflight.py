@@ -233,8 +233,8 @@ def run_rules(ctx: Context, rules: Iterable[Rule] = RULES) -> tuple[Finding, ...
     findings = []
     for rule in rules:
         if rule.needs_machine and ctx.machine is None:
-            findings.append(Finding(rule.id, Status.skipped, f"{rule.summary} (dry run)",
-                                    rule.key))
+            findings.append(Finding(rule.id, Status.skipped,
+                                    f"{rule.summary}: not checked in a dry run", rule.key))
             continue
         problem = rule.check(ctx)
         status = Status.failed if problem else Status.passed

@@ -121,7 +121,7 @@ def test_hostile_values_are_quoted_for_the_shell() -> None:
     extra = '+serving.extra_args.override_generation_config={stop:"it\'s \\"done\\""}'
     done = run_dspark("serve", "+hw=mi350x", f'model.path="{hydra_path}"', extra, "--dry-run")
     assert done.returncode == 0, done.stderr
-    env, positional, flags = parse_script(done.stdout)
+    _, positional, flags = parse_script(done.stdout)
     assert positional[-1] == path
     assert flags["--override-generation-config"] == {"stop": 'it\'s "done"'}
 
@@ -129,11 +129,13 @@ def test_hostile_values_are_quoted_for_the_shell() -> None:
 def test_json_plan_matches_the_shell_plan() -> None:
     done = run_dspark("serve", "+hw=mi350x", "--dry-run", "--json")
     data = json.loads(done.stdout)
-    _, positional, flags = parse_script(SEED.read_text())
+    _, positional, _ = parse_script(SEED.read_text())
     assert data["argv"][:3] == positional
     assert data["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    # No hardware and no local checkpoint in a dry run here: those checks are skipped.
     assert {f["rule"] for f in data["preflight"] if f["status"] == "skipped"} == {
-        "platform-matches-machine", "parallel-fits-machine", "aiter-importable"}
+        "platform-matches-machine", "parallel-fits-machine", "aiter-importable",
+        "checkpoint-structure", "checkpoint-confidence-head"}
 
 
 def test_secrets_never_print() -> None:

@@ -25,7 +25,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"dspark serve exited {proc.poll()}:\n{proc.stdout.read()[-3000:]}")
+            tail = proc.stdout.read()[-3000:]
+            raise AssertionError(f"dspark serve exited {proc.poll()}:\n{tail}")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return

@@ -1,0 +1,230 @@
+"""The DSpark draft's heads, checked fail closed.
+
+vLLM does not fail closed: without `mtp.{i}.confidence_head.proj.weight` it sets the head to
+None and adaptive verification silently falls back to an online estimator. So whenever
+config.json declares a DSpark draft (a `dspark_*` key), this proves the head is there and usable:
+the keys DSpark reads, every mtp stage, the confidence head (shape `[1, hidden + rank]`, a float
+dtype, no bias, finite values read from that tensor alone) and the Markov heads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dspark_cli.checkpoint.headers import (
+    FLOAT_DTYPES,
+    HeaderError,
+    TensorInfo,
+    count_non_finite,
+)
+from dspark_cli.checkpoint.index import INDEX_NAME, Layout
+from dspark_cli.checkpoint.report import Check, Problem, problem
+from dspark_cli.checkpoint.structure import Structure
+
+MASK_TOKEN_KEYS = (
+    "mask_token_id", "dspark_noise_token_id", "dflash_config.mask_token_id", "pard_token",
+    "ptd_token_id",
+)
+DEFAULT_N_MTP_LAYERS = 3
+CONFIDENCE = "mtp.{}.confidence_head.proj.weight"
+CONFIDENCE_BIAS = "mtp.{}.confidence_head.proj.bias"
+MARKOV_W1 = "mtp.{}.markov_head.markov_w1.weight"
+MARKOV_W2 = "mtp.{}.markov_head.markov_w2.weight"
+
+
+@dataclass(frozen=True)
+class HeadResult:
+    declared: bool  # config.json declares a DSpark draft
+    problems: tuple[Problem, ...]
+
+    @property
+    def verified(self) -> bool:
+        return self.declared and not self.problems
+
+
+def declares_dspark(config: Mapping[str, Any] | None) -> bool:
+    return bool(config) and any(str(k).startswith("dspark_") for k in config)
+
+
+def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+class _Keys:
+    """The config.json values the head check needs, with a problem for each bad one."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.problems: list[Problem] = []
+        self.hidden = self._int(config, "hidden_size")
+        self.vocab = self._int(config, "vocab_size")
+        self.rank = self._int(config, "dspark_markov_rank")
+        self.draft_vocab = self._int(config, "draft_vocab_size", default=self.vocab)
+        self.stages = self._int(config, "n_mtp_layers", default=DEFAULT_N_MTP_LAYERS)
+        layers = config.get("dspark_target_layer_ids")
+        if layers is None:
+            self._bad("dspark-key-missing", "dspark_target_layer_ids", "a list of layer ids")
+        elif not (isinstance(layers, list) and layers and all(map(_non_negative_int, layers))):
+            self._bad("dspark-key-invalid", "dspark_target_layer_ids", "a list of layer ids",
+                      layers)
+        if not any(_lookup(config, key) is not None for key in MASK_TOKEN_KEYS):
+            self._bad("dspark-key-missing", "mask token", "one of " + ", ".join(MASK_TOKEN_KEYS))
+        if config.get("enable_confidence_head") is False:
+            self._bad("confidence-head-disabled", "enable_confidence_head", "true or absent", False)
+
+    def _bad(self, code: str, key: str, expected: str, actual: object = "absent") -> None:
+        self.problems.append(problem(code, Check.head, key, expected, actual))
+
+    def _int(self, config: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
+        value = config.get(key, default)
+        if value is None:
+            self._bad("dspark-key-missing", key, "a positive integer")
+        elif not _positive_int(value):
+            self._bad("dspark-key-invalid", key, "a positive integer", value)
+            return None
+        return value
+
+
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class _Tensors:
+    """Tensor lookups across the index and the (valid) shard headers."""
+
+    def __init__(self, layout: Layout, structure: Structure) -> None:
+        self.structure = structure
+        self.indexed = layout.index is not None
+        self.listed = layout.index.weight_map if layout.index else {}
+        self.names = self.listed.keys() | structure.tensors.keys()
+        self.stages = {n.split(".", 2)[1] for n in self.names if n[:4] == "mtp."}
+
+    def info(self, name: str, missing_code: str) -> tuple[TensorInfo | None, Problem | None]:
+        """A tensor that must be in the index and its shard's header, or why it is not."""
+        shard = self.listed.get(name)
+        located = self.structure.tensors.get(name)
+        actual = None
+        if self.indexed and shard is None:
+            actual = f"not in {INDEX_NAME}" + (f" (but in {located}'s header)" if located else "")
+        elif located is None and shard is not None and shard not in self.structure.headers:
+            missing_code, actual = "head-unreadable", f"its shard {shard} is missing or invalid"
+        elif located is None:
+            actual = f"not in {shard}'s header" if shard else "in no shard"
+        if actual:
+            return None, problem(missing_code, Check.head, name,
+                                 "in the index and its shard's header", actual)
+        try:
+            return self.structure.tensor(name), None
+        except HeaderError as exc:
+            return None, problem("head-unreadable", Check.head, name, "a readable header", exc)
+
+    def path(self, name: str) -> Path:
+        return self.structure.headers[self.structure.tensors[name]].path
+
+
+def check_head(layout: Layout, structure: Structure) -> HeadResult:
+    """Check the DSpark heads when config.json declares a DSpark draft; report every problem."""
+    config = layout.config
+    if config is None or not declares_dspark(config):
+        return HeadResult(False, ())
+    keys = _Keys(config)
+    problems = list(keys.problems)
+    if layout.index_broken:
+        return HeadResult(True, (*problems, problem(
+            "head-unreadable", Check.head, "mtp.*", f"a valid {INDEX_NAME} to find the heads in",
+            "the index is invalid",
+        )))
+    tensors = _Tensors(layout, structure)
+    stages = keys.stages or DEFAULT_N_MTP_LAYERS
+    problems += [
+        problem("mtp-stage-missing", Check.head, f"mtp.{i}.*",
+                f"tensors for each of mtp.0 .. mtp.{stages - 1}", "none")
+        for i in range(stages) if str(i) not in tensors.stages
+    ]
+    problems += [
+        problem("confidence-head-bias", Check.head, CONFIDENCE_BIAS.format(i), "no bias tensor",
+                "present")
+        for i in range(stages) if CONFIDENCE_BIAS.format(i) in tensors.names
+    ]
+    problems += _confidence(tensors, keys, stages)
+    for template, rows, what in (
+        (MARKOV_W1, keys.vocab, "vocab_size"), (MARKOV_W2, keys.draft_vocab, "draft_vocab_size")
+    ):
+        problems += _markov(tensors, template, stages, (rows, keys.rank), what)
+    return HeadResult(True, tuple(problems))
+
+
+def _absent(code: str, template: str, stages: int) -> Problem:
+    return problem(code, Check.head, template.format(stages - 1),
+                   f"in {INDEX_NAME} and its shard's header (any stage 0..{stages - 1})",
+                   "absent")
+
+
+def _confidence(tensors: _Tensors, keys: _Keys, stages: int) -> list[Problem]:
+    found = [CONFIDENCE.format(i) for i in range(stages) if CONFIDENCE.format(i) in tensors.names]
+    if not found:
+        return [_absent("confidence-head-missing", CONFIDENCE, stages)]
+    problems = []
+    for name in found:
+        info, missing = tensors.info(name, "confidence-head-missing")
+        if info is None:
+            problems.append(missing)
+            continue
+        if keys.hidden and keys.rank and info.shape != (1, keys.hidden + keys.rank):
+            problems.append(
+                problem("confidence-head-shape", Check.head, name,
+                        f"[1, {keys.hidden + keys.rank}] (1, hidden_size + dspark_markov_rank)",
+                        list(info.shape))
+            )
+        if info.dtype not in FLOAT_DTYPES:
+            problems.append(
+                problem("confidence-head-dtype", Check.head, name,
+                        "one of " + ", ".join(FLOAT_DTYPES), info.dtype)
+            )
+            continue
+        problems += _finite(tensors.path(name), name, info)
+    return problems
+
+
+def _finite(path: Path, name: str, info: TensorInfo) -> list[Problem]:
+    try:
+        bad = count_non_finite(path, info)
+    except HeaderError as exc:
+        return [problem("head-unreadable", Check.head, name, "readable values", exc)]
+    if bad is None:
+        return [problem("head-unreadable", Check.head, name, "a head-sized float tensor",
+                        f"{info.end - info.start:,} bytes of {info.dtype}")]
+    if bad:
+        return [problem("confidence-head-not-finite", Check.head, name, "all values finite",
+                        f"{bad} of {math.prod(info.shape)} values are NaN or inf")]
+    return []
+
+
+def _markov(
+    tensors: _Tensors, template: str, stages: int, shape: tuple[int | None, int | None],
+    what: str,
+) -> list[Problem]:
+    found = [template.format(i) for i in range(stages) if template.format(i) in tensors.names]
+    if not found:
+        return [_absent("markov-head-missing", template, stages)]
+    problems = []
+    for name in found:
+        info, missing = tensors.info(name, "markov-head-missing")
+        if info is None:
+            problems.append(missing)
+        elif None not in shape and info.shape != shape:
+            problems.append(
+                problem("markov-head-shape", Check.head, name,
+                        f"{list(shape)} ({what}, dspark_markov_rank)", list(info.shape))
+            )
+    return problems

@@ -1,0 +1,56 @@
+"""The people's view of a CheckpointReport: a rich summary of each check and a table of every
+problem with its hint, on stdout."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from dspark_cli.checkpoint.report import Check, CheckpointReport
+
+
+def _detail(report: CheckpointReport, check: Check) -> str:
+    if check is Check.structure:
+        return (f"{report.num_shards} shards, {report.num_tensors:,} tensors, "
+                f"{report.total_bytes:,} bytes")
+    if check is Check.pins:
+        return "model.expected.* compared with the files"
+    if check is Check.head:
+        return ("DSpark confidence and Markov heads verified" if report.head_verified
+                else "DSpark heads NOT verified")
+    c = report.content
+    if c is None:
+        return ""
+    parts = [f"{c.hashed_files} files, {c.hashed_bytes:,} bytes in {c.seconds:.1f} s"]
+    if c.against_blob_name:
+        parts.append(f"{c.against_blob_name} blobs vs their names")
+    if c.against_manifest:
+        parts.append(f"{c.against_manifest} vs the manifest")
+    return "; ".join(parts)
+
+
+def render_report(report: CheckpointReport, console: Console | None = None) -> None:
+    console = console or Console(soft_wrap=False)
+    summary = Table(title=f"dspark verify-checkpoint {report.path}", title_justify="left")
+    summary.add_column("check")
+    summary.add_column("result")
+    summary.add_column("detail")
+    for check in report.checks:
+        bad = report.problems_of(check)
+        result = f"[red]FAILED ({len(bad)})[/red]" if bad else "[green]passed[/green]"
+        summary.add_row(check.value, result, _detail(report, check))
+    if not report.dspark:
+        summary.add_row("head", "not checked", "config.json declares no DSpark draft")
+    if Check.content not in report.checks:
+        summary.add_row("content", "not hashed", "--hash, --manifest FILE or --write-manifest")
+    console.print(summary)
+    if report.problems:
+        problems = Table(title="problems", title_justify="left", show_lines=True)
+        for column in ("code", "subject", "expected", "actual", "what to do"):
+            problems.add_column(column, overflow="fold")
+        for p in report.problems:
+            problems.add_row(p.code, p.subject, p.expected, p.actual, p.hint)
+        console.print(problems)
+        console.print(f"[red]FAILED[/red]: {len(report.problems)} problem(s).")
+    else:
+        console.print("[green]OK[/green]: every check passed.")

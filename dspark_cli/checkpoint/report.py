@@ -1,0 +1,152 @@
+"""The checkpoint report: every problem found, as frozen values the command renders.
+
+Library functions never print or exit: they return problems, each with a stable `code`, the
+`subject` it is about (a file, a tensor, a config key), what was `expected`, what was found
+(`actual`), and a `hint` that says how to proceed on purpose. `HINTS` is the one table that maps
+a code to its default hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+HEAD_WAYS_OUT = (
+    "use a checkpoint revision that ships the DSpark confidence head, or serve without adaptive "
+    "verification (speculative=dspark_fixed)"
+)
+
+
+class Check(StrEnum):
+    """The groups of checks, in the order they run."""
+
+    structure = "structure"
+    pins = "pins"
+    head = "head"
+    content = "content"
+
+
+HINTS: Mapping[str, str] = MappingProxyType(
+    {
+        "config-missing": "point model.path at the checkpoint directory (the one with config.json)",
+        "config-invalid": "config.json must be a JSON object; re-download it",
+        "index-invalid": "re-download model.safetensors.index.json",
+        "weights-missing": "the directory holds no *.safetensors; re-download the checkpoint",
+        "shard-path-unsafe": "the index names a file outside the checkpoint directory; do not "
+        "load this checkpoint, re-download its index",
+        "shard-missing": "re-download the missing shard",
+        "header-invalid": "the shard is truncated or corrupt; re-download it",
+        "tensor-missing": "the shard does not hold a tensor the index names; re-download the shard "
+        "and the index from the same revision",
+        "tensor-unlisted": "the shard holds a tensor the index does not name; re-download the "
+        "shard and the index from the same revision",
+        "tensor-duplicate": "two shards hold the same tensor; remove the stray shard",
+        "total-size-mismatch": "the index and the shards come from different revisions; "
+        "re-download both",
+        "pin-mismatch": "this is not the pinned checkpoint: fetch the pinned revision, or pick a "
+        "profile that matches (model=local pins nothing)",
+        "dspark-key-missing": "config.json lacks a key DSpark needs; use the checkpoint's own "
+        "config.json",
+        "dspark-key-invalid": "config.json has a DSpark key of the wrong type; use the "
+        "checkpoint's own config.json",
+        "confidence-head-disabled": HEAD_WAYS_OUT,
+        "mtp-stage-missing": "the DSpark draft is incomplete; re-download the shards that hold "
+        "mtp.* tensors",
+        "confidence-head-missing": HEAD_WAYS_OUT,
+        "confidence-head-shape": HEAD_WAYS_OUT,
+        "confidence-head-dtype": HEAD_WAYS_OUT,
+        "confidence-head-bias": HEAD_WAYS_OUT + "; vLLM's loader fails on this bias",
+        "confidence-head-not-finite": HEAD_WAYS_OUT,
+        "markov-head-missing": "the DSpark Markov head is missing; re-download the mtp.* shards",
+        "markov-head-shape": "the DSpark Markov head does not match config.json; re-download the "
+        "checkpoint from one revision",
+        "head-unreadable": "re-download the shard that holds the head",
+        "hash-mismatch": "the file's content differs from the manifest; re-download it",
+        "file-missing": "a file the manifest lists is not in the checkpoint; re-download it",
+        "file-extra": "a file the manifest does not list is in the checkpoint; remove it or "
+        "write a new manifest",
+        "file-unreadable": "check the file's permissions and the disk",
+        "blob-hash-mismatch": "this Hugging Face cache blob is corrupt; delete it and download "
+        "the revision again",
+        "manifest-path-unsafe": "the manifest names a file outside the checkpoint directory; "
+        "use a manifest written by `dspark verify-checkpoint --write-manifest`",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing that is wrong, with enough context to act on it."""
+
+    code: str
+    check: Check
+    subject: str
+    expected: str
+    actual: str
+    hint: str
+
+
+def problem(
+    code: str, check: Check, subject: str, expected: object, actual: object, hint: str = ""
+) -> Problem:
+    """Build a Problem, taking the hint from HINTS unless one is given."""
+    return Problem(code, check, subject, str(expected), str(actual), hint or HINTS[code])
+
+
+@dataclass(frozen=True)
+class Content:
+    """What full-content hashing did: how many files were hashed and checked against what."""
+
+    hashed_files: int = 0
+    hashed_bytes: int = 0
+    against_manifest: int = 0
+    against_blob_name: int = 0
+    seconds: float = 0.0
+    # relative path -> SHA-256, for --write-manifest
+    digests: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """Everything a verify-checkpoint run found; `ok` when there is no problem."""
+
+    path: str
+    checks: tuple[Check, ...]
+    problems: tuple[Problem, ...]
+    num_shards: int = 0
+    num_tensors: int = 0
+    total_bytes: int = 0
+    dspark: bool = False
+    head_verified: bool = False
+    content: Content | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def problems_of(self, check: Check) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.check == check)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (`--json`)."""
+        content = None
+        if self.content is not None:
+            content = {f.name: getattr(self.content, f.name) for f in fields(self.content)}
+            content["digests"] = dict(sorted(self.content.digests.items()))
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "checks": {
+                c.value: ("failed" if self.problems_of(c) else "passed") for c in self.checks
+            },
+            "num_shards": self.num_shards,
+            "num_tensors": self.num_tensors,
+            "total_bytes": self.total_bytes,
+            "dspark": self.dspark,
+            "head_verified": self.head_verified,
+            "content": content,
+            "problems": [asdict(p) | {"check": p.check.value} for p in self.problems],
+        }
