@@ -22,6 +22,8 @@ FULL_CUDAGRAPH_MODES = {
     CudagraphMode.FULL, CudagraphMode.FULL_DECODE_ONLY, CudagraphMode.FULL_AND_PIECEWISE
 }
 ADAPTIVE_INCOMPATIBLE_ARGS = ("enable_return_routed_experts", "enable_batch_sharded_sampling")
+# vLLM's SpeculativeConfig re-detects the method from these words in a draft model's path.
+METHOD_RENAMING_WORDS = ("eagle-", "eagle3", "dflash", "dspark")
 
 
 class Status(StrEnum):
@@ -148,6 +150,18 @@ def _dspark_platform(c: Context) -> str | None:
     return None
 
 
+def _draft_path_method(c: Context) -> str | None:
+    spec = c.cfg.speculative
+    if spec.method != "draft_model" or not spec.model:
+        return None
+    hit = next((w for w in METHOD_RENAMING_WORDS if w in str(spec.model).lower()), None)
+    if hit:
+        return (f"vLLM switches method draft_model to another method when the draft path "
+                f"contains {hit!r} ({spec.model}); move or link the draft model to a path "
+                "without it")
+    return None
+
+
 def _sparse_mla_fp8(c: Context) -> str | None:
     kv = c.plan.arg("kv_cache_dtype")
     if c.cfg.model.family == "deepseek_v4" and kv != "fp8":
@@ -213,6 +227,8 @@ RULES: tuple[Rule, ...] = (
     Rule("dspark-draft-topk", "dspark_draft_topk only for Qwen3 DSpark",
          "speculative.extra.dspark_draft_topk", _dspark_topk),
     Rule("dspark-not-on-cpu", "DSpark needs a GPU platform", "speculative", _dspark_platform),
+    Rule("draft-path-keeps-method", "a draft model's path does not rename its method",
+         "speculative.model", _draft_path_method),
     Rule("sparse-mla-fp8-kv", "DeepSeek-V4 sparse MLA needs an fp8 KV cache",
          "model.args.kv_cache_dtype", _sparse_mla_fp8),
     Rule("parallel-fits-profile", "TP x DP x PP fits the profile's GPUs",

@@ -44,6 +44,8 @@ CASES = [
     ("dspark-draft-topk", ["+hw=cpu", "speculative=ngram",
                            "+speculative.extra.dspark_draft_topk=8"], None),
     ("dspark-not-on-cpu", ["+hw=cpu", "speculative=dspark_fixed"], None),
+    ("draft-path-keeps-method", ["+hw=cpu", "speculative=draft_model",
+                                 "speculative.model=/data/dspark/tiny"], None),
     ("sparse-mla-fp8-kv", ["+hw=mi350x", "model.args.kv_cache_dtype=auto"], None),
     ("parallel-fits-profile", ["+hw=mi350x", "hw.args.data_parallel_size=2"], None),
     ("aiter-needs-rocm", ["+hw=h200", "hw.args.moe_backend=aiter"], None),

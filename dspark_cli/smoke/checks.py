@@ -1,0 +1,258 @@
+"""The smoke's checks: pure functions from what was observed to a frozen result with evidence.
+
+The runner gathers `Observations` (side effects); everything here only judges them, so each
+rule is testable without a server. Every check is always reported: `skipped` when it does not
+apply to this configuration, `not_run` when an earlier failure ended the smoke first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from dspark_cli.config.schema import DraftTokensRule
+from dspark_cli.logscan import LogSnapshot
+from dspark_cli.metrics import GENERATION_TOKENS, Scrape, spec_decode
+from dspark_cli.smoke.expectations import Expectations
+
+
+class Status(StrEnum):
+    passed = "passed"
+    failed = "failed"
+    skipped = "skipped"
+    not_run = "not_run"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: Status
+    evidence: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.failed
+
+
+class RequestState(StrEnum):
+    ok = "ok"  # HTTP 200 with a usage block
+    http_error = "http_error"
+    transport_error = "transport_error"  # connection refused/reset: the server went away
+    timeout = "timeout"  # no response within the request timeout: a queue hang
+    interrupted = "interrupted"  # a fatal line or the server's death ended the wait
+    not_run = "not_run"
+
+
+@dataclass(frozen=True)
+class Boot:
+    healthy: bool
+    seconds: float | None  # launch (or attach) -> first /health 200
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    state: RequestState
+    latency_s: float | None = None
+    http_status: int | None = None
+    completion_tokens: int | None = None
+    detail: str = ""
+
+
+NOT_RUN = RequestOutcome(RequestState.not_run)
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything the runner saw; None where a phase never happened."""
+
+    managed: bool
+    boot: Boot
+    request: RequestOutcome = NOT_RUN
+    # Managed: the exit code if the server died on its own before the verdict.
+    exit_code: int | None = None
+    died_during: str | None = None
+    # What ended the smoke early ("fatal log line", "server exited"), if anything did.
+    stopped_by: str | None = None
+    metrics_before: Scrape | None = None
+    metrics_after: Scrape | None = None
+    metrics_error: str | None = None
+    # Attached: /health after the request (None when not probed).
+    final_health: bool | None = None
+    log: LogSnapshot | None = None
+
+
+def _not_run(name: str, obs: Observations) -> CheckResult:
+    why = obs.stopped_by or ("the server never became healthy" if not obs.boot.healthy
+                             else "an earlier failure")
+    return CheckResult(name, Status.not_run, f"not run: {why}")
+
+
+def check_health(exp: Expectations, obs: Observations) -> CheckResult:
+    if obs.boot.healthy:
+        return CheckResult("health", Status.passed,
+                           f"/health 200 after {obs.boot.seconds:.1f} s",
+                           {"seconds": obs.boot.seconds})
+    return CheckResult("health", Status.failed, obs.boot.failure or "/health never answered 200")
+
+
+def check_alive(exp: Expectations, obs: Observations) -> CheckResult:
+    if obs.exit_code is not None:
+        return CheckResult("server_alive", Status.failed,
+                           f"the server exited with code {obs.exit_code} "
+                           f"during {obs.died_during or 'the smoke'}",
+                           {"exit_code": obs.exit_code, "phase": obs.died_during})
+    if not obs.boot.healthy:
+        return _not_run("server_alive", obs)
+    if obs.managed:
+        return CheckResult("server_alive", Status.passed, "the process group was alive until "
+                           "teardown")
+    if obs.final_health is None:
+        return _not_run("server_alive", obs)
+    if obs.final_health:
+        return CheckResult("server_alive", Status.passed, "/health 200 after the request")
+    return CheckResult("server_alive", Status.failed, "/health did not answer 200 after the "
+                       "request")
+
+
+def check_startup_lines(exp: Expectations, obs: Observations) -> CheckResult:
+    if obs.log is None:
+        return CheckResult("startup_lines", Status.skipped, "no server log (attached without "
+                           "server.log=FILE)")
+    found = {p.name: obs.log.found.get(p.name) for p in exp.required}
+    data = {name: (m.line_no if m else None) for name, m in found.items()}
+    missing = [name for name, m in found.items() if m is None]
+    if not missing:
+        shown = ", ".join(f"{name!r} (line {m.line_no})" for name, m in found.items() if m)
+        return CheckResult("startup_lines", Status.passed, f"seen: {shown}", data)
+    if not obs.boot.healthy:
+        return _not_run("startup_lines", obs)
+    return CheckResult("startup_lines", Status.failed,
+                       "missing: " + ", ".join(repr(name) for name in missing), data)
+
+
+def check_draft_params(exp: Expectations, obs: Observations) -> CheckResult:
+    spec = exp.draft_params
+    if spec is None:
+        return CheckResult("draft_params", Status.skipped,
+                           "no DSpark draft with a pinned parameter count "
+                           "(model.expected.draft_params)")
+    if obs.log is None:
+        return CheckResult("draft_params", Status.skipped, "no server log")
+    match = obs.log.found.get(spec.pattern.name)
+    if match is None:
+        if not obs.boot.healthy:
+            return _not_run("draft_params", obs)
+        return CheckResult("draft_params", Status.failed,
+                           f"no line matched {spec.pattern.regex.pattern!r}")
+    params = int(match.groups["params"] or -1)
+    data = {"params": params, "expected": spec.expected, "line": match.line_no}
+    if params == spec.expected:
+        return CheckResult("draft_params", Status.passed,
+                           f"DSpark draft loaded {params} params (pinned {spec.expected})", data)
+    hint = " (one fewer: is the confidence head missing?)" if params == spec.expected - 1 else ""
+    return CheckResult("draft_params", Status.failed,
+                       f"DSpark draft loaded {params} params, pinned {spec.expected}{hint}", data)
+
+
+def check_no_fatal(exp: Expectations, obs: Observations) -> CheckResult:
+    if obs.log is None:
+        return CheckResult("no_fatal_lines", Status.skipped, "no server log")
+    if not obs.log.fatal:
+        return CheckResult("no_fatal_lines", Status.passed,
+                           f"no fatal line in {obs.log.lines_read} log lines",
+                           {"lines": obs.log.lines_read})
+    first = obs.log.fatal[0]
+    events = [{"pattern": e.pattern, "line_no": e.line_no, "line": e.line,
+               "context": list(e.context)} for e in obs.log.fatal]
+    more = f" (+{len(events) - 1} more)" if len(events) > 1 else ""
+    return CheckResult("no_fatal_lines", Status.failed,
+                       f"{first.pattern} at log line {first.line_no}: {first.line.strip()}{more}",
+                       {"events": events})
+
+
+def check_request(exp: Expectations, obs: Observations) -> CheckResult:
+    req = obs.request
+    if req.state is RequestState.ok:
+        return CheckResult("request", Status.passed,
+                           f"HTTP 200 in {req.latency_s:.2f} s", {"latency_s": req.latency_s})
+    if req.state is RequestState.timeout:
+        return CheckResult("request", Status.failed,
+                           f"queue hang: no response within {exp.request_timeout_s:.0f} s "
+                           "(smoke.request_timeout_s)", {"timeout_s": exp.request_timeout_s})
+    if req.state in (RequestState.not_run, RequestState.interrupted):
+        return _not_run("request", obs)
+    return CheckResult("request", Status.failed, req.detail or req.state.value,
+                       {"http_status": req.http_status})
+
+
+def check_generation(exp: Expectations, obs: Observations) -> CheckResult:
+    req, n = obs.request, exp.max_tokens
+    if req.state is not RequestState.ok:
+        return _not_run("generation", obs)
+    if obs.metrics_before is None or obs.metrics_after is None:
+        return CheckResult("generation", Status.failed,
+                           f"usage {req.completion_tokens} of {n} tokens; server counter "
+                           f"unreadable: {obs.metrics_error}")
+    counted = round(obs.metrics_after.delta(obs.metrics_before).total(GENERATION_TOKENS))
+    data = {"requested": n, "usage": req.completion_tokens, "server_counter_delta": counted}
+    if req.completion_tokens == n == counted:
+        return CheckResult("generation", Status.passed,
+                           f"{n} tokens (usage {n}, vllm:generation_tokens +{counted})", data)
+    return CheckResult("generation", Status.failed,
+                       f"asked for {n} tokens: usage says {req.completion_tokens}, "
+                       f"vllm:generation_tokens grew by {counted}", data)
+
+
+def spec_problems(drafts: int, draft_tokens: int, accepted: int, k: int | None,
+                  rule: DraftTokensRule) -> list[str]:
+    """The spec-decode invariants that these counters break (empty: all hold)."""
+    problems = []
+    if drafts <= 0:
+        problems.append("no drafts: speculative decoding did not run")
+    if k is not None and rule is DraftTokensRule.exact and draft_tokens != drafts * k:
+        problems.append(f"draft tokens {draft_tokens} != drafts x K = {drafts} x {k}")
+    if k is not None and rule is DraftTokensRule.at_most and draft_tokens > drafts * k:
+        problems.append(f"draft tokens {draft_tokens} > drafts x K = {drafts} x {k}")
+    if accepted > draft_tokens:
+        problems.append(f"accepted {accepted} > draft tokens {draft_tokens}")
+    return problems
+
+
+def check_spec_decode(exp: Expectations, obs: Observations) -> CheckResult:
+    if exp.spec is None:
+        return CheckResult("spec_decode", Status.skipped, "no speculative decoding configured")
+    if obs.request.state is not RequestState.ok:
+        return _not_run("spec_decode", obs)
+    if obs.metrics_before is None or obs.metrics_after is None:
+        return CheckResult("spec_decode", Status.failed,
+                           f"/metrics unreadable: {obs.metrics_error}")
+    counters = spec_decode(obs.metrics_after.delta(obs.metrics_before))
+    if counters is None:
+        return CheckResult("spec_decode", Status.failed,
+                           f"{exp.spec.method} is configured, but /metrics has no "
+                           "vllm:spec_decode_* counters")
+    k, rule = exp.spec.k, exp.spec.rule
+    data = {**counters.as_dict(), "k": k, "rule": rule.value}
+    problems = spec_problems(counters.drafts, counters.draft_tokens, counters.accepted, k, rule)
+    if problems:
+        return CheckResult("spec_decode", Status.failed, "; ".join(problems), data)
+    relation = "=" if rule is DraftTokensRule.exact else "<="
+    shown_k = f"{counters.drafts} x K={k}" if k is not None else "K unknown"
+    return CheckResult(
+        "spec_decode", Status.passed,
+        f"{counters.drafts} drafts, {counters.draft_tokens} draft tokens ({relation} {shown_k}), "
+        f"{counters.accepted} accepted; acceptance rate {data['acceptance_rate']}, "
+        f"mean acceptance length {data['mean_acceptance_length']}", data)
+
+
+CHECKS = (check_health, check_alive, check_startup_lines, check_draft_params, check_no_fatal,
+          check_request, check_generation, check_spec_decode)
+
+
+def evaluate(exp: Expectations, obs: Observations) -> tuple[CheckResult, ...]:
+    """Every check's result, in report order."""
+    return tuple(check(exp, obs) for check in CHECKS)

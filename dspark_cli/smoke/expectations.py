@@ -1,0 +1,126 @@
+"""Composed config -> what the smoke expects of this server (pure; bad config is a UsageError).
+
+Required startup lines come from the `smoke` section (every server) and from the profiles
+(`hw/model/speculative.expect_log`), plus `smoke.conditional_lines` whose `when` matches the
+composed config. The spec-decode rule comes from the speculative profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from dspark_cli.config.schema import DraftTokensRule
+from dspark_cli.errors import UsageError
+from dspark_cli.logscan import Pattern, compile_patterns
+
+PROFILE_GROUPS = ("hw", "model", "speculative")
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class SpecRule:
+    """What the spec-decode counters must satisfy."""
+
+    method: str
+    k: int | None
+    rule: DraftTokensRule
+
+
+@dataclass(frozen=True)
+class DraftParams:
+    """The DSpark draft's parameter count, read from its load line and compared with a pin."""
+
+    pattern: Pattern
+    expected: int
+
+
+@dataclass(frozen=True)
+class Expectations:
+    prompt: str
+    max_tokens: int
+    request_timeout_s: float
+    metrics_timeout_s: float
+    fatal: tuple[Pattern, ...]
+    required: tuple[Pattern, ...]  # each named by its regex
+    draft_params: DraftParams | None
+    spec: SpecRule | None
+    context_lines: int
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, DictConfig | ListConfig):
+        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
+    return value
+
+
+def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
+    """Every dotted key has the wanted value (a list: any of them); unknown keys are errors."""
+    for key, wanted in when.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is _ABSENT:
+            raise UsageError(f"`{where}.when` names `{key}`, which is not a config key.")
+        options = wanted if isinstance(wanted, list) else [wanted]
+        if str(_plain(value)) not in {str(o) for o in options}:
+            return False
+    return True
+
+
+def required_lines(cfg: DictConfig) -> list[str]:
+    """Regexes of the startup lines this configuration must print, in order, without repeats."""
+    lines = list(cfg.smoke.startup_lines)
+    for group in PROFILE_GROUPS:
+        lines += list(cfg[group].get("expect_log") or [])
+    for i, rule in enumerate(cfg.smoke.conditional_lines):
+        if condition_holds(cfg, _plain(rule.when), f"smoke.conditional_lines[{i}]"):
+            lines += list(rule.lines)
+    return list(dict.fromkeys(str(line) for line in lines))
+
+
+def _compile(patterns: dict[str, str], where: str) -> tuple[Pattern, ...]:
+    try:
+        return compile_patterns(patterns)
+    except ValueError as exc:
+        raise UsageError(f"`{where}`: {exc}") from None
+
+
+def _draft_params(cfg: DictConfig) -> DraftParams | None:
+    pinned = cfg.model.expected.get("draft_params")
+    if pinned is None or cfg.speculative.method != "dspark":
+        return None
+    (pattern,) = _compile({"draft_params": cfg.smoke.draft_params_pattern},
+                          "smoke.draft_params_pattern")
+    if "params" not in pattern.regex.groupindex:
+        raise UsageError("`smoke.draft_params_pattern` needs a named group `(?P<params>...)`.")
+    return DraftParams(pattern, int(pinned))
+
+
+def expectations(cfg: DictConfig) -> Expectations:
+    """What the smoke checks on this configuration."""
+    smoke = cfg.smoke
+    if int(smoke.max_tokens) <= 0:
+        raise UsageError(f"`smoke.max_tokens` must be positive, not {smoke.max_tokens}.")
+    spec = cfg.speculative
+    rule = None
+    if spec.method is not None:
+        k = spec.num_speculative_tokens
+        rule = SpecRule(str(spec.method), None if k is None else int(k),
+                        DraftTokensRule(_plain(spec.draft_tokens_rule)))
+    lines = required_lines(cfg)
+    return Expectations(
+        prompt=str(smoke.prompt),
+        max_tokens=int(smoke.max_tokens),
+        request_timeout_s=float(smoke.request_timeout_s),
+        metrics_timeout_s=float(smoke.metrics_timeout_s),
+        fatal=_compile({k: v for k, v in _plain(smoke.fatal_patterns).items() if v is not None},
+                       "smoke.fatal_patterns"),
+        required=_compile({line: line for line in lines}, "expect_log"),
+        draft_params=_draft_params(cfg),
+        spec=rule,
+        context_lines=int(smoke.context_lines),
+    )

@@ -1,0 +1,340 @@
+"""A stand-in vLLM server for what a real one cannot show on this machine (GPU faults, hangs).
+
+A real process speaking real HTTP on localhost, printing vLLM-like log lines to stdout:
+
+    python tests/doubles/fake_vllm.py --port P [--host 127.0.0.1] [--scenario NAME] [--k 3]
+        [--model tiny] [--boot-delay S] [--print-line TEXT ...] [--event-file F] [--ignore-sigterm]
+
+Endpoints: GET /health, GET /metrics (vLLM's Prometheus exposition, written by
+prometheus_client like vLLM's own, `_created` samples included), GET /version, GET /v1/models,
+POST /v1/completions (OpenAI completions; `max_tokens` tokens with `ignore_eos`).
+
+Scenarios (what a broken vLLM does; `healthy` is the reference):
+    healthy            serves correctly; with --k K, spec counters keep draft_tokens == drafts x K
+    gpu_fault          on the first completion, prints a ROCm memory access fault; request hangs
+    die_during_request on the first completion, the process kills itself (SIGKILL, no output)
+    traceback          on the first completion, prints an engine traceback and answers 500
+    short_tokens       generates 7 tokens fewer than asked (usage and counters agree)
+    never_healthy      starts, but /health answers 503 forever
+    hung_request       completions never answer (a queue hang)
+    bad_spec_counters  draft_tokens == drafts x K - 2 (breaks the fixed-K invariant)
+    counter_mismatch   vllm:generation_tokens counts 3 tokens more per request than usage says
+    preemption         every completion adds one to vllm:num_preemptions
+
+With `"stream": true` (what `vllm bench serve` sends) a completion is answered as server-sent
+events: one chunk per token, then a usage chunk, then `data: [DONE]`.
+
+--event-file F: the Unix time at which the scenario's fault line was flushed is written to F
+(benchmarks measure fault-line-to-verdict from it). --print-line adds startup lines (e.g.
+"DSpark draft model loaded: 97 params") before "Application startup complete.".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+SCENARIOS = (
+    "healthy",
+    "gpu_fault",
+    "die_during_request",
+    "traceback",
+    "short_tokens",
+    "never_healthy",
+    "hung_request",
+    "bad_spec_counters",
+    "counter_mismatch",
+    "preemption",
+)
+MISCOUNT_BY = 3
+VERSION = "0.32.0"
+SHORT_BY = 7
+SCRIPT = Path(__file__).resolve()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks an ephemeral one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def command(port: int, scenario: str = "healthy", *extra: str) -> list[str]:
+    """The argv that starts this double (for `server.command=[...]` or subprocess)."""
+    return [sys.executable, str(SCRIPT), "--port", str(port), "--scenario", scenario, *extra]
+
+
+def log(message: str, prefix: str = "") -> None:
+    """Print one vLLM-style INFO line and flush (the watcher reads the file live)."""
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"{prefix}INFO {stamp} [fake_vllm.py] {message}", flush=True)
+
+
+class Engine:
+    """Counters and behaviour of the fake engine, shared by the handler threads."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.ready = threading.Event()
+        self.lock = threading.Lock()
+        self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        values = (args.model, "0")
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=self.registry)
+
+        self.generation = counter("vllm:generation_tokens", "Generation tokens.").labels(*values)
+        self.prompt = counter("vllm:prompt_tokens", "Prompt tokens.").labels(*values)
+        self.preemptions = counter("vllm:num_preemptions", "Preemptions.").labels(*values)
+        self.success = Counter(
+            "vllm:request_success",
+            "Finished requests.",
+            [*labels, "finished_reason"],
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "vllm:num_requests_running", "Running requests.", labels, registry=self.registry
+        ).labels(*values)
+        self.spec = None
+        if args.k:
+            self.spec = (
+                counter("vllm:spec_decode_num_drafts", "Drafts.").labels(*values),
+                counter("vllm:spec_decode_num_draft_tokens", "Draft tokens.").labels(*values),
+                counter("vllm:spec_decode_num_accepted_tokens", "Accepted.").labels(*values),
+            )
+            per_pos = Counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted per position.",
+                [*labels, "position"],
+                registry=self.registry,
+            )
+            self.per_pos = [per_pos.labels(*values, str(i)) for i in range(args.k)]
+
+    def mark_event(self) -> None:
+        if self.args.event_file:
+            with open(self.args.event_file, "w") as f:
+                f.write(repr(time.time()))
+
+    def generate(self, prompt_tokens: int, max_tokens: int) -> int:
+        """Account one completion; returns how many tokens were generated."""
+        scenario = self.args.scenario
+        n = max(max_tokens - SHORT_BY, 1) if scenario == "short_tokens" else max_tokens
+        with self.lock:
+            self.prompt.inc(prompt_tokens)
+            self.generation.inc(n + (MISCOUNT_BY if scenario == "counter_mismatch" else 0))
+            if scenario == "preemption":
+                self.preemptions.inc()
+            self.success.labels(self.args.model, "0", "length").inc()
+            if self.spec:
+                self._account_spec(n)
+        return n
+
+    def _account_spec(self, n: int) -> None:
+        """Simulate fixed-K drafting: every step drafts K and accepts 0..K (a fixed cycle)."""
+        k = self.args.k
+        drafts = draft_tokens = accepted = 0
+        produced, step = 1, 0  # the first token comes from prefill
+        while produced < n:
+            a = min(step % (k + 1), n - produced - 1)
+            drafts, draft_tokens, accepted = drafts + 1, draft_tokens + k, accepted + a
+            for pos in range(a):
+                self.per_pos[pos].inc()
+            produced += a + 1
+            step += 1
+        if self.args.scenario == "bad_spec_counters":
+            draft_tokens -= 2
+        self.spec[0].inc(drafts)
+        self.spec[1].inc(draft_tokens)
+        self.spec[2].inc(accepted)
+
+
+def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
+    args = engine.args
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *a: object) -> None:
+            host, port = self.client_address[:2]
+            print(f"INFO:     {host}:{port} - {fmt % a}", flush=True)
+
+        def send_json(self, status: int, body: object) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                healthy = engine.ready.is_set() and args.scenario != "never_healthy"
+                self.send_response(200 if healthy else 503)
+                self.send_header("content-length", "0")
+                self.end_headers()
+            elif self.path == "/metrics":
+                data = generate_latest(engine.registry)
+                self.send_response(200)
+                self.send_header("content-type", CONTENT_TYPE_LATEST)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif self.path == "/version":
+                self.send_json(200, {"version": VERSION})
+            elif self.path == "/v1/models":
+                self.send_json(200, {"object": "list", "data": [{"id": args.model}]})
+            else:
+                self.send_json(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path != "/v1/completions":
+                self.send_json(404, {"detail": "Not Found"})
+                return
+            if body.get("model") != args.model:
+                self.send_json(
+                    404,
+                    {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                               "type": "NotFoundError", "code": 404}},
+                )
+                return
+            if self.fault_or_hang():
+                return
+            prompt = str(body.get("prompt", ""))
+            prompt_tokens = max(len(prompt.split()), 1)
+            n = engine.generate(prompt_tokens, int(body.get("max_tokens", 16)))
+            if body.get("stream"):
+                self.send_stream(n, prompt_tokens)
+                return
+            self.send_json(
+                200,
+                {
+                    "id": "cmpl-fake",
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": args.model,
+                    "choices": [
+                        {"index": 0, "text": " tok" * n, "logprobs": None,
+                         "finish_reason": "length", "stop_reason": None}
+                    ],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                              "total_tokens": prompt_tokens + n},
+                },
+            )
+
+        def send_stream(self, n: int, prompt_tokens: int) -> None:
+            """SSE like vLLM's: a chunk per token, a usage chunk, [DONE]; then close."""
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            chunk = {"id": "cmpl-fake", "object": "text_completion", "model": args.model}
+            events = [
+                {**chunk, "choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
+                for _ in range(n)
+            ]
+            events.append({**chunk, "choices": [], "usage": {
+                "prompt_tokens": prompt_tokens, "completion_tokens": n,
+                "total_tokens": prompt_tokens + n}})
+            body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            self.wfile.write(body.encode())
+
+        def fault_or_hang(self) -> bool:
+            """The scenario's misbehaviour during a completion; True when it answered."""
+            scenario = args.scenario
+            if scenario == "gpu_fault":
+                print(
+                    "Memory access fault by GPU node-2 (Agent handle: 0x55d1c0a8e2f0) on address "
+                    "0x7f3a10000000. Reason: Page not present or supervisor privilege.",
+                    flush=True,
+                )
+                engine.mark_event()
+                threading.Event().wait()
+            elif scenario == "die_during_request":
+                engine.mark_event()
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif scenario == "traceback":
+                prefix = f"(EngineCore_DP0 pid={os.getpid()}) "
+                print(
+                    f"{prefix}ERROR {time.strftime('%m-%d %H:%M:%S')} [core.py:1042] "
+                    "EngineCore encountered a fatal error.\n"
+                    f"{prefix}Traceback (most recent call last):\n"
+                    f'{prefix}  File "vllm/v1/engine/core.py", line 1033, in run_engine_core\n'
+                    f"{prefix}    engine_core.run_busy_loop()\n"
+                    f"{prefix}RuntimeError: fake_vllm: simulated engine failure",
+                    flush=True,
+                )
+                engine.mark_event()
+                self.send_json(
+                    500,
+                    {"error": {"message": "EngineCore encountered an issue.",
+                               "type": "InternalServerError", "code": 500}},
+                )
+                return True
+            elif scenario == "hung_request":
+                engine.mark_event()
+                threading.Event().wait()
+            return False
+
+    return Handler
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fake_vllm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--scenario", choices=SCENARIOS, default="healthy")
+    p.add_argument("--k", type=int, default=0, help="num_speculative_tokens (0: no drafter)")
+    p.add_argument("--model", default="tiny", help="served model name")
+    p.add_argument("--boot-delay", type=float, default=0.2)
+    p.add_argument("--print-line", action="append", default=[])
+    p.add_argument("--event-file")
+    p.add_argument("--ignore-sigterm", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log(f"vLLM API server version {VERSION}")
+    log(f"non-default args: {{'model_tag': {args.model!r}, 'port': {args.port}}}")
+    engine = Engine(args)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+    server.daemon_threads = True
+    log(f"Starting vLLM server on http://{args.host}:{args.port}")
+    print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
+    print("INFO:     Waiting for application startup.", flush=True)
+
+    def boot() -> None:
+        time.sleep(args.boot_delay)
+        prefix = f"(EngineCore_DP0 pid={os.getpid()}) "
+        for line in args.print_line:
+            log(line, prefix)
+        if args.scenario == "never_healthy":
+            return
+        engine.ready.set()
+        print("INFO:     Application startup complete.", flush=True)
+
+    threading.Thread(target=boot, daemon=True).start()
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever(poll_interval=0.05)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""`dspark smoke` end to end against the fake vLLM: the real command, real processes, real HTTP.
+
+Each broken-server scenario must give its failing verdict and exit code, and leave no process
+and no listener behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from doubles.fake_vllm import SCRIPT, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines", "draft_params",
+              "no_fatal_lines", "request", "generation", "spec_decode", "teardown"}
+
+
+def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:
+    fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), *fake_args])
+    return [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu", f"server.port={port}",
+            f"server.command=[{fake}]", "server.ready_timeout_s=5",
+            "smoke.request_timeout_s=2", *overrides, "--json"]
+
+
+def smoke_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def run_smoke(tmp_path: Path, scenario: str, *overrides: str,
+              fake_args: tuple[str, ...] = ()) -> tuple[int, dict[str, Any], str]:
+    port = free_port()
+    done = subprocess.run(
+        smoke_argv(port, ["--scenario", scenario, "--k", "3", *fake_args], *overrides),
+        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip(), done.stderr
+    report = json.loads(done.stdout)
+    assert_nothing_left(report, port)
+    return done.returncode, report, done.stderr
+
+
+def fake_pid(log: Path) -> int:
+    match = re.search(r"Started server process \[(\d+)\]", log.read_text())
+    assert match, "the fake never started"
+    return int(match.group(1))
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on the port (TIME_WAIT leftovers of closed connections do not count)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def assert_nothing_left(report: dict[str, Any], port: int) -> None:
+    pid = fake_pid(Path(report["log"]))
+    gone = not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert gone, f"fake server {pid} outlived the smoke"
+    assert port_free(port)
+    assert checks(report)["teardown"]["status"] == "passed"
+
+
+def checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+def statuses(report: dict[str, Any]) -> dict[str, str]:
+    return {name: c["status"] for name, c in checks(report).items()}
+
+
+def test_healthy_fake_passes_with_every_check(tmp_path: Path) -> None:
+    code, report, _ = run_smoke(tmp_path, "healthy")
+    assert code == 0, report["verdict"]
+    assert set(statuses(report)) == ALL_CHECKS
+    skipped = {"draft_params", "vllm_accepts_command"}  # no DSpark pin; a replaced command
+    assert {n for n, s in statuses(report).items() if s == "skipped"} == skipped
+    assert {s for n, s in statuses(report).items() if n not in skipped} == {"passed"}
+    spec = report["counters"]["spec_decode"]
+    assert spec["draft_tokens"] == spec["drafts"] * 3 > 0
+    assert report["counters"]["generation_tokens"] == 48
+    assert report["versions"]["server"] == "0.32.0"
+    assert (Path(report["log"]).parent / "smoke.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("scenario", "code", "failed", "evidence"),
+    [
+        ("gpu_fault", 1, "no_fatal_lines", "rocm_memory_fault"),
+        ("die_during_request", 3, "server_alive", "exited with code -9 during the request"),
+        ("traceback", 1, "no_fatal_lines", "EngineCore encountered a fatal error"),
+        ("short_tokens", 1, "generation", "usage says 41"),
+        ("never_healthy", 3, "health", "did not answer 200 within 5 s"),
+        ("hung_request", 1, "request", "queue hang"),
+        ("bad_spec_counters", 1, "spec_decode", "draft tokens 58 != drafts x K"),
+    ],
+)
+def test_fault_scenarios_give_their_verdict(tmp_path: Path, scenario: str, code: int,
+                                            failed: str, evidence: str) -> None:
+    rc, report, stderr = run_smoke(tmp_path, scenario)
+    assert rc == code, report["verdict"]
+    assert report["verdict"]["exit_code"] == code and not report["verdict"]["passed"]
+    assert set(statuses(report)) == ALL_CHECKS
+    assert statuses(report)[failed] == "failed"
+    assert evidence in checks(report)[failed]["evidence"]
+    assert "verdict: FAIL" in stderr
+
+
+def test_fatal_line_is_reported_with_the_lines_around_it(tmp_path: Path) -> None:
+    _, report, _ = run_smoke(tmp_path, "traceback")
+    events = checks(report)["no_fatal_lines"]["data"]["events"]
+    assert [e["pattern"] for e in events] == ["engine_core_failed", "traceback"]
+    context = "\n".join(events[0]["context"])
+    assert "Application startup complete" in context  # before the event
+    assert "RuntimeError: fake_vllm: simulated engine failure" in context  # after it
+
+
+def test_a_fatal_line_ends_the_smoke_without_waiting_for_the_timeout(tmp_path: Path) -> None:
+    # The fault hangs the request; only the log watcher can end this smoke before 60 s.
+    start = time.monotonic()
+    rc, report, _ = run_smoke(tmp_path, "gpu_fault", "smoke.request_timeout_s=60")
+    assert rc == 1
+    assert time.monotonic() - start < 30
+    assert statuses(report)["request"] == "not_run"
+    assert report["timings"]["fatal_to_verdict_s"] is not None
+
+
+def test_a_server_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    rc, report, _ = run_smoke(tmp_path, "healthy", "server.stop_grace_s=1",
+                              fake_args=("--ignore-sigterm",))
+    assert rc == 0
+    assert checks(report)["teardown"]["data"]["signal"] == "SIGKILL"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_tears_down_and_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        smoke_argv(port, ["--scenario", "hung_request"], "smoke.request_timeout_s=60"),
+        cwd=tmp_path, env=smoke_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "requesting" in line:
+                break
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "cancelled" in err
+    logs = list(tmp_path.rglob("server.log"))
+    assert len(logs) == 1
+    pid = fake_pid(logs[0])
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert port_free(port)
+
+
+def test_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(smoke_argv(port, ["--scenario", "healthy"]), cwd=tmp_path,
+                              env=smoke_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert "already in use" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not list(tmp_path.rglob("server.log"))
+
+
+def test_a_command_that_cannot_start_is_a_server_error(tmp_path: Path) -> None:
+    port = free_port()
+    argv = smoke_argv(port, [])
+    argv[argv.index(next(a for a in argv if a.startswith("server.command=")))] = (
+        "server.command=[/nonexistent/vllm,serve]")
+    done = subprocess.run(argv, cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 3
+    assert "could not start" in done.stderr and "Traceback" not in done.stderr

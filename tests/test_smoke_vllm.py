@@ -1,0 +1,82 @@
+"""`dspark smoke` with no overrides against a real vLLM CPU server (one boot, ~30-60 s).
+
+The embedded default: hardware detected as `cpu`, the tiny model, draft_model with K=3, so the
+spec-decode checks run against vLLM's real counters.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from doubles.fake_vllm import free_port
+from test_smoke_faults import ALL_CHECKS, checks, port_free, smoke_env, statuses
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short working directory: vLLM binds IPC sockets under the run's TMPDIR, and a socket
+    path may not exceed 107 bytes (pytest's tmp_path is too deep)."""
+    path = Path(tempfile.mkdtemp(prefix="dss-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_default_smoke_passes_against_real_vllm(short_dir: Path) -> None:
+    tmp_path = short_dir
+    port = free_port()
+    before = {p.pid for p in psutil.process_iter()}
+    done = subprocess.run(
+        [sys.executable, "-m", "dspark_cli.cli", "smoke", f"server.port={port}", "--json"],
+        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True, timeout=600)
+    assert done.stdout.strip(), done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, (report["verdict"], done.stderr[-3000:])
+
+    assert report["mode"] == "managed"
+    assert report["profiles"]["hw"] == "cpu" and report["profiles"]["model"] == "tiny"
+    assert report["profiles"]["speculative"] == "draft_model"
+    assert set(statuses(report)) == ALL_CHECKS
+    assert statuses(report)["draft_params"] == "skipped"  # no DSpark on CPU
+    assert {s for n, s in statuses(report).items() if n != "draft_params"} == {"passed"}
+    assert "vLLM accepts the command" in checks(report)["vllm_accepts_command"]["evidence"]
+
+    generation = checks(report)["generation"]["data"]
+    assert generation == {"requested": 48, "usage": 48, "server_counter_delta": 48}
+    spec = checks(report)["spec_decode"]["data"]
+    assert spec["k"] == 3 and spec["drafts"] > 0
+    assert spec["draft_tokens"] == spec["drafts"] * 3
+    assert 0 <= spec["accepted"] <= spec["draft_tokens"]
+    assert report["versions"]["server"].startswith("0.32")
+    assert report["timings"]["boot_to_health_s"] > 0
+
+    # Teardown left nothing: no new process survives and nothing listens on the port.
+    leftovers = [p for p in psutil.process_iter(["pid", "cmdline"])
+                 if p.pid not in before and str(port) in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
+    assert port_free(port)
+
+
+def test_a_command_vllm_rejects_stops_the_smoke(short_dir: Path) -> None:
+    """vLLM's own validation runs beside the boot; its rejection is a reported check."""
+    port = free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "dspark_cli.cli", "smoke", f"server.port={port}",
+         "+speculative.extra.no_such_key=1", "--json"],
+        cwd=short_dir, env=smoke_env(), capture_output=True, text=True, timeout=600)
+    report = json.loads(done.stdout)
+    assert done.returncode == 3, report["verdict"]
+    rejected = checks(report)["vllm_accepts_command"]
+    assert rejected["status"] == "failed" and "no_such_key" in rejected["evidence"]
+    assert statuses(report)["health"] == "failed"
+    assert statuses(report)["teardown"] == "passed"
+    assert port_free(port)
