@@ -1,0 +1,61 @@
+"""Each arm's launch: the composed config with its `speculative` group set to the arm's
+profile, planned by the same `build_plan` as `dspark serve`.
+
+The arm's profile (`conf/speculative/<arm>.yaml`) goes through the group's schema, exactly as
+`speculative=<arm>` would compose it, so what a cell benchmarks is what `dspark serve
+speculative=<arm>` (with the same other overrides) launches. Overrides of keys inside
+`speculative` do not carry over to the arms: an arm is its profile.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from dspark_cli.bench.protocol import Protocol, check_max_num_seqs
+from dspark_cli.config.schema import SpeculativeConf
+from dspark_cli.errors import UsageError
+from dspark_cli.paths import conf_dir
+from dspark_cli.plan import LaunchPlan, build_plan
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    cfg: DictConfig
+    plan: LaunchPlan
+
+
+def arm_config(cfg: DictConfig, arm: str) -> DictConfig:
+    """`cfg` with `speculative` replaced by the arm's profile (schema-checked)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    directory = conf_dir() / "speculative"
+    path = directory / f"{arm}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml")))
+        raise UsageError(
+            f"bench.arms names {arm!r}, which is not a speculative profile.",
+            hint=f"Arms are files of conf/speculative/: {known}.",
+        )
+    out = copy.deepcopy(cfg)
+    try:
+        out.speculative = OmegaConf.merge(OmegaConf.structured(SpeculativeConf),
+                                          OmegaConf.load(path))  # fmt: skip
+    except OmegaConfBaseException as exc:
+        raise UsageError(f"speculative profile {path} does not fit its schema: {exc}") from None
+    return out
+
+
+def compose_arms(cfg: DictConfig, protocol: Protocol) -> dict[str, Arm]:
+    """Plan every arm a selected cell uses, and enforce `max_num_seqs >= concurrency` for
+    every cell before anything boots."""
+    arms: dict[str, Arm] = {}
+    for cell in protocol.cells:
+        if cell.arm not in arms:
+            arm_cfg = arm_config(cfg, cell.arm)
+            arms[cell.arm] = Arm(cell.arm, arm_cfg, build_plan(arm_cfg))
+        check_max_num_seqs(arms[cell.arm].plan.arg("max_num_seqs"), cell)
+    return arms

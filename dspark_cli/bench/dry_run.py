@@ -1,0 +1,110 @@
+"""A protocol's plan as text (shell-ready, commented) or as a dict: every cell's launch command
+and every phase's load command, exactly as a real run would execute them (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dspark_cli.bench import records
+from dspark_cli.bench.arms import Arm
+from dspark_cli.bench.dataset import DatasetSpec
+from dspark_cli.bench.loadgen import phase_argv
+from dspark_cli.bench.protocol import Cell, Protocol
+from dspark_cli.render import command_lines, shell_script
+from dspark_cli.render import plan_dict as launch_dict
+
+
+def _dataset_line(dataset: DatasetSpec) -> str:
+    file = dataset.request_file
+    if file is None:
+        return f"random prompts of {dataset.input_tokens} tokens (seed {dataset.seed})"
+    pin = (
+        f"pinned sha256 {dataset.sha256}"
+        if dataset.sha256
+        else "NOT PINNED: a real run refuses it until bench.dataset.sha256 is set"
+    )
+    return f"{dataset.kind} {file} ({pin}; checked when the run starts)"
+
+
+def _loads(cell: Cell, protocol: Protocol, dataset: DatasetSpec, arm: Arm, run_dir: Path):
+    out_dir = records.cell_dir(run_dir, cell.id)
+    return [
+        (phase, phase_argv(phase, protocol.sampling, dataset, arm.plan, out_dir))
+        for phase in cell.phases
+    ]
+
+
+def plan_text(
+    protocol: Protocol, dataset: DatasetSpec, arms: Mapping[str, Arm], run_dir: Path
+) -> str:
+    cells = protocol.cells
+    lines = [
+        f"# dspark bench: protocol {protocol.name}, {len(cells)} cells, baseline "
+        f"{protocol.baseline}",
+        f"# arms: {', '.join(protocol.arms)}; concurrencies: "
+        f"{', '.join(map(str, protocol.concurrencies))}",
+        f"# sampling: temperature {protocol.sampling.temperature}, top-p "
+        f"{protocol.sampling.top_p}, max output {protocol.sampling.max_output_tokens}"
+        + (", ignore_eos" if protocol.sampling.ignore_eos else ""),
+        f"# request set: {_dataset_line(dataset)}",
+        f"# run directory: {run_dir}",
+        "",
+    ]
+    for i, cell in enumerate(cells, start=1):
+        arm = arms[cell.arm]
+        lines += [
+            f"# ---- cell {i}/{len(cells)}: {cell.id} (arm {cell.arm}, concurrency "
+            f"{cell.concurrency}) ----",
+            "# launch: a cold server for this cell",
+            shell_script(arm.plan).rstrip("\n"),
+        ]
+        for phase, argv in _loads(cell, protocol, dataset, arm, run_dir):
+            what = "measured" if phase.measured else "warmup"
+            lines += [
+                f"# {phase.name} ({what}): {phase.num_prompts} requests at concurrency "
+                f"{phase.concurrency}, output {phase.output_tokens} tokens",
+                command_lines(argv),
+            ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plan_dict(
+    protocol: Protocol,
+    dataset: DatasetSpec,
+    arms: Mapping[str, Arm],
+    run_dir: Path,
+    findings: Mapping[str, Sequence[Any]],
+) -> dict[str, Any]:
+    return {
+        "protocol": {
+            "name": protocol.name,
+            "arms": list(protocol.arms),
+            "baseline": protocol.baseline,
+            "concurrencies": list(protocol.concurrencies),
+            "sampling": vars(protocol.sampling),
+        },
+        "dataset": {
+            "kind": dataset.kind,
+            "file": None if dataset.request_file is None else str(dataset.request_file),
+            "sha256": dataset.sha256,
+            "seed": dataset.seed,
+        },
+        "run_dir": str(run_dir),
+        "preflight": {arm: [f.to_dict() for f in found] for arm, found in findings.items()},
+        "cells": [
+            {
+                "id": cell.id,
+                "arm": cell.arm,
+                "concurrency": cell.concurrency,
+                "launch": launch_dict(arms[cell.arm].plan),
+                "phases": [
+                    {**vars(phase), "argv": argv}
+                    for phase, argv in _loads(cell, protocol, dataset, arms[cell.arm], run_dir)
+                ],
+            }
+            for cell in protocol.cells
+        ],
+    }

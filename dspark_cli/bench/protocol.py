@@ -1,0 +1,180 @@
+"""The plan of a benchmark protocol (pure): which cells run, in which order, with which phases.
+
+A cell is one arm (a speculative profile) at one concurrency, on its own cold server. Every cell
+runs the protocol's warmup phases and then one measured phase; only the measured phase counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dspark_cli.errors import UsageError
+
+# vLLM's `--max-num-seqs` when neither the serving profile nor the hardware sets it.
+VLLM_DEFAULT_MAX_NUM_SEQS = 128
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float
+    top_p: float
+    max_output_tokens: int
+    ignore_eos: bool
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One run of the load generator against a cell's server."""
+
+    name: str
+    num_prompts: int
+    concurrency: int
+    output_tokens: int
+    measured: bool
+
+
+@dataclass(frozen=True)
+class Cell:
+    arm: str
+    concurrency: int
+    phases: tuple[Phase, ...]
+
+    @property
+    def id(self) -> str:
+        """Directory-safe, unique within a protocol, sortable by eye."""
+        return f"{self.arm}-c{self.concurrency}"
+
+    @property
+    def measured(self) -> Phase:
+        return self.phases[-1]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    arms: tuple[str, ...]
+    baseline: str
+    concurrencies: tuple[int, ...]
+    sampling: Sampling
+    cells: tuple[Cell, ...]  # the selected cells, in run order
+    phase_timeout_s: float
+    metrics_timeout_s: float
+
+    def cell(self, arm: str, concurrency: int) -> Cell | None:
+        return next((c for c in self.cells if (c.arm, c.concurrency) == (arm, concurrency)), None)
+
+
+def _positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UsageError(f"{what} must be a positive integer, got {value!r}.")
+    return value
+
+
+def _unique(items: Sequence[Any], what: str) -> None:
+    seen = [x for i, x in enumerate(items) if x in items[:i]]
+    if seen:
+        raise UsageError(f"{what} lists {seen[0]!r} twice.", hint=f"Give each of {what} once.")
+
+
+def phases_for(bench: Mapping[str, Any], concurrency: int) -> tuple[Phase, ...]:
+    """Warmups in config order (a null warmup concurrency is the cell's), then the measured."""
+    sampling = bench["sampling"]
+    max_out = _positive_int(sampling["max_output_tokens"], "bench.sampling.max_output_tokens")
+    phases = []
+    for i, warmup in enumerate(bench.get("warmups") or (), start=1):
+        where = f"bench.warmups[{i - 1}]"
+        warm_c = warmup.get("concurrency")
+        phases.append(
+            Phase(
+                name=f"warmup{i}",
+                num_prompts=_positive_int(warmup["num_prompts"], f"{where}.num_prompts"),
+                concurrency=concurrency
+                if warm_c is None
+                else _positive_int(warm_c, f"{where}.concurrency"),
+                output_tokens=_positive_int(warmup["output_tokens"], f"{where}.output_tokens"),
+                measured=False,
+            )
+        )
+    phases.append(
+        Phase(
+            name="measured",
+            num_prompts=_positive_int(bench["measured_prompts"], "bench.measured_prompts"),
+            concurrency=concurrency,
+            output_tokens=max_out,
+            measured=True,
+        )
+    )
+    return tuple(phases)
+
+
+def build_protocol(bench: Mapping[str, Any]) -> Protocol:
+    """Validate a `bench` config (plain values) and lay out its cells; UsageError if it is wrong."""
+    arms = tuple(str(a) for a in bench["arms"])
+    if not arms:
+        raise UsageError("bench.arms is empty: a protocol needs at least one arm.")
+    _unique(arms, "bench.arms")
+    baseline = str(bench["baseline"])
+    if baseline not in arms:
+        raise UsageError(
+            f"bench.baseline {baseline!r} is not one of bench.arms {list(arms)}.",
+            hint="Set bench.baseline to one of the arms.",
+        )
+    concurrencies = tuple(
+        _positive_int(c, "each of bench.concurrencies") for c in bench["concurrencies"]
+    )
+    if not concurrencies:
+        raise UsageError("bench.concurrencies is empty: a protocol needs at least one.")
+    _unique(concurrencies, "bench.concurrencies")
+
+    only_arm, only_c = bench.get("arm"), bench.get("concurrency")
+    if only_arm is not None and only_arm not in arms:
+        raise UsageError(
+            f"bench.arm={only_arm} is not one of bench.arms {list(arms)}.",
+            hint="Pick one of the protocol's arms, or leave bench.arm unset to run them all.",
+        )
+    if only_c is not None and only_c not in concurrencies:
+        raise UsageError(
+            f"bench.concurrency={only_c} is not one of bench.concurrencies {list(concurrencies)}.",
+            hint="Pick one of the protocol's concurrencies, or leave bench.concurrency unset.",
+        )
+    sampling = bench["sampling"]
+    # Concurrency-major: the arms of one concurrency run back to back, so slow drift of the
+    # machine over a long protocol touches every arm alike.
+    cells = tuple(
+        Cell(arm, c, phases_for(bench, c))
+        for c in concurrencies
+        if only_c in (None, c)
+        for arm in arms
+        if only_arm in (None, arm)
+    )
+    return Protocol(
+        name=str(bench["name"]),
+        arms=arms,
+        baseline=baseline,
+        concurrencies=concurrencies,
+        sampling=Sampling(
+            temperature=float(sampling["temperature"]),
+            top_p=float(sampling["top_p"]),
+            max_output_tokens=int(sampling["max_output_tokens"]),
+            ignore_eos=bool(sampling["ignore_eos"]),
+        ),
+        cells=cells,
+        phase_timeout_s=float(bench["phase_timeout_s"]),
+        metrics_timeout_s=float(bench["metrics_timeout_s"]),
+    )
+
+
+def check_max_num_seqs(max_num_seqs: int | None, cell: Cell) -> None:
+    """A server that holds fewer sequences than the cell's concurrency would queue, not batch."""
+    effective = VLLM_DEFAULT_MAX_NUM_SEQS if max_num_seqs is None else max_num_seqs
+    needed = max(p.concurrency for p in cell.phases)
+    if effective < needed:
+        source = "vLLM's default" if max_num_seqs is None else "serving.args.max_num_seqs"
+        raise UsageError(
+            f"Cell {cell.id} runs up to {needed} concurrent requests but the server holds at "
+            f"most {effective} sequences ({source}).",
+            hint=f"Set serving.args.max_num_seqs={needed} or higher, or drop concurrency "
+            f"{needed} from bench.concurrencies.",
+        )

@@ -1,0 +1,73 @@
+"""Where a cell's record lives on disk, and how records are read back (resume, report merge).
+
+Layout of a run directory: `cells/<arm>-c<concurrency>/cell.json` next to that cell's server
+log, load-generator logs and results. A retried cell's earlier attempt is moved aside to
+`cells/<id>.attempt<N>/`, so nothing measured is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from dspark_cli.errors import UsageError
+
+CELLS_DIR = "cells"
+CELL_JSON = "cell.json"
+
+
+def cell_dir(run_dir: Path, cell_id: str) -> Path:
+    return run_dir / CELLS_DIR / cell_id
+
+
+def read(path: Path) -> dict[str, Any]:
+    """One cell record; UsageError if it is not a dspark cell record."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"Cannot read cell record {path}: {exc}.") from exc
+    if not isinstance(record, dict) or not {"arm", "concurrency", "valid"} <= record.keys():
+        raise UsageError(f"{path} is not a dspark bench cell record (arm, concurrency, valid).")
+    record["record_path"] = str(path)
+    return record
+
+
+def finished_valid(run_dir: Path, cell_id: str) -> dict[str, Any] | None:
+    """The cell's record if a previous run finished it validly (resume skips it)."""
+    path = cell_dir(run_dir, cell_id) / CELL_JSON
+    if not path.is_file():
+        return None
+    record = read(path)
+    return record if record["valid"] else None
+
+
+def set_aside(run_dir: Path, cell_id: str) -> Path | None:
+    """Move an unfinished or invalid attempt out of the way; returns where it went."""
+    current = cell_dir(run_dir, cell_id)
+    if not current.exists():
+        return None
+    n = 1
+    while (target := current.with_name(f"{cell_id}.attempt{n}")).exists():
+        n += 1
+    current.rename(target)
+    return target
+
+
+def collect(root: Path) -> list[dict[str, Any]]:
+    """Every cell record under `root` (a run or a multirun directory), retries included."""
+    return [read(p) for p in sorted(root.rglob(CELL_JSON))]
+
+
+def pick_best(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per cell: where a cell was recorded more than once (a retry, two jobs), a
+    valid record beats an invalid one and a later one beats an earlier one."""
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in records:
+        key = (r["arm"], int(r["concurrency"]))
+        rank = (bool(r["valid"]), str(r.get("finished_at") or ""))
+        old = best.get(key)
+        if old is None or rank > (bool(old["valid"]), str(old.get("finished_at") or "")):
+            best[key] = r
+    return list(best.values())

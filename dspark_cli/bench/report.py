@@ -1,0 +1,68 @@
+"""Merge the cell records under a directory (one run, a resumed run, or a Hydra multirun sweep
+whose jobs each ran some cells) into one summary.json, summary.csv and summary.png.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dspark_cli.bench import records as rec
+from dspark_cli.bench.summary import Summary, summarize, write
+from dspark_cli.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Report:
+    directory: Path
+    summary: Summary
+    summary_json: Path
+    summary_csv: Path
+    plot_png: Path
+
+
+def _ordered_union(lists: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for items in lists:
+        out.extend(x for x in items if x not in out)
+    return tuple(out)
+
+
+def summarize_records(records: Sequence[dict[str, Any]]) -> Summary:
+    """One summary for the records of one protocol (retries included: the best record of each
+    cell counts); UsageError if they mix protocols or baselines."""
+    protocols = [r["protocol"] for r in records]
+    names = {p["name"] for p in protocols}
+    baselines = {p["baseline"] for p in protocols}
+    if len(names) > 1 or len(baselines) > 1:
+        raise UsageError(
+            f"The cell records mix protocols {sorted(names)} / baselines {sorted(baselines)}; "
+            "a summary compares cells of one protocol only.",
+            hint="Report each protocol's directory separately.",
+        )
+    return summarize(
+        rec.pick_best(records),
+        protocol=names.pop(),
+        arms=_ordered_union([p["arms"] for p in protocols]),
+        baseline=baselines.pop(),
+        concurrencies=_ordered_union([p["concurrencies"] for p in protocols]),
+    )
+
+
+def build(directory: Path) -> Report:
+    """Collect, summarize, and write summary.json/csv/png into `directory`."""
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory.")
+    records = rec.collect(directory)
+    if not records:
+        raise UsageError(
+            f"No cell records ({rec.CELL_JSON}) under {directory}.",
+            hint="Point the report at a `dspark bench` run or multirun directory.",
+        )
+    from dspark_cli.bench.plot import plot
+
+    summary = summarize_records(records)
+    json_path, csv_path = write(summary, directory)
+    return Report(directory, summary, json_path, csv_path, plot(summary, directory))

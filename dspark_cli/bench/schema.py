@@ -1,0 +1,73 @@
+"""The `bench` config group's schema: a typo'd key or a wrong type fails while Hydra composes.
+
+A protocol is data: which arms (speculative profiles) and concurrencies make the cells, which
+frozen request set drives them, and the phases every cell runs on its own cold server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from dspark_cli.config.schema import LaunchConf
+
+
+class DatasetKind(StrEnum):
+    speed_bench = "speed_bench"  # a SPEED-Bench directory holding `<subset>.jsonl`
+    jsonl = "jsonl"  # a custom JSONL file: {"prompt": ..., "output_tokens": N}
+    random = "random"  # vLLM's synthetic random prompts (no file, nothing to pin)
+
+
+@dataclass
+class DatasetConf:
+    kind: DatasetKind = MISSING
+    path: str | None = None
+    subset: str | None = None  # speed_bench only: the split file's stem, e.g. throughput_1k
+    sha256: str | None = None  # the request file's SHA-256; a file without a pin is refused
+    input_tokens: int | None = None  # random only: prompt length
+    seed: int = 0  # vLLM's sampling/shuffle seed: with the file it freezes the request order
+
+
+@dataclass
+class SamplingConf:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_output_tokens: int = MISSING
+    ignore_eos: bool = False
+
+
+@dataclass
+class WarmupConf:
+    num_prompts: int = MISSING
+    concurrency: int | None = None  # null: the cell's own concurrency
+    output_tokens: int = MISSING
+
+
+@dataclass
+class BenchConf:
+    name: str = MISSING
+    arms: list[str] = MISSING  # speculative profiles (config group `speculative`)
+    baseline: str = MISSING  # the arm every speedup is measured against
+    concurrencies: list[int] = MISSING  # run in this order
+    sampling: SamplingConf = field(default_factory=SamplingConf)
+    dataset: DatasetConf = field(default_factory=DatasetConf)
+    warmups: list[WarmupConf] = field(default_factory=list)
+    measured_prompts: int = MISSING
+    # Run one arm and/or one concurrency only (a multirun job's cell); null: all of them.
+    arm: str | None = None
+    concurrency: int | None = None
+    phase_timeout_s: float = 7200.0
+    metrics_timeout_s: float = 10.0
+
+
+@dataclass
+class BenchPrimary(LaunchConf):
+    bench: BenchConf = field(default_factory=BenchConf)
+
+
+def register() -> None:
+    """Register the `dspark bench` primary schema (the launch schema plus `bench`)."""
+    ConfigStore.instance().store(name="bench_schema", node=BenchPrimary)

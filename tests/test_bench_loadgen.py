@@ -1,0 +1,122 @@
+"""The load generator's command lines (pure), checked against vLLM's own `bench serve` parser."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dspark_cli.bench.dataset import DatasetSpec
+from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase, scalars
+from dspark_cli.bench.protocol import Phase, Sampling
+from dspark_cli.plan import LaunchPlan
+
+PLAN = LaunchPlan(env=(), argv=("vllm", "serve", "/m"), args=(("served_model_name", "dsv4"),),
+                  model_path="/m", served_model_name="dsv4", host=None, port=8123,
+                  base_url="http://127.0.0.1:8123")
+SAMPLING = Sampling(temperature=1.0, top_p=1.0, max_output_tokens=2048, ignore_eos=False)
+MEASURED = Phase("measured", 880, 4, 2048, True)
+DATASETS = {
+    "speed_bench": DatasetSpec("speed_bench", Path("/d"), "throughput_1k", None, None, 7),
+    "jsonl": DatasetSpec("jsonl", Path("/d/set.jsonl"), None, None, None, 7),
+    "random": DatasetSpec("random", None, None, None, 32, 7),
+}
+
+
+def opt(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("speed_bench", {"--dataset-name": "speed_bench", "--dataset-path": "/d",
+                     "--speed-bench-dataset-subset": "throughput_1k",
+                     "--speed-bench-output-len": "2048"}),
+    ("jsonl", {"--dataset-name": "custom", "--dataset-path": "/d/set.jsonl",
+               "--custom-output-len": "2048"}),
+    ("random", {"--dataset-name": "random", "--random-input-len": "32",
+                "--random-output-len": "2048"}),
+])
+def test_dataset_flags(kind: str, expected: dict[str, str]) -> None:
+    argv = phase_argv(MEASURED, SAMPLING, DATASETS[kind], PLAN, Path("/r"))
+    assert {flag: opt(argv, flag) for flag in expected} == expected
+
+
+def test_phase_sizes_target_and_result_file() -> None:
+    warm = Phase("warmup1", 64, 32, 256, False)
+    argv = phase_argv(warm, SAMPLING, DATASETS["speed_bench"], PLAN, Path("/r/cells/x"))
+    assert argv[:3] == ["vllm", "bench", "serve"]
+    assert (opt(argv, "--num-prompts"), opt(argv, "--max-concurrency")) == ("64", "32")
+    assert opt(argv, "--speed-bench-output-len") == "256"
+    assert opt(argv, "--base-url") == "http://127.0.0.1:8123"
+    assert (opt(argv, "--model"), opt(argv, "--served-model-name")) == ("/m", "dsv4")
+    assert (opt(argv, "--temperature"), opt(argv, "--top-p"), opt(argv, "--seed")) == (
+        "1.0", "1.0", "7")
+    # No extra test request inside a phase: it would put tokens on the server's counters.
+    assert opt(argv, "--ready-check-timeout-sec") == "0"
+    assert "--save-result" in argv and opt(argv, "--result-dir") == "/r/cells/x"
+    assert opt(argv, "--result-filename") == "warmup1.result.json"
+    assert "--ignore-eos" not in argv and "--trust-remote-code" not in argv
+
+
+def test_model_and_sampling_switches_follow_the_plan() -> None:
+    plan = LaunchPlan(env=(), argv=(), args=(("tokenizer_mode", "deepseek_v4"),
+                                             ("trust_remote_code", True)),
+                      model_path="/m", served_model_name="/m", host=None, port=8000,
+                      base_url="http://h:8000")
+    greedy = Sampling(temperature=0.0, top_p=1.0, max_output_tokens=32, ignore_eos=True)
+    argv = phase_argv(MEASURED, greedy, DATASETS["random"], plan, Path("/r"))
+    assert opt(argv, "--tokenizer-mode") == "deepseek_v4"
+    assert "--trust-remote-code" in argv and "--ignore-eos" in argv
+    assert opt(argv, "--temperature") == "0.0"
+
+
+PARSE = """
+import json, sys
+from dspark_cli.vllm_shim import patch_version_lookup
+patch_version_lookup()
+from vllm.benchmarks.serve import add_cli_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+out = []
+for argv in json.loads(sys.stdin.read()):
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    ns = parser.parse_args(argv[3:])
+    out.append([ns.dataset_name, ns.num_prompts, ns.max_concurrency, ns.ready_check_timeout_sec])
+print(json.dumps(out))
+"""
+
+
+def test_vllms_own_bench_parser_accepts_every_kind_of_phase() -> None:
+    argvs = [phase_argv(MEASURED, SAMPLING, DATASETS[k], PLAN, Path("/r")) for k in DATASETS]
+    done = subprocess.run([sys.executable, "-c", PARSE], input=json.dumps(argvs),
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parsed == [["speed_bench", 880, 4, 0], ["custom", 880, 4, 0], ["random", 880, 4, 0]]
+
+
+def test_run_phase_reads_the_result_and_reports_failures(tmp_path: Path) -> None:
+    write = ("import json,sys; json.dump({'completed': 3, 'failed': 0, 'ttfts': [1, 2, 3]}, "
+             f"open({str(tmp_path / 'measured.result.json')!r}, 'w'))")
+    ok = run_phase([sys.executable, "-c", write], MEASURED, tmp_path, {}, timeout_s=60)
+    assert ok.error is None and ok.result is not None and ok.result["completed"] == 3
+    assert scalars(ok.result) == {"completed": 3, "failed": 0}
+    bad = run_phase([sys.executable, "-c", "print('boom'); raise SystemExit(4)"], MEASURED,
+                    tmp_path, {}, timeout_s=60)
+    assert bad.result is None and "exited with 4" in (bad.error or "")
+    assert "boom" in bad.log.read_text()
+
+
+def test_run_phase_stops_early_when_asked(tmp_path: Path) -> None:
+    calls = iter([None, None, "the server exited with code -9"])
+    run: PhaseRun = run_phase([sys.executable, "-c", "import time; time.sleep(60)"], MEASURED,
+                              tmp_path, {}, timeout_s=60, abort=lambda: next(calls),
+                              poll_s=0.05)
+    assert run.duration_s < 10 and run.returncode is None
+    assert "stopped after" in (run.error or "") and "exited with code -9" in (run.error or "")
+    slow = run_phase([sys.executable, "-c", "import time; time.sleep(60)"], MEASURED, tmp_path,
+                     {}, timeout_s=0.5, poll_s=0.05)
+    assert "timed out" in (slow.error or "")

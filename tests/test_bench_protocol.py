@@ -1,0 +1,141 @@
+"""The protocol plan (pure): cells, phase order and sizes, selection, and config errors."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from conftest import compose_config
+from omegaconf import OmegaConf
+
+from dspark_cli.bench import schema
+from dspark_cli.bench.protocol import (
+    VLLM_DEFAULT_MAX_NUM_SEQS,
+    build_protocol,
+    check_max_num_seqs,
+)
+from dspark_cli.errors import UsageError
+
+BENCH: dict[str, Any] = {
+    "name": "t",
+    "arms": ["none", "fixed", "adaptive"],
+    "baseline": "fixed",
+    "concurrencies": [64, 4],
+    "sampling": {"temperature": 1.0, "top_p": 1.0, "max_output_tokens": 2048,
+                 "ignore_eos": False},
+    "warmups": [{"num_prompts": 64, "concurrency": 32, "output_tokens": 256},
+                {"num_prompts": 64, "concurrency": None, "output_tokens": 256}],
+    "measured_prompts": 880,
+    "arm": None,
+    "concurrency": None,
+    "phase_timeout_s": 10.0,
+    "metrics_timeout_s": 5.0,
+}
+
+
+def bench(**changes: Any) -> dict[str, Any]:
+    return {**copy.deepcopy(BENCH), **changes}
+
+
+def test_cells_run_concurrency_major_in_config_order() -> None:
+    p = build_protocol(bench())
+    assert [c.id for c in p.cells] == [
+        "none-c64", "fixed-c64", "adaptive-c64", "none-c4", "fixed-c4", "adaptive-c4"]
+
+
+def test_phases_are_warmups_then_the_measured_phase() -> None:
+    cell = build_protocol(bench()).cell("adaptive", 4)
+    assert cell is not None
+    assert [(p.name, p.num_prompts, p.concurrency, p.output_tokens, p.measured)
+            for p in cell.phases] == [
+        ("warmup1", 64, 32, 256, False),
+        ("warmup2", 64, 4, 256, False),  # null concurrency: the cell's own
+        ("measured", 880, 4, 2048, True),
+    ]
+    assert cell.measured.name == "measured"
+
+
+def test_no_warmups_leaves_only_the_measured_phase() -> None:
+    cell = build_protocol(bench(warmups=[])).cells[0]
+    assert [p.name for p in cell.phases] == ["measured"]
+
+
+def test_selection_narrows_to_one_cell_but_keeps_the_protocol() -> None:
+    p = build_protocol(bench(arm="adaptive", concurrency=4))
+    assert [c.id for c in p.cells] == ["adaptive-c4"]
+    assert p.arms == ("none", "fixed", "adaptive") and p.concurrencies == (64, 4)
+
+
+@pytest.mark.parametrize(("changes", "fragment"), [
+    ({"baseline": "other"}, "bench.baseline 'other' is not one of"),
+    ({"arms": []}, "bench.arms is empty"),
+    ({"arms": ["none", "none"], "baseline": "none"}, "lists 'none' twice"),
+    ({"concurrencies": [4, 4]}, "lists 4 twice"),
+    ({"concurrencies": [0]}, "positive integer"),
+    ({"concurrencies": []}, "bench.concurrencies is empty"),
+    ({"measured_prompts": 0}, "bench.measured_prompts must be a positive integer"),
+    ({"arm": "ngram"}, "bench.arm=ngram is not one of"),
+    ({"concurrency": 8}, "bench.concurrency=8 is not one of"),
+    ({"warmups": [{"num_prompts": 0, "concurrency": 1, "output_tokens": 1}]},
+     "bench.warmups[0].num_prompts"),
+])
+def test_bad_protocols_are_usage_errors(changes: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        build_protocol(bench(**changes))
+    assert fragment in exc.value.message
+
+
+def test_max_num_seqs_must_hold_every_phase_of_the_cell() -> None:
+    cell = build_protocol(bench()).cell("none", 4)
+    assert cell is not None
+    check_max_num_seqs(32, cell)  # the warmup at 32 is the largest phase
+    with pytest.raises(UsageError) as exc:
+        check_max_num_seqs(16, cell)
+    assert "serving.args.max_num_seqs=32" in (exc.value.hint or "")
+
+
+def test_unset_max_num_seqs_is_vllms_default() -> None:
+    big = build_protocol(bench(concurrencies=[256])).cells[0]
+    with pytest.raises(UsageError) as exc:
+        check_max_num_seqs(None, big)
+    assert f"at most {VLLM_DEFAULT_MAX_NUM_SEQS}" in exc.value.message
+    assert "vLLM's default" in exc.value.message
+
+
+def compose_bench(overrides: list[str]) -> Any:
+    schema.register()
+    return compose_config(overrides, config="bench")
+
+
+def test_the_seed_protocol_composes_with_the_reports_numbers() -> None:
+    cfg = compose_bench(["bench=speed_bench_throughput_1k", "+hw=mi350x"])
+    p = build_protocol(OmegaConf.to_container(cfg.bench, resolve=True, enum_to_str=True))
+    assert p.arms == ("none", "dspark_fixed", "dspark_adaptive")
+    assert p.concurrencies == (256, 128, 64, 32, 16, 8, 4)
+    assert (p.sampling.temperature, p.sampling.top_p, p.sampling.max_output_tokens) == (
+        1.0, 1.0, 2048)
+    assert [(ph.num_prompts, ph.concurrency, ph.output_tokens) for ph in p.cells[-1].phases] == [
+        (64, 32, 256), (64, 4, 256), (880, 4, 2048)]
+    assert len(p.cells) == 21
+    assert cfg.bench.dataset.kind == "speed_bench"
+    assert cfg.bench.dataset.subset == "throughput_1k"
+    assert cfg.serving.args.max_num_seqs >= 256
+
+
+def test_the_cpu_protocol_composes() -> None:
+    cfg = compose_bench(["bench=cpu", "+hw=cpu"])
+    p = build_protocol(OmegaConf.to_container(cfg.bench, resolve=True, enum_to_str=True))
+    assert p.arms == ("none", "draft_model") and len(p.concurrencies) == 2
+    assert p.cells[0].measured.num_prompts < 100
+    assert all(c <= cfg.serving.args.max_num_seqs for c in p.concurrencies)
+
+
+@pytest.mark.parametrize("override", [
+    "bench.measured_prompts=many", "bench.sampling.temprature=1.0", "bench.dataset.kind=csv"])
+def test_the_schema_rejects_typos_and_wrong_types(override: str) -> None:
+    from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import OmegaConfBaseException
+
+    with pytest.raises((ConfigCompositionException, OmegaConfBaseException)):
+        compose_bench(["bench=cpu", "+hw=cpu", override])

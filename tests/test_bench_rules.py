@@ -1,0 +1,182 @@
+"""`dspark bench` end to end against the fake vLLM (a real process speaking real HTTP) with
+vLLM's real `vllm bench serve` as the load generator: each validity rule turns a cell invalid,
+invalid cells stay out of every speedup, resume, --stop-on-failure, multirun and the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from doubles.fake_vllm import SCRIPT, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bench_argv(port: int, scenario: str, *overrides: str, model: str = "tiny") -> list[str]:
+    fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), "--scenario", scenario,
+                     "--model", model, "--k", "3"])
+    return [sys.executable, "-m", "dspark_cli.cli", "bench", "bench=cpu", "+hw=cpu",
+            f"server.port={port}", f"server.command=[{fake}]", "server.ready_timeout_s=20",
+            "bench.warmups=[]", "bench.measured_prompts=6", "bench.phase_timeout_s=120",
+            *overrides]
+
+
+def run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def bench(tmp_path: Path, scenario: str, *overrides: str, model: str = "tiny",
+          flags: tuple[str, ...] = ("--json",)) -> tuple[int, dict[str, Any], str]:
+    port = free_port()
+    done = run([*bench_argv(port, scenario, *overrides, model=model),
+                f"hydra.run.dir={tmp_path / 'run'}", *flags], tmp_path)
+    assert done.stdout.strip(), done.stderr[-3000:]
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def cell_record(tmp_path: Path, cell_id: str) -> dict[str, Any]:
+    return json.loads((tmp_path / "run" / "cells" / cell_id / "cell.json").read_text())
+
+
+def test_healthy_cells_are_valid_and_give_a_speedup(tmp_path: Path) -> None:
+    code, out, err = bench(tmp_path, "healthy", "bench.concurrency=2")
+    assert code == 0, err[-3000:]
+    assert [(c["arm"], c["valid"]) for c in out["cells"]] == [("none", True),
+                                                              ("draft_model", True)]
+    rec = cell_record(tmp_path, "draft_model-c2")
+    assert rec["total_output_tokens"] == rec["metrics_delta"]["generation_tokens"] == 6 * 32
+    assert rec["completed"] == 6 and rec["failed"] == 0
+    assert rec["spec_decode"]["drafts"] > 0 and rec["acceptance_length"] > 1
+    assert len(rec["per_position_acceptance"]) == 3
+    assert rec["loadgen"]["completed"] == 6 and "ttfts" not in rec["loadgen"]
+    assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
+    by_c = {s["concurrency"]: s for s in out["speedups"]}
+    assert (by_c[8]["speedup"], by_c[8]["note"]) == (None, "cell not run")
+    speedup = by_c[2]
+    base = cell_record(tmp_path, "none-c2")["output_throughput"]
+    assert speedup["speedup"] == pytest.approx(rec["output_throughput"] / base)
+    for name in ("summary.json", "summary.csv", "summary.png"):
+        assert (tmp_path / "run" / name).is_file()
+
+    # Re-running into the same directory skips finished valid cells; an invalid one reruns
+    # and its earlier attempt is kept.
+    path = tmp_path / "run" / "cells" / "none-c2" / "cell.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "valid": False,
+                                "reasons": ["edited"]}))
+    code, out, err = bench(tmp_path, "healthy", "bench.concurrency=2")
+    assert code == 0, err[-3000:]
+    assert "draft_model-c2: finished and valid in an earlier run; skipped" in err
+    assert "[1/1] none-c2: booting a cold server" in err
+    assert (tmp_path / "run" / "cells" / "none-c2.attempt1" / "cell.json").is_file()
+    assert not (tmp_path / "run" / "cells" / "draft_model-c2.attempt1").exists()
+    assert cell_record(tmp_path, "none-c2")["valid"]
+
+
+def test_client_server_token_mismatch_is_invalid(tmp_path: Path) -> None:
+    code, out, err = bench(tmp_path, "counter_mismatch", "bench.arm=none",
+                           flags=("--json", "--stop-on-failure"))
+    assert code == 1
+    rec = cell_record(tmp_path, "none-c8")
+    assert rec["reasons"] == [
+        f"client counted {6 * 32} generated tokens, server {6 * 35} "
+        "(vllm:generation_tokens_total delta)"]
+    # --stop-on-failure: the second cell (concurrency 2) never ran.
+    assert [c["concurrency"] for c in out["cells"]] == [8]
+    assert "stopping at the first invalid cell" in err
+
+
+def test_preemptions_are_invalid_and_do_not_stop_the_other_cells(tmp_path: Path) -> None:
+    code, out, _ = bench(tmp_path, "preemption", "bench.arm=draft_model")
+    assert code == 1
+    assert [(c["concurrency"], c["valid"]) for c in out["cells"]] == [(8, False), (2, False)]
+    assert cell_record(tmp_path, "draft_model-c2")["reasons"] == [
+        "6 preemptions (vllm:num_preemptions_total delta)"]
+    assert out["mean_speedup"] == {"draft_model": None}
+
+
+def test_failed_requests_are_invalid(tmp_path: Path) -> None:
+    # The fake serves another model name, so every request is refused (404): nothing is
+    # generated on either side, and only the failed-requests rule can catch it.
+    code, _, _ = bench(tmp_path, "healthy", "bench.arm=none", "bench.concurrency=2",
+                       model="other")
+    assert code == 1
+    rec = cell_record(tmp_path, "none-c2")
+    assert rec["reasons"] == ["6 of 6 requests failed", "0 of 6 requests completed"]
+    assert rec["metrics_delta"]["generation_tokens"] == 0 and rec["fatal_lines"] == []
+
+
+def test_a_fatal_log_line_is_invalid_and_ends_the_cell_early(tmp_path: Path) -> None:
+    # The fake prints a GPU memory fault and hangs the request: the cell must not wait out
+    # the phase timeout (120 s here).
+    code, out, err = bench(tmp_path, "gpu_fault", "bench.arm=none", "bench.concurrency=2")
+    assert code == 1, err[-3000:]
+    rec = cell_record(tmp_path, "none-c2")
+    assert any(r.startswith("fatal server log line: rocm_memory_fault: Memory access fault")
+               for r in rec["reasons"]), rec["reasons"]
+    assert rec["phases"][0]["duration_s"] < 60
+    assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
+    assert out["cells"][0]["valid"] is False
+
+
+def test_multirun_jobs_through_submitit_merge_into_one_report(tmp_path: Path) -> None:
+    port = free_port()
+    sweep = tmp_path / "sweep"
+    done = run([*bench_argv(port, "healthy", "bench.concurrency=2"), "-m",
+                "bench.arm=none,draft_model", "hydra/launcher=submitit_local",
+                "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cells = sorted(p.parent.name for p in sweep.rglob("cell.json"))
+    assert cells == ["draft_model-c2", "none-c2"]
+    assert {p.parts[len(sweep.parts)] for p in sweep.rglob("cell.json")} == {"0", "1"}
+    # One job at a time (conf/bench.yaml: hydra.sweeper.max_batch_size=1): no overlap.
+    first, second = (json.loads((sweep / n / "cells").glob("*/cell.json").__next__().read_text())
+                     for n in ("0", "1"))
+    assert first["finished_at"] <= second["started_at"]
+    report = run([sys.executable, "-m", "dspark_cli.cli", "bench", "--report", str(sweep),
+                  "--json"], tmp_path)
+    assert report.returncode == 0, report.stderr[-3000:]
+    out = json.loads(report.stdout)
+    assert out["run_dir"] == str(sweep)
+    assert out["counts"] == {"cells": 2, "valid": 2, "invalid": 0}
+    by_c = {s["concurrency"]: s["speedup"] for s in out["speedups"]}
+    assert by_c[2] > 0 and by_c[8] is None
+    assert (sweep / "summary.png").is_file() and (sweep / "summary.csv").is_file()
+    assert not (tmp_path / "runs").exists()  # the report writes only into the sweep
+
+
+def test_sigterm_mid_phase_tears_the_server_down(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import psutil
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [*bench_argv(port, "hung_request", "bench.arm=none", "bench.concurrency=2"),
+         f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "measured: 6 requests" in line:
+            break
+    time.sleep(3)  # the load generator is up and its requests hang
+    fake = [p for p in psutil.process_iter(["cmdline"])
+            if str(SCRIPT) in " ".join(p.info["cmdline"] or []) and str(port) in
+            " ".join(p.info["cmdline"] or [])]
+    assert fake, "".join(lines)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    assert "cancelled" in proc.stderr.read()
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in fake)
+    left = [p for p in psutil.process_iter(["cmdline"])
+            if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert left == []  # the load generator went too

@@ -1,0 +1,150 @@
+"""Summary, CSV, table, plot and the report merge: invalid cells never enter a speedup."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dspark_cli.bench import records, report
+from dspark_cli.bench.summary import summarize, table
+from dspark_cli.errors import UsageError
+
+PROTOCOL = {"name": "t", "arms": ["none", "fixed", "adaptive"], "baseline": "fixed",
+            "concurrencies": [64, 4]}
+
+
+def cell(arm: str, c: int, tps: float, valid: bool = True, **extra: Any) -> dict[str, Any]:
+    return {"arm": arm, "concurrency": c, "valid": valid,
+            "reasons": [] if valid else ["2 preemptions (vllm:num_preemptions_total delta)"],
+            "output_throughput": tps, "request_throughput": tps / 100,
+            "total_output_tokens": 1000, "acceptance_length": 3.1, "boot_s": 30.0,
+            "protocol": PROTOCOL, "finished_at": "2026-01-01T00:00:00+00:00", **extra}
+
+
+def summary_of(cells: list[dict[str, Any]]):
+    return summarize(cells, protocol="t", arms=PROTOCOL["arms"], baseline="fixed",
+                     concurrencies=PROTOCOL["concurrencies"])
+
+
+def speedups(s) -> dict[tuple[str, int], float | None]:
+    return {(x.arm, x.concurrency): x.speedup for x in s.speedups}
+
+
+def test_speedups_are_over_the_baseline_at_the_same_concurrency() -> None:
+    s = summary_of([cell("none", 64, 500), cell("fixed", 64, 1000), cell("adaptive", 64, 1700),
+                    cell("none", 4, 100), cell("fixed", 4, 200), cell("adaptive", 4, 190)])
+    assert speedups(s) == {("none", 64): 0.5, ("adaptive", 64): 1.7,
+                           ("none", 4): 0.5, ("adaptive", 4): pytest.approx(0.95)}
+    assert [(c.arm, c.concurrency) for c in s.cells][:3] == [
+        ("none", 64), ("fixed", 64), ("adaptive", 64)]
+    assert s.mean_speedup["adaptive"] == pytest.approx(math.sqrt(1.7 * 0.95))
+
+
+def test_an_invalid_cell_enters_no_speedup_and_no_average() -> None:
+    s = summary_of([cell("fixed", 64, 1000), cell("adaptive", 64, 9999, valid=False),
+                    cell("fixed", 4, 200, valid=False), cell("adaptive", 4, 300)])
+    sp = {(x.arm, x.concurrency): (x.speedup, x.note) for x in s.speedups}
+    assert sp[("adaptive", 64)] == (None, "cell invalid")
+    assert sp[("adaptive", 4)] == (None, "baseline cell invalid")
+    assert sp[("none", 4)] == (None, "cell not run")
+    assert s.mean_speedup["adaptive"] is None
+    bad = next(c for c in s.cells if c.arm == "adaptive" and c.concurrency == 64)
+    assert not bad.valid and bad.speedup is None and bad.reasons
+
+
+def test_files_table_and_plot(tmp_path: Path) -> None:
+    for rec in [cell("none", 64, 500), cell("fixed", 64, 1000), cell("adaptive", 64, 1500),
+                cell("none", 4, 100), cell("fixed", 4, 200), cell("adaptive", 4, 0, valid=False)]:
+        d = records.cell_dir(tmp_path, f"{rec['arm']}-c{rec['concurrency']}")
+        d.mkdir(parents=True)
+        (d / records.CELL_JSON).write_text(json.dumps(rec))
+    rep = report.build(tmp_path)
+    data = json.loads(rep.summary_json.read_text())
+    assert data["counts"] == {"cells": 6, "valid": 5, "invalid": 1}
+    assert {(c["arm"], c["concurrency"]) for c in data["cells"]} == {
+        (a, c) for a in PROTOCOL["arms"] for c in (64, 4)}
+    first = data["cells"][0]
+    assert {"arm", "concurrency", "valid", "reasons", "output_throughput"} <= first.keys()
+    assert {(s["arm"], s["concurrency"]): s["speedup"] for s in data["speedups"]}[
+        ("adaptive", 64)] == 1.5
+    rows = list(csv.DictReader(rep.summary_csv.open()))
+    assert len(rows) == 6 and rows[2]["speedup"] == "1.5"
+    assert "preemptions" in next(r for r in rows if r["valid"] == "False")["reasons"]
+    png = rep.plot_png.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    from rich.console import Console
+
+    console = Console(record=True, width=160)
+    console.print(table(rep.summary))
+    text = console.export_text()
+    assert "1.500x" in text and "NO" in text and "preemptions" in text
+
+
+def test_report_merges_multirun_jobs_and_prefers_the_valid_retry(tmp_path: Path) -> None:
+    jobs = [cell("fixed", 4, 200), cell("adaptive", 4, 50, valid=False),
+            cell("adaptive", 4, 260, finished_at="2026-01-02T00:00:00+00:00")]
+    for n, rec in enumerate(jobs):
+        d = tmp_path / str(n) / "cells" / f"{rec['arm']}-c4"
+        d.mkdir(parents=True)
+        (d / "cell.json").write_text(json.dumps(rec))
+    rep = report.build(tmp_path)
+    assert [(c.arm, c.valid) for c in rep.summary.cells] == [("fixed", True), ("adaptive", True)]
+    assert speedups(rep.summary)[("adaptive", 4)] == pytest.approx(1.3)
+    assert (tmp_path / "summary.png").is_file()
+
+
+def test_report_refuses_mixed_protocols_and_empty_dirs(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="No cell records"):
+        report.build(tmp_path)
+    for n, name in enumerate(["a", "b"]):
+        d = tmp_path / str(n)
+        d.mkdir()
+        (d / "cell.json").write_text(json.dumps(cell("fixed", 4, 1, protocol={
+            **PROTOCOL, "name": name})))
+    with pytest.raises(UsageError, match="mix protocols"):
+        report.build(tmp_path)
+
+
+def test_a_foreign_json_named_cell_json_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "cell.json").write_text("{}")
+    with pytest.raises(UsageError, match="not a dspark bench cell record"):
+        report.build(tmp_path)
+
+
+def test_resume_bookkeeping(tmp_path: Path) -> None:
+    d = records.cell_dir(tmp_path, "fixed-c4")
+    d.mkdir(parents=True)
+    (d / "cell.json").write_text(json.dumps(cell("fixed", 4, 1, valid=False)))
+    assert records.finished_valid(tmp_path, "fixed-c4") is None
+    moved = records.set_aside(tmp_path, "fixed-c4")
+    assert moved == d.with_name("fixed-c4.attempt1") and (moved / "cell.json").is_file()
+    d.mkdir()
+    (d / "cell.json").write_text(json.dumps(cell("fixed", 4, 1)))
+    assert records.finished_valid(tmp_path, "fixed-c4") is not None
+    assert records.set_aside(tmp_path, "fixed-c4") == d.with_name("fixed-c4.attempt2")
+
+
+@given(st.lists(st.tuples(st.sampled_from(PROTOCOL["arms"]), st.sampled_from([64, 4]),
+                          st.floats(1, 1e5), st.booleans()), max_size=12))
+def test_property_no_speedup_or_average_ever_uses_an_invalid_cell(
+        raw: list[tuple[str, int, float, bool]]) -> None:
+    recs = list({(a, c): cell(a, c, t, valid=v) for a, c, t, v in raw}.values())
+    s = summary_of(recs)
+    by_key = {(r["arm"], r["concurrency"]): r for r in recs}
+    for sp in s.speedups:
+        mine, base = by_key.get((sp.arm, sp.concurrency)), by_key.get(("fixed", sp.concurrency))
+        if sp.speedup is None:
+            assert sp.note
+        else:
+            assert mine["valid"] and base["valid"]
+            assert sp.speedup == mine["output_throughput"] / base["output_throughput"]
+    for arm, mean in s.mean_speedup.items():
+        used = [x.speedup for x in s.speedups if x.arm == arm and x.speedup is not None]
+        assert (mean is None) == (not used)
