@@ -108,6 +108,11 @@ def run_command(name: str, argv: list[str]) -> int:
                 raise
             err(e.message + (f"\n  hint: {e.hint}" if e.hint else ""))
             return int(e.exit_code)
+        except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
+            if opts.debug:
+                raise
+            err(f"unexpected {type(e).__name__}: {e} (rerun with --debug for the traceback)")
+            return int(ExitCode.INTERNAL)
 
     if getattr(opts, "dry_run", False) and not flags:
         # A plain dry run needs no run directory, logging or sweep: compose once with the
@@ -187,10 +192,11 @@ def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     """dspark's Hydra defaults, placed before the user's overrides so those win: runs under
     runs/<command>/, no Hydra log file, and a dry run that writes nothing at all."""
     # `read_only`: a command that never writes (verify-checkpoint) gets no run directory either.
+    logging = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
     if getattr(opts, "dry_run", False) or getattr(opts, "read_only", False):
-        return ["hydra/job_logging=none", "hydra.output_subdir=null", "hydra.run.dir=."]
+        return [*logging, "hydra.output_subdir=null", "hydra.run.dir=."]
     stamp = "${now:%Y%m%d-%H%M%S}"
-    return ["hydra/job_logging=none", f"hydra.run.dir=runs/{name}/{stamp}",
+    return [*logging, f"hydra.run.dir=runs/{name}/{stamp}",
             f"hydra.sweep.dir=runs/{name}/multirun-{stamp}"]
 
 
@@ -232,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err("cancelled.")
         return int(ExitCode.INTERRUPTED)
+    except Exception as e:
+        if debug:
+            raise
+        err(f"unexpected {type(e).__name__}: {e} (rerun with --debug for the traceback)")
+        return int(ExitCode.INTERNAL)
 
 
 def entry() -> None:

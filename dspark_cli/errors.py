@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 1
     USAGE = 2
     SERVER = 3
+    INTERNAL = 70  # a bug or an unforeseen failure: reported in one line, --debug for more
     INTERRUPTED = 130
 
 

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,20 @@ def compile_patterns(patterns: Mapping[str, str]) -> tuple[Pattern, ...]:
         except re.error as exc:
             raise ValueError(f"log pattern {name!r} is not a valid regex: {exc}") from exc
     return tuple(out)
+
+
+def fatal_patterns(logs: Any) -> tuple[Pattern, ...]:
+    """The `logs.fatal` patterns of a composed config (null ones are switched off); a broken
+    regex is a usage error naming its key."""
+    from omegaconf import OmegaConf
+
+    from dspark_cli.errors import UsageError
+
+    enabled = {k: v for k, v in OmegaConf.to_container(logs.fatal).items() if v is not None}
+    try:
+        return compile_patterns(enabled)
+    except ValueError as exc:
+        raise UsageError(f"`logs.fatal`: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ def test_every_fatal_pattern_catches_its_line_and_no_healthy_line() -> None:
 
 
 def test_a_fatal_pattern_set_to_null_is_switched_off() -> None:
-    exp = expectations(smoke_cfg("+hw=cpu", "smoke.fatal_patterns.traceback=null"))
+    exp = expectations(smoke_cfg("+hw=cpu", "logs.fatal.traceback=null"))
     assert "traceback" not in {p.name for p in exp.fatal}
     assert scan_lines([FAULT_LINES["traceback"]], exp.fatal).fatal == ()
 
@@ -127,7 +127,7 @@ def test_ngram_allows_fewer_draft_tokens_and_none_has_no_spec_rule() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("+smoke.fatal_patterns.broken='(unclosed'", "smoke.fatal_patterns"),
+        ("+logs.fatal.broken='(unclosed'", "logs.fatal"),
         ("smoke.draft_params_pattern='loaded: \\d+'", "named group"),
         ("smoke.max_tokens=0", "must be positive"),
         ("smoke.conditional_lines=[{when:{hw.plaftorm:rocm},lines:[x]}]", "hw.plaftorm"),

@@ -26,21 +26,12 @@ from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.errors import ServerError
 from dspark_cli.launch import Prepared, server_for
-from dspark_cli.logscan import LogWatcher, Pattern, compile_patterns
-from dspark_cli.paths import conf_dir
+from dspark_cli.logscan import LogWatcher, Pattern
 from dspark_cli.render import plan_dict
 from dspark_cli.vllm_shim import vllm_command
 
 # How long the server's generation counter may lag the client's count after the last answer.
 SETTLE_S = 3.0
-
-
-def fatal_patterns() -> tuple[Pattern, ...]:
-    """The smoke's fatal log patterns (conf/smoke.yaml), so both commands judge logs alike."""
-    from omegaconf import OmegaConf
-
-    node = OmegaConf.load(conf_dir() / "smoke.yaml").smoke.fatal_patterns
-    return compile_patterns(OmegaConf.to_container(node))
 
 
 def _now() -> str:

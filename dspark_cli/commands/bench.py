@@ -11,12 +11,8 @@ and report only numbers that kept the validity rules.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +54,6 @@ def _plain(node: Any) -> Any:
 
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # Hydra logs INFO to stdout
     if opts.report is not None:
         return _report(opts.report, opts)
     from dspark_cli.bench.arms import compose_arms
@@ -119,14 +114,16 @@ def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], dir
     from dspark_cli import launch
     from dspark_cli.bench import report
     from dspark_cli.bench.dataset import verify
-    from dspark_cli.bench.runner import CellContext, fatal_patterns, run_cells
+    from dspark_cli.bench.runner import CellContext, run_cells
+    from dspark_cli.logscan import fatal_patterns
+    from dspark_cli.server import sigterm_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
     ctx = CellContext(
         protocol=protocol,
         dataset=verify(dataset, needed),
         run_dir=directory,
-        fatal=fatal_patterns(),
+        fatal=fatal_patterns(cfg.logs),
         ready_timeout_s=float(cfg.server.ready_timeout_s),
         stop_grace_s=float(cfg.server.stop_grace_s),
     )
@@ -135,24 +132,9 @@ def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], dir
     def prepare(arm: Any) -> launch.Prepared:
         return launch.prepare(arm.cfg, arm.plan, directory / "arms" / arm.name)
 
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         run_cells(protocol.cells, arms, prepare, ctx, opts.stop_on_failure)
     return _render(report.build(directory), opts)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """A SIGTERM (a scheduler's time limit, `kill`) tears the cell's server down like Ctrl-C:
-    its process group would otherwise outlive dspark."""
-
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _report(directory: Path, opts: argparse.Namespace) -> int:

@@ -10,11 +10,7 @@ stay healthy, 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +26,6 @@ def register() -> None:
     from dspark_cli.smoke.schema import register as register_schema
 
     register_schema()
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """A SIGTERM to dspark tears the server down like Ctrl-C does."""
-
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _profiles(cfg: DictConfig) -> dict[str, Any]:
@@ -65,12 +47,11 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     from dspark_cli.plan import build_plan
     from dspark_cli.provenance import collect
     from dspark_cli.record import run_dir
-    from dspark_cli.server import port_in_use
+    from dspark_cli.server import port_in_use, sigterm_as_interrupt
     from dspark_cli.smoke import report
     from dspark_cli.smoke.expectations import expectations
     from dspark_cli.smoke.runner import BackgroundCheck, Target, progress, run_smoke
 
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # Hydra logs INFO to stdout
     exp = expectations(cfg)
     plan = build_plan(cfg)
     directory = run_dir()

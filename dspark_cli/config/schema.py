@@ -159,6 +159,14 @@ class ChecksConf:
 
 
 @dataclass
+class LogsConf:
+    """Server log patterns every command judges logs by (name -> regex; null: switched off)."""
+
+    fatal: dict[str, str | None] = field(default_factory=dict)
+    context_lines: int = 10
+
+
+@dataclass
 class LaunchConf:
     """What every command that launches (or plans) a vLLM server composes."""
 
@@ -169,6 +177,7 @@ class LaunchConf:
     serving: ServingConf = field(default_factory=ServingConf)
     server: ServerConf = field(default_factory=ServerConf)
     checks: ChecksConf = field(default_factory=ChecksConf)
+    logs: LogsConf = field(default_factory=LogsConf)
 
 
 def register() -> None:

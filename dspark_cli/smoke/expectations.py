@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import UsageError
-from dspark_cli.logscan import Pattern, compile_patterns
+from dspark_cli.logscan import Pattern, compile_patterns, fatal_patterns
 
 PROFILE_GROUPS = ("hw", "model", "speculative")
 _ABSENT = object()
@@ -117,10 +117,9 @@ def expectations(cfg: DictConfig) -> Expectations:
         max_tokens=int(smoke.max_tokens),
         request_timeout_s=float(smoke.request_timeout_s),
         metrics_timeout_s=float(smoke.metrics_timeout_s),
-        fatal=_compile({k: v for k, v in _plain(smoke.fatal_patterns).items() if v is not None},
-                       "smoke.fatal_patterns"),
+        fatal=fatal_patterns(cfg.logs),
         required=_compile({line: line for line in lines}, "expect_log"),
         draft_params=_draft_params(cfg),
         spec=rule,
-        context_lines=int(smoke.context_lines),
+        context_lines=int(cfg.logs.context_lines),
     )

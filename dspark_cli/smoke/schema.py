@@ -1,9 +1,9 @@
 """The `smoke` section's schema: a typo'd key or a wrong type fails while Hydra composes.
 
-The log patterns are data here, not code: `fatal_patterns` (name -> regex) end the smoke the
-moment one matches; `startup_lines` (regexes) must appear on every server, and each profile adds
-its own through `hw/model/speculative.expect_log`; `conditional_lines` add lines only when the
-composed config matches (`when: {dotted.key: value}`).
+The log patterns are data here, not code: the shared `logs.fatal` patterns (conf/logs/) end
+the smoke the moment one matches; `startup_lines` (regexes) must appear on every server, and
+each profile adds its own through `hw/model/speculative.expect_log`; `conditional_lines` add
+lines only when the composed config matches (`when: {dotted.key: value}`).
 """
 
 from __future__ import annotations
@@ -31,15 +31,11 @@ class SmokeConf:
     # No progress within this long is a queue hang (its own verdict).
     request_timeout_s: float = 120.0
     metrics_timeout_s: float = 10.0
-    # name -> regex; `null` switches a default pattern off (`smoke.fatal_patterns.traceback=null`)
-    fatal_patterns: dict[str, str | None] = field(default_factory=dict)
     startup_lines: list[str] = field(default_factory=list)
     conditional_lines: list[ConditionalLines] = field(default_factory=list)
     # Captures the DSpark draft's parameter count, checked when `model.expected.draft_params`
     # pins it (named group `params`).
     draft_params_pattern: str = r"DSpark draft model loaded: (?P<params>\d+) params"
-    # Log lines kept on each side of a fatal line for the report.
-    context_lines: int = 10
 
 
 @dataclass
