@@ -2,7 +2,8 @@
 
 Composition is most of a dry run's time (Hydra merges every YAML into the dataclass schemas).
 The key covers everything a composition depends on: dspark's version, the primary config, the
-overrides and every file under conf/ (path, size, mtime). Interpolations stay unresolved in the
+overrides, every file under conf/ and every Python file of dspark (the schemas live in several
+modules): path, size and mtime of each. Interpolations stay unresolved in the
 cached value, so environment lookups still happen at use. Any cache problem means a compose.
 """
 
@@ -27,12 +28,13 @@ def cache_dir() -> Path:
 
 
 def compose_key(config: str, overrides: list[str]) -> str:
-    root = conf_dir()
+    package = Path(__file__).resolve().parents[1]
     files = []
-    for path in sorted(root.rglob("*.yaml")):
-        st = path.stat()
-        files.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
-    blob = json.dumps([__version__, str(root), config, overrides, files])
+    for root, pattern in ((conf_dir(), "*.yaml"), (package, "*.py")):
+        for path in sorted(root.rglob(pattern)):
+            st = path.stat()
+            files.append((str(path), st.st_size, st.st_mtime_ns))
+    blob = json.dumps([__version__, config, overrides, files])
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
