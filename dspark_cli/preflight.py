@@ -8,6 +8,7 @@ runs the plan-only rules and reports the others as skipped.
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -186,6 +187,20 @@ def _platform_matches(c: Context) -> str | None:
     return None
 
 
+def _gpus_match(c: Context) -> str | None:
+    patterns = list(c.cfg.hw.detect)
+    gpus = c.machine.gpus
+    if not gpus or not patterns:
+        return None
+    seen = [v for g in gpus for v in (g.name, g.arch) if v]
+    if not any(re.search(p, v, re.IGNORECASE) for p in patterns for v in seen):
+        names = ", ".join(sorted({g.name for g in gpus}))
+        return (f"the {c.cfg.hw.name} profile is for GPUs matching {patterns}, but this "
+                f"machine has {names}; pick the profile for this machine (or leave +hw out to "
+                "detect it)")
+    return None
+
+
 def _fits_machine(c: Context) -> str | None:
     if c.cfg.hw.platform is not Platform.cpu and c.parallel > len(c.machine.gpus):
         return (f"TP x DP x PP = {c.parallel} needs {c.parallel} GPUs; "
@@ -237,6 +252,8 @@ RULES: tuple[Rule, ...] = (
          "hw.args.moe_backend", _aiter_rocm),
     Rule("platform-matches-machine", "the profile's platform is this machine's",
          "+hw", _platform_matches, needs_machine=True),
+    Rule("gpus-match-profile", "the GPUs detected are the profile's",
+         "+hw", _gpus_match, needs_machine=True),
     Rule("parallel-fits-machine", "TP x DP x PP fits the GPUs detected",
          "hw.args.tensor_parallel_size", _fits_machine, needs_machine=True),
     Rule("aiter-importable", "the aiter MoE backends need an importable aiter",

@@ -51,6 +51,8 @@ CASES = [
     ("aiter-needs-rocm", ["+hw=h200", "hw.args.moe_backend=aiter"], None),
     ("platform-matches-machine", ["+hw=mi350x"], CPU),
     ("platform-matches-machine", ["+hw=cpu"], MI350X),
+    ("gpus-match-profile", ["+hw=mi355x"], MI350X),
+    ("gpus-match-profile", ["+hw=b200"], H200),
     ("parallel-fits-machine", ["+hw=h200"], H200),
     ("aiter-importable", ["+hw=mi350x"], MI350X),
 ]
