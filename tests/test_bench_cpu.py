@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from conftest import run_dspark
-from doubles.fake_vllm import free_port
+
+from tests.doubles.fake_vllm import free_port
 
 pytestmark = pytest.mark.vllm
 

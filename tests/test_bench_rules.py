@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from doubles.fake_vllm import SCRIPT, free_port
+
+from tests.doubles.fake_vllm import SCRIPT, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

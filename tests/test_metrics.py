@@ -8,12 +8,12 @@ import time
 
 import httpx
 import pytest
-from doubles.fake_vllm import command, free_port
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from dspark_cli import metrics
+from tests.doubles.fake_vllm import command, free_port
 
 EXPOSITION = """\
 # HELP vllm:generation_tokens_total Number of generation tokens processed.

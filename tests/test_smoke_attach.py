@@ -13,8 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
-from doubles.fake_vllm import command, free_port
-from test_smoke_faults import checks, smoke_env, statuses
+
+from tests.doubles.fake_vllm import command, free_port
+from tests.smoke_support import checks, smoke_env, statuses
 
 DSPARK_LINES = ("DSpark draft model loaded: 97 params",
                 "DSA indexer decode path: use_flattening=True supports_varlen=True",

@@ -6,80 +6,26 @@ and no listener behind.
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
-from doubles.fake_vllm import SCRIPT, free_port
 
-REPO = Path(__file__).resolve().parents[1]
-ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines", "draft_params",
-              "no_fatal_lines", "request", "generation", "spec_decode", "teardown"}
-
-
-def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:
-    fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), *fake_args])
-    return [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu", f"server.port={port}",
-            f"server.command=[{fake}]", "server.ready_timeout_s=5",
-            "smoke.request_timeout_s=2", *overrides, "--json"]
-
-
-def smoke_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO)}
-
-
-def run_smoke(tmp_path: Path, scenario: str, *overrides: str,
-              fake_args: tuple[str, ...] = ()) -> tuple[int, dict[str, Any], str]:
-    port = free_port()
-    done = subprocess.run(
-        smoke_argv(port, ["--scenario", scenario, "--k", "3", *fake_args], *overrides),
-        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip(), done.stderr
-    report = json.loads(done.stdout)
-    assert_nothing_left(report, port)
-    return done.returncode, report, done.stderr
-
-
-def fake_pid(log: Path) -> int:
-    match = re.search(r"Started server process \[(\d+)\]", log.read_text())
-    assert match, "the fake never started"
-    return int(match.group(1))
-
-
-def port_free(port: int) -> bool:
-    """Nothing listens on the port (TIME_WAIT leftovers of closed connections do not count)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def assert_nothing_left(report: dict[str, Any], port: int) -> None:
-    pid = fake_pid(Path(report["log"]))
-    gone = not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert gone, f"fake server {pid} outlived the smoke"
-    assert port_free(port)
-    assert checks(report)["teardown"]["status"] == "passed"
-
-
-def checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["name"]: c for c in report["checks"]}
-
-
-def statuses(report: dict[str, Any]) -> dict[str, str]:
-    return {name: c["status"] for name, c in checks(report).items()}
+from tests.doubles.fake_vllm import free_port
+from tests.smoke_support import (
+    ALL_CHECKS,
+    checks,
+    fake_pid,
+    port_free,
+    run_smoke,
+    smoke_argv,
+    smoke_env,
+    statuses,
+)
 
 
 def test_healthy_fake_passes_with_every_check(tmp_path: Path) -> None:

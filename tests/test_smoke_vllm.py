@@ -16,8 +16,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from doubles.fake_vllm import free_port
-from test_smoke_faults import ALL_CHECKS, checks, port_free, smoke_env, statuses
+
+from tests.doubles.fake_vllm import free_port
+from tests.smoke_support import ALL_CHECKS, checks, port_free, smoke_env, statuses
 
 pytestmark = pytest.mark.vllm
 
