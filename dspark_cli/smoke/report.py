@@ -77,9 +77,10 @@ def render(report: dict[str, Any]) -> Any:
                               style="bold"))
             parts.append(Text("\n".join("  " + line for line in event["context"])))
     t = report["timings"]
-    parts.append(Text(f"boot-to-health {t['boot_to_health_s']} s, request "
-                      f"{t['request_latency_s']} s, teardown {t['teardown_s']} s, "
-                      f"total {t['total_s']} s"))
+    shown = {k: "-" if v is None else f"{v} s" for k, v in t.items()}
+    parts.append(Text(f"boot-to-health {shown['boot_to_health_s']}, request "
+                      f"{shown['request_latency_s']}, teardown {shown['teardown_s']}, "
+                      f"total {shown['total_s']}"))
     verdict = report["verdict"]
     parts.append(Text(("PASS" if verdict["passed"] else "FAIL") + f": {verdict['summary']}",
                       style="bold green" if verdict["passed"] else "bold red"))

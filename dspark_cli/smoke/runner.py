@@ -201,6 +201,8 @@ class _Session:
 
     def boot(self) -> Boot:
         timeout = self.target.ready_timeout_s
+        progress(f"waiting for {self.target.base_url}/health (up to {timeout:.0f} s: "
+                 "server.ready_timeout_s)")
 
         def abort() -> str | None:
             if self.rejection():
