@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli import __version__
-from dspark_cli.errors import DsparkError, ExitCode
+from dspark_cli.errors import DsparkError, ExitCode, UsageError
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def run_command(name: str, argv: list[str]) -> int:
     opts, overrides = _parser(name, module.add_arguments).parse_known_args(argv)
     unknown = [o for o in overrides if o.startswith("--") and o.split("=")[0] not in HYDRA_FLAGS]
     if unknown:
-        raise_usage(f"unknown flag {unknown[0]!r} for `dspark {name}`; "
+        raise UsageError(f"unknown flag {unknown[0]!r} for `dspark {name}`; "
                     f"`dspark {name} --help` lists them")
     overrides = with_hardware(overrides)
     # Hydra's argparse wants its flags before the overrides: keep flags (and their values)
@@ -148,7 +148,6 @@ def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from dspark_cli.errors import UsageError
     from dspark_cli.paths import conf_dir
 
     register_schemas(module)
@@ -205,12 +204,6 @@ HYDRA_FLAGS = {
     "--config-dir", "--info", "--package", "--resolve", "--run", "--shell-completion",
     "--experimental-rerun", "--version",
 }
-
-
-def raise_usage(message: str) -> None:
-    from dspark_cli.errors import UsageError
-
-    raise UsageError(message)
 
 
 def main(argv: list[str] | None = None) -> int:
