@@ -59,8 +59,8 @@ def cpu_plan(port: int) -> Any:
     from hydra import compose, initialize_config_dir
 
     from dspark_cli.config import schema
+    from dspark_cli.launch.plan import build_plan
     from dspark_cli.paths import conf_dir
-    from dspark_cli.plan import build_plan
     from dspark_cli.smoke import schema as smoke_schema
 
     schema.register()
@@ -72,7 +72,7 @@ def cpu_plan(port: int) -> Any:
 
 def by_hand(cwd: Path) -> dict[str, float]:
     """The reference: the same planned server driven with no dspark machinery."""
-    from dspark_cli.vllm_shim import vllm_command
+    from dspark_cli.vllm.shim import vllm_command
 
     port = free_port()
     plan = cpu_plan(port)

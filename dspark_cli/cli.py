@@ -69,7 +69,7 @@ def with_hardware(overrides: list[str]) -> list[str]:
                 item = "+" + item
         out.append(item)
     if not has_hw:
-        from dspark_cli.hwprofiles import detected_profile
+        from dspark_cli.machine.profiles import detected_profile
 
         out.append(f"+hw={detected_profile()}")
     return out

@@ -12,7 +12,7 @@ import pytest
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase, scalars
 from dspark_cli.bench.protocol import Phase, Sampling
-from dspark_cli.plan import LaunchPlan
+from dspark_cli.launch.plan import LaunchPlan
 
 PLAN = LaunchPlan(env=(), argv=("vllm", "serve", "/m"), args=(("served_model_name", "dsv4"),),
                   model_path="/m", served_model_name="dsv4", host=None, port=8123,
@@ -75,7 +75,7 @@ def test_model_and_sampling_switches_follow_the_plan() -> None:
 
 PARSE = """
 import json, sys
-from dspark_cli.vllm_shim import patch_version_lookup
+from dspark_cli.vllm.shim import patch_version_lookup
 patch_version_lookup()
 from vllm.benchmarks.serve import add_cli_args
 from vllm.utils.argparse_utils import FlexibleArgumentParser

@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.config.schema import Platform
-from dspark_cli.hardware import Gpu, Machine, detect, gfx_name, match_profile, parse_nvidia_smi
-from dspark_cli.hwprofiles import profile_patterns
+from dspark_cli.machine.detect import (
+    Gpu,
+    Machine,
+    detect,
+    gfx_name,
+    match_profile,
+    parse_nvidia_smi,
+)
+from dspark_cli.machine.profiles import profile_patterns
 
 NVIDIA_SMI = "0, NVIDIA H200, 143771, 570.86.15, 9.0\n1, NVIDIA H200, 143771, 570.86.15, 9.0\n"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.logscan import LogWatcher, compile_patterns, scan_lines
+from dspark_cli.server.logscan import LogWatcher, compile_patterns, scan_lines
 
 FATAL = compile_patterns(
     {

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from dspark_cli import metrics
+from dspark_cli.server import metrics
 from tests.doubles.fake_vllm import command, free_port
 
 EXPOSITION = """\

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dspark_cli.errors import UsageError
-from dspark_cli.plan import build_plan, render_flag
+from dspark_cli.launch.plan import build_plan, render_flag
 from tests.conftest import compose_config
 
 

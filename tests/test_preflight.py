@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dspark_cli.config.schema import Platform
-from dspark_cli.hardware import Gpu, Machine
-from dspark_cli.plan import build_plan
-from dspark_cli.preflight import RULES, Context, Status, run_rules
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.launch.rules import RULES, Context, Status, run_rules
+from dspark_cli.machine.detect import Gpu, Machine
 from tests.conftest import compose_config, run_dspark
 
 MI350X = Machine(Platform.rocm, tuple(Gpu(i, "AMD Instinct MI350X", "gfx950") for i in range(8)))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.preflight import RULES
+from dspark_cli.launch.rules import RULES
 from tests.conftest import REPO, run_dspark
 
 SEED = Path(__file__).parent / "data" / "seed_deployment.sh"

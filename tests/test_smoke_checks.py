@@ -9,9 +9,9 @@ from omegaconf import DictConfig
 from dspark_cli.config import schema
 from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import ExitCode, UsageError
-from dspark_cli.logscan import scan_lines
-from dspark_cli.metrics import parse
 from dspark_cli.paths import conf_dir
+from dspark_cli.server.logscan import scan_lines
+from dspark_cli.server.metrics import parse
 from dspark_cli.smoke import schema as smoke_schema
 from dspark_cli.smoke.checks import (
     Boot,

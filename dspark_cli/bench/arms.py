@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.bench.protocol import Protocol, check_max_num_seqs
 from dspark_cli.config.schema import SpeculativeConf
 from dspark_cli.errors import UsageError
+from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.paths import conf_dir
-from dspark_cli.plan import LaunchPlan, build_plan
 
 
 @dataclass(frozen=True)

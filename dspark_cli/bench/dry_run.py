@@ -12,8 +12,8 @@ from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.loadgen import phase_argv
 from dspark_cli.bench.protocol import Cell, Protocol
-from dspark_cli.render import command_lines, shell_script
-from dspark_cli.render import plan_dict as launch_dict
+from dspark_cli.launch.render import command_lines, shell_script
+from dspark_cli.launch.render import plan_dict as launch_dict
 
 
 def _dataset_line(dataset: DatasetSpec) -> str:

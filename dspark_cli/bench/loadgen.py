@@ -21,7 +21,7 @@ from typing import Any
 
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.protocol import Phase, Sampling
-from dspark_cli.plan import LaunchPlan
+from dspark_cli.launch.plan import LaunchPlan
 
 # Per-request arrays in vLLM's result file; the cell record keeps only the scalars.
 _PER_REQUEST = (

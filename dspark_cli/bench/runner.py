@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dspark_cli import metrics
 from dspark_cli.bench import records
 from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.dataset import VerifiedDataset
@@ -25,10 +24,11 @@ from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase, scalars
 from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.errors import ServerError
-from dspark_cli.launch import Prepared, server_for
-from dspark_cli.logscan import LogWatcher, Pattern
-from dspark_cli.render import plan_dict
-from dspark_cli.vllm_shim import vllm_command
+from dspark_cli.launch.prepare import Prepared, server_for
+from dspark_cli.launch.render import plan_dict
+from dspark_cli.server import metrics
+from dspark_cli.server.logscan import LogWatcher, Pattern
+from dspark_cli.vllm.shim import vllm_command
 
 # How long the server's generation counter may lag the client's count after the last answer.
 SETTLE_S = 3.0
@@ -92,7 +92,7 @@ class _CellRun:
         self.started_at = _now()
 
     def run(self) -> dict[str, Any]:
-        from dspark_cli.server import port_in_use
+        from dspark_cli.server.process import port_in_use
 
         self.dir.mkdir(parents=True)
         start = time.monotonic()

@@ -73,15 +73,15 @@ def _run_dir() -> Path:
     none, and plans its paths under the current directory."""
     from hydra.core.hydra_config import HydraConfig
 
-    from dspark_cli.record import run_dir
+    from dspark_cli.launch.record import run_dir
 
     return run_dir() if HydraConfig.initialized() else Path.cwd()
 
 
 def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
              opts: argparse.Namespace) -> int:
-    from dspark_cli import launch
     from dspark_cli.bench.dry_run import plan_dict, plan_text
+    from dspark_cli.launch import prepare as launch
 
     findings = {name: launch.check(arm.cfg, arm.plan, None, validate=False)
                 for name, arm in arms.items()}
@@ -95,7 +95,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
 
 def _report_findings(findings: dict[str, Any]) -> None:
     """Preflight failures per arm, to stderr; a skip that every arm shares, once."""
-    from dspark_cli.preflight import Status
+    from dspark_cli.launch.rules import Status
 
     skipped = {}
     for arm, found in findings.items():
@@ -111,12 +111,12 @@ def _report_findings(findings: dict[str, Any]) -> None:
 
 def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
          opts: argparse.Namespace) -> int:
-    from dspark_cli import launch
     from dspark_cli.bench import report
     from dspark_cli.bench.dataset import verify
     from dspark_cli.bench.runner import CellContext, run_cells
-    from dspark_cli.logscan import fatal_patterns
-    from dspark_cli.server import sigterm_as_interrupt
+    from dspark_cli.launch import prepare as launch
+    from dspark_cli.server.logscan import fatal_patterns
+    from dspark_cli.server.process import sigterm_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
     ctx = CellContext(

@@ -8,9 +8,9 @@ import sys
 
 from omegaconf import DictConfig
 
-from dspark_cli import launch
-from dspark_cli.plan import build_plan
-from dspark_cli.render import plan_dict, shell_script
+from dspark_cli.launch import prepare as launch
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.launch.render import plan_dict, shell_script
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -35,19 +35,19 @@ def _profiles(cfg: DictConfig) -> dict[str, Any]:
 
 def _validate(plan: Any) -> tuple[bool, str]:
     """vLLM's own parser and engine config on the planned command (the same check as serve's)."""
-    from dspark_cli.launch import validate_with_vllm
+    from dspark_cli.launch.prepare import validate_with_vllm
 
     finding = validate_with_vllm(plan)
     return not finding.failed, finding.message
 
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
-    from dspark_cli import launch
     from dspark_cli.errors import ServerError, UsageError
-    from dspark_cli.plan import build_plan
-    from dspark_cli.provenance import collect
-    from dspark_cli.record import run_dir
-    from dspark_cli.server import port_in_use, sigterm_as_interrupt
+    from dspark_cli.launch import prepare as launch
+    from dspark_cli.launch.plan import build_plan
+    from dspark_cli.launch.provenance import collect
+    from dspark_cli.launch.record import run_dir
+    from dspark_cli.server.process import port_in_use, sigterm_as_interrupt
     from dspark_cli.smoke import report
     from dspark_cli.smoke.expectations import expectations
     from dspark_cli.smoke.runner import BackgroundCheck, Target, progress, run_smoke

@@ -13,8 +13,8 @@ from enum import StrEnum
 from typing import Any
 
 from dspark_cli.config.schema import DraftTokensRule
-from dspark_cli.logscan import LogSnapshot
-from dspark_cli.metrics import GENERATION_TOKENS, Scrape, spec_decode
+from dspark_cli.server.logscan import LogSnapshot
+from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, spec_decode
 from dspark_cli.smoke.expectations import Expectations
 
 

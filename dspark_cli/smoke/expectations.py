@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import UsageError
-from dspark_cli.logscan import Pattern, compile_patterns, fatal_patterns
+from dspark_cli.server.logscan import Pattern, compile_patterns, fatal_patterns
 
 PROFILE_GROUPS = ("hw", "model", "speculative")
 _ABSENT = object()

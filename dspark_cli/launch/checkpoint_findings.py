@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.checkpoint.report import Check, CheckpointReport, Problem
-from dspark_cli.preflight import Finding, Status
+from dspark_cli.launch.rules import Finding, Status
 
 OVERRIDE_KEY = "checks.allow_missing_confidence_head"
 _SHOWN = 3  # problems quoted in one finding; `dspark verify-checkpoint` lists them all

@@ -6,7 +6,7 @@ import re
 import shlex
 from typing import Any
 
-from dspark_cli.plan import LaunchPlan
+from dspark_cli.launch.plan import LaunchPlan
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 

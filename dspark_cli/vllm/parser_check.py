@@ -1,6 +1,6 @@
 """Check a `vllm serve` command line with the installed vLLM's own parser, in seconds.
 
-Run as `python -m dspark_cli.vllm_check` with a JSON list (the argv after `vllm serve`) on
+Run as `python -m dspark_cli.vllm.parser_check` with a JSON list (the argv after `vllm serve`) on
 stdin; prints one JSON object: {"ok": bool, "stage": ..., "error": ...}. A subprocess, so that
 vLLM's import-time side effects (logging, signal handlers) stay out of dspark.
 """
@@ -15,7 +15,7 @@ import sys
 
 
 def check(args: list[str]) -> dict:
-    from dspark_cli.vllm_shim import patch_version_lookup
+    from dspark_cli.vllm.shim import patch_version_lookup
 
     patch_version_lookup()
     from vllm.engine.arg_utils import AsyncEngineArgs

@@ -10,8 +10,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from dspark_cli.plan import LaunchPlan
-from dspark_cli.render import is_secret, shell_script
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.render import is_secret, shell_script
 
 
 def run_dir() -> Path:

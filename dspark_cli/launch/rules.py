@@ -16,8 +16,8 @@ from enum import StrEnum
 from omegaconf import DictConfig
 
 from dspark_cli.config.schema import CudagraphMode, Platform
-from dspark_cli.hardware import Machine
-from dspark_cli.plan import LaunchPlan
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.machine.detect import Machine
 
 FULL_CUDAGRAPH_MODES = {
     CudagraphMode.FULL, CudagraphMode.FULL_DECODE_ONLY, CudagraphMode.FULL_AND_PIECEWISE
