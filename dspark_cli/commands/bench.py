@@ -21,6 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.errors import ExitCode
 
 
+def needs_machine(opts: argparse.Namespace) -> bool:
+    """Cells launch on this machine; `--report` only merges files and needs no hardware."""
+    return opts.report is None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print every cell's launch command and every phase's load "

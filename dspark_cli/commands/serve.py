@@ -13,6 +13,11 @@ from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
 
 
+def needs_machine(opts: argparse.Namespace) -> bool:
+    """Plans a launch on this machine: with no `+hw`, the profile is detected."""
+    return True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the environment and command, shell-ready; start nothing")

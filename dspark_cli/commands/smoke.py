@@ -17,6 +17,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 
+def needs_machine(opts: argparse.Namespace) -> bool:
+    """Plans (or attaches to) a launch on this machine: with no `+hw`, it is detected."""
+    return True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the JSON report to stdout instead of the table")

@@ -20,6 +20,11 @@ from dspark_cli.errors import ExitCode, UsageError
 USAGE_HINT = "dspark verify-checkpoint model.path=DIR  (or model=NAME for a pinned profile)"
 
 
+def needs_machine(opts: argparse.Namespace) -> bool:
+    """A checkpoint is judged the same on every host: never detect hardware."""
+    return False
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(read_only=True)  # no Hydra run directory: this command writes nothing
     parser.add_argument("--json", action="store_true",
