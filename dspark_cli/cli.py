@@ -8,8 +8,11 @@ the command line and hands the rest to the command's `@hydra.main` app (keeping 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
+import io
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -58,8 +61,9 @@ def err(message: str) -> None:
     print(f"dspark: {message}", file=sys.stderr)
 
 
-def with_hardware(overrides: list[str]) -> list[str]:
-    """`hw=X` means `+hw=X` (hw is not in the defaults list); no hw at all means detect it."""
+def with_hardware(overrides: list[str], detect: bool) -> list[str]:
+    """`hw=X` means `+hw=X` (hw is not in the defaults list); no hw at all means detect it,
+    for commands that plan a launch on this machine (`detect`)."""
     out, has_hw = [], False
     for item in overrides:
         match = _HW_OVERRIDE.match(item)
@@ -68,7 +72,7 @@ def with_hardware(overrides: list[str]) -> list[str]:
             if not match.group(1):
                 item = "+" + item
         out.append(item)
-    if not has_hw:
+    if detect and not has_hw:
         from dspark_cli.machine.profiles import detected_profile
 
         out.append(f"+hw={detected_profile()}")
@@ -83,19 +87,33 @@ def _parser(name: str, add_arguments: Callable[[argparse.ArgumentParser], None])
     return parser
 
 
+def hydra_flags() -> set[str]:
+    """Every option string Hydra's own command line accepts (`--cfg`, `-m`, `-sc`, ...)."""
+    from hydra._internal.utils import get_args_parser
+
+    return {s for action in get_args_parser()._actions for s in action.option_strings}
+
+
+def split_hydra_args(name: str, rest: list[str]) -> tuple[list[str], list[str]]:
+    """(overrides, Hydra flags with their values), refusing a flag Hydra does not know."""
+    plain = [o for o in rest if not o.startswith("-") and ("=" in o or o[:1] in "+~")]
+    flags = [o for o in rest if o not in plain]
+    dashed = [o for o in flags if o.startswith("-")]
+    unknown = [o for o in dashed if o.split("=")[0] not in hydra_flags()] if dashed else []
+    if unknown:
+        raise UsageError(f"unknown flag {unknown[0]!r} for `dspark {name}`; "
+                         f"`dspark {name} --help` lists them")
+    return plain, flags
+
+
 def run_command(name: str, argv: list[str]) -> int:
     command = COMMANDS[name]
     module = importlib.import_module(command.module)
-    opts, overrides = _parser(name, module.add_arguments).parse_known_args(argv)
-    unknown = [o for o in overrides if o.startswith("--") and o.split("=")[0] not in HYDRA_FLAGS]
-    if unknown:
-        raise UsageError(f"unknown flag {unknown[0]!r} for `dspark {name}`; "
-                    f"`dspark {name} --help` lists them")
-    overrides = with_hardware(overrides)
-    # Hydra's argparse wants its flags before the overrides: keep flags (and their values)
-    # first, then dspark's Hydra settings, then the user's overrides, which win.
-    plain = [o for o in overrides if not o.startswith("-") and ("=" in o or o[:1] in "+~")]
-    flags = [o for o in overrides if o not in plain]
+    opts, rest = _parser(name, module.add_arguments).parse_known_args(argv)
+    plain, flags = split_hydra_args(name, rest)
+    if _COMPLETION & set(flags):
+        return shell_completion(name, command.config, module, plain, flags)
+    plain = with_hardware(plain, detect=module.needs_machine(opts))
 
     from dspark_cli.config.strict import check_known_keys
 
@@ -103,16 +121,8 @@ def run_command(name: str, argv: list[str]) -> int:
         try:
             check_known_keys(cfg)
             return int(module.run(cfg, opts) or 0)
-        except DsparkError as e:
-            if opts.debug:
-                raise
-            err(e.message + (f"\n  hint: {e.hint}" if e.hint else ""))
-            return int(e.exit_code)
         except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
-            if opts.debug:
-                raise
-            err(f"unexpected {type(e).__name__}: {e} (rerun with --debug for the traceback)")
-            return int(ExitCode.INTERNAL)
+            return exit_code_for(e, opts.debug)
 
     if getattr(opts, "dry_run", False) and not flags:
         # A plain dry run needs no run directory, logging or sweep: compose once with the
@@ -124,13 +134,15 @@ def run_command(name: str, argv: list[str]) -> int:
                                    lambda: compose_once(module, command.config, plain)))
     register_schemas(module)
     settings = hydra_settings(name, opts)
-    if "--help" in flags:
+    if {"--help", "-h"} & set(flags):
         print(_parser(name, module.add_arguments).format_help())
         settings += [f"hydra.help.header='dspark {name}: {command.help}'",
                      "hydra.help.footer='Overrides: group=option, key=value, +key=value adds a "
                      "key to a free-form map. Exit codes: 0 ok, 1 check failed, 2 usage or "
                      "config error, 3 server failed, 130 interrupted.'"]
-    return run_hydra_app(name, command.config, task, [*flags, *settings, *plain])
+    # Overrides first (dspark's settings, then the user's, which win), flags last: a flag with
+    # an optional value (`--info`) must not take an override for its value.
+    return run_hydra_app(f"dspark {name}", command.config, task, [*settings, *plain, *flags])
 
 
 def register_schemas(module: Any) -> None:
@@ -153,13 +165,13 @@ def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
     register_schemas(module)
     try:
         with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-            return compose(config, overrides=overrides)
+            return compose(config, overrides=[*_QUIET_HYDRA, *overrides])
     except (HydraException, OmegaConfBaseException) as e:
         cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
         raise UsageError(f"{e}{cause}") from None
 
 
-def run_hydra_app(name: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
+def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
     """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --help, completion); the worst
     exit code of its jobs, or USAGE when Hydra rejects the config before any job runs."""
     import hydra
@@ -174,10 +186,12 @@ def run_hydra_app(name: str, config: str, task: Callable[[Any], int], argv: list
         state["code"] = max(state["code"], task(cfg))
 
     saved = sys.argv
-    sys.argv = [f"dspark {name}", *argv]
+    sys.argv = [prog, *argv]
     try:
         app()
     except SystemExit as e:
+        if isinstance(e.__context__, BrokenPipeError):  # Hydra printed into a closed pipe
+            raise e.__context__ from None
         # Hydra exits 1 after printing a composition error; that is a config error to us.
         if not state["ran"] and e.code not in (0, None):
             return int(ExitCode.USAGE)
@@ -187,23 +201,69 @@ def run_hydra_app(name: str, config: str, task: Callable[[Any], int], argv: list
     return state["code"]
 
 
+# Hydra's logging stays quiet on the way to a plan (no log file; dspark's console format).
+_QUIET_HYDRA = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
+
+
 def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     """dspark's Hydra defaults, placed before the user's overrides so those win: runs under
-    runs/<command>/, no Hydra log file, and a dry run that writes nothing at all."""
+    runs/<command>/, no Hydra log file, and a dry run without a run directory."""
     # `read_only`: a command that never writes (verify-checkpoint) gets no run directory either.
-    logging = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
     if getattr(opts, "dry_run", False) or getattr(opts, "read_only", False):
-        return [*logging, "hydra.output_subdir=null", "hydra.run.dir=."]
+        return [*_QUIET_HYDRA, "hydra.output_subdir=null", "hydra.run.dir=."]
     stamp = "${now:%Y%m%d-%H%M%S}"
-    return [*logging, f"hydra.run.dir=runs/{name}/{stamp}",
+    return [*_QUIET_HYDRA, f"hydra.run.dir=runs/{name}/{stamp}",
             f"hydra.sweep.dir=runs/{name}/multirun-{stamp}"]
 
 
-HYDRA_FLAGS = {
-    "--cfg", "--help", "--hydra-help", "--multirun", "--config-path", "--config-name",
-    "--config-dir", "--info", "--package", "--resolve", "--run", "--shell-completion",
-    "--experimental-rerun", "--version",
-}
+_COMPLETION = {"-sc", "--shell-completion"}
+# Hydra's bash script calls back `<program> -sc query=bash`; dspark's program needs the command
+# word the user typed, which the script has at hand as ${words[1]}.
+_QUERY_CALL = "$helper -sc query=bash"
+
+
+def shell_completion(name: str, config: str, module: Any, plain: list[str],
+                     flags: list[str]) -> int:
+    """Hydra's shell completion for one command: the installed script calls back
+    `dspark <command> -sc query=...`, and a query sees the line without dspark's own words."""
+    register_schemas(module)
+    if any(o.startswith("query=") for o in plain) and "COMP_LINE" in os.environ:
+        os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = run_hydra_app("dspark", config, lambda cfg: 0, [*plain, *flags])
+    sys.stdout.write(out.getvalue().replace(_QUERY_CALL, "$helper ${words[1]} -sc query=bash"))
+    return code
+
+
+def completion_line(line: str) -> str:
+    """`dspark serve --dry-run +hw=mi` as Hydra's completer expects it: `dspark +hw=mi` (the
+    program, then overrides only; a trailing space still means a new word)."""
+    words = line.split()
+    kept = [w for w in words[2:] if not w.startswith("-")]
+    return " ".join(words[:1] + kept) + (" " if line.endswith(" ") else "")
+
+
+# A reader that went away (`dspark ... | head -1`): the shell's code for death by SIGPIPE.
+BROKEN_PIPE = 128 + 13
+
+
+def exit_code_for(error: BaseException, debug: bool) -> int:
+    """The one place an error becomes a message (or silence) and an exit code."""
+    if isinstance(error, KeyboardInterrupt):
+        err("cancelled.")
+        return int(ExitCode.INTERRUPTED)
+    if isinstance(error, BrokenPipeError):
+        # Nothing more can reach stdout; point it at /dev/null so the final flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+    if debug:
+        raise error
+    if isinstance(error, DsparkError):
+        err(error.message + (f"\n  hint: {error.hint}" if error.hint else ""))
+        return int(error.exit_code)
+    err(f"unexpected {type(error).__name__}: {error} (rerun with --debug for the traceback)")
+    return int(ExitCode.INTERNAL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,26 +276,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
+        if _COMPLETION & set(argv):  # completing the command word itself
+            print(" ".join(COMMANDS))
+            return 0
         close = difflib.get_close_matches(name, list(COMMANDS), n=1)
         hint = f" Did you mean `dspark {close[0]}`?" if close else ""
         err(f"unknown command {name!r}.{hint} Commands: {', '.join(COMMANDS)}.")
         return int(ExitCode.USAGE)
-    debug = "--debug" in rest
     try:
-        return run_command(name, rest)
-    except DsparkError as e:
-        if debug:
-            raise
-        err(e.message + (f"\n  hint: {e.hint}" if e.hint else ""))
-        return int(e.exit_code)
-    except KeyboardInterrupt:
-        err("cancelled.")
-        return int(ExitCode.INTERRUPTED)
-    except Exception as e:
-        if debug:
-            raise
-        err(f"unexpected {type(e).__name__}: {e} (rerun with --debug for the traceback)")
-        return int(ExitCode.INTERNAL)
+        code = run_command(name, rest)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+        return code
+    except (Exception, KeyboardInterrupt) as e:
+        return exit_code_for(e, "--debug" in rest)
 
 
 def entry() -> None:

@@ -3,28 +3,43 @@
 Composition is most of a dry run's time (Hydra merges every YAML into the dataclass schemas).
 The key covers everything a composition depends on: dspark's version, the primary config, the
 overrides, every file under conf/ and every Python file of dspark (the schemas live in several
-modules): path, size and mtime of each. Interpolations stay unresolved in the
-cached value, so environment lookups still happen at use. Any cache problem means a compose.
+modules): path, size and mtime of each. Interpolations stay unresolved in the cached value, so
+environment lookups still happen at use. Any cache problem means a compose.
+
+The directory may be shared, so an entry is data that cannot run code when read: JSON holding
+the plain config and the name of its root schema, a dataclass of a `dspark_cli.*.schema` module.
+Reading merges the data into that schema again, which restores every typed node and enum and
+re-validates every value. Writes are atomic; at most MAX_ENTRIES entries are kept (the least
+recently used go first). DSPARK_NO_CACHE=1 turns the cache off; DSPARK_CACHE_DIR moves it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
+import importlib
 import json
 import os
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from dspark_cli import __version__
 from dspark_cli.paths import conf_dir
+
+FORMAT = 2  # 1 was pickle, never read again
+MAX_ENTRIES = 64
 
 
 def cache_dir() -> Path:
     root = os.environ.get("DSPARK_CACHE_DIR") or Path.home() / ".cache" / "dspark"
     return Path(root) / "compose"
+
+
+def enabled() -> bool:
+    return os.environ.get("DSPARK_NO_CACHE", "") in ("", "0")
 
 
 def compose_key(config: str, overrides: list[str]) -> str:
@@ -34,26 +49,71 @@ def compose_key(config: str, overrides: list[str]) -> str:
         for path in sorted(root.rglob(pattern)):
             st = path.stat()
             files.append((str(path), st.st_size, st.st_mtime_ns))
-    blob = json.dumps([__version__, config, overrides, files])
+    blob = json.dumps([FORMAT, __version__, config, overrides, files])
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def cached_compose(config: str, overrides: list[str],
                    compose: Callable[[], DictConfig]) -> DictConfig:
     """`compose()`'s result, from the cache when this exact composition was done before."""
-    path = cache_dir() / f"{compose_key(config, overrides)}.pkl"
+    if not enabled():
+        return compose()
+    path = cache_dir() / f"{compose_key(config, overrides)}.json"
+    cfg = load(path)
+    if cfg is None:
+        cfg = compose()
+        store(path, cfg)
+    return cfg
+
+
+def load(path: Path) -> DictConfig | None:
+    """The entry as a typed, struct config; None when it is absent or not a valid entry."""
     try:
-        cfg = pickle.loads(path.read_bytes())
-        if isinstance(cfg, DictConfig):
-            return cfg
-    except Exception:  # absent, truncated or from another library version: compose again
-        pass
-    cfg = compose()
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        cfg = OmegaConf.merge(OmegaConf.structured(_schema(entry["schema"])), entry["config"])
+    except Exception:  # absent, truncated, foreign or stale: compose again
+        return None
+    OmegaConf.set_struct(cfg, True)
+    with contextlib.suppress(OSError):  # a read-only shared cache still serves
+        os.utime(path)  # recently used: evicted last
+    return cfg
+
+
+def _schema(name: str) -> type:
+    """The root schema named `module:qualname`: only a dataclass of a dspark schema module."""
+    module, _, qualname = name.partition(":")
+    if not (module.startswith("dspark_cli.") and module.endswith(".schema")):
+        raise ValueError(f"not a dspark schema: {name}")
+    kind = getattr(importlib.import_module(module), qualname)
+    if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+        raise ValueError(f"not a dataclass: {name}")
+    return kind
+
+
+def store(path: Path, cfg: DictConfig) -> None:
+    """Write the entry atomically (a reader sees the old file or the new one), then evict."""
+    kind = OmegaConf.get_type(cfg)
+    if kind is None or not dataclasses.is_dataclass(kind):
+        return
+    entry = {"schema": f"{kind.__module__}:{kind.__qualname__}",
+             "config": OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(pickle.dumps(cfg))
+        tmp.write_text(json.dumps(entry), encoding="utf-8")
         tmp.replace(path)
-    except OSError:
-        pass
-    return cfg
+        evict(path.parent, MAX_ENTRIES)
+    except (OSError, TypeError, ValueError):  # read-only or full disk, unserialisable value
+        tmp.unlink(missing_ok=True)
+
+
+def evict(directory: Path, keep: int) -> None:
+    """Remove all but the `keep` most recently used entries."""
+    entries = []
+    for path in directory.glob("*.json"):
+        try:
+            entries.append((path.stat().st_mtime_ns, path))
+        except OSError:  # removed by another process meanwhile
+            continue
+    for _, path in sorted(entries, reverse=True)[keep:]:
+        path.unlink(missing_ok=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 from dspark_cli.config.schema import Platform
 
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
+# Where to read the KFD topology instead (a container's own sysfs mount, a test's fake host).
+KFD_NODES_ENV = "DSPARK_KFD_NODES"
 PROBE_TIMEOUT_S = 10.0
 
 
@@ -94,8 +97,9 @@ def _amd_gpus(nodes: Path) -> tuple[Gpu, ...]:
     )
 
 
-def detect(kfd_nodes: Path = KFD_NODES) -> Machine:
+def detect(kfd_nodes: Path | None = None) -> Machine:
     """The accelerators of this machine; no GPU found means the CPU platform."""
+    kfd_nodes = kfd_nodes or Path(os.environ.get(KFD_NODES_ENV) or KFD_NODES)
     out = _run([
         "nvidia-smi",
         "--query-gpu=index,name,memory.total,driver_version,compute_cap",
