@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import run_dspark
+from tests.conftest import REPO, run_dspark
 
 
 def test_top_help_lists_every_command() -> None:
@@ -77,3 +84,71 @@ def test_unknown_hw_profile_is_a_usage_error() -> None:
     done = run_dspark("serve", "+hw=tpu_v5", "--dry-run")
     assert done.returncode == 2
     assert "Could not find 'hw/tpu_v5'" in done.stderr
+
+
+@pytest.mark.parametrize("args", [["--info"], ["--info", "defaults"], ["-i", "config"]])
+def test_info_prints_hydras_information(args: list[str]) -> None:
+    done = run_dspark("serve", "+hw=mi350x", *args)
+    assert done.returncode == 0, done.stderr
+    assert "Defaults List" in done.stdout or "Config" in done.stdout
+
+
+def test_hydras_short_flags_pass_through_and_unknown_ones_are_refused() -> None:
+    done = run_dspark("serve", "+hw=mi350x", "-c", "job")
+    assert done.returncode == 0, done.stderr
+    assert "name: mi350x" in done.stdout
+    refused = run_dspark("serve", "+hw=mi350x", "-x", "--dry-run")
+    assert refused.returncode == 2
+    assert "unknown flag '-x'" in refused.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """`dspark bench ... --json | head -1`, with a real pipe: the plan is far larger than the
+    pipe, so the writer meets the closed end."""
+    read_end, write_end = os.pipe()
+    argv = [sys.executable, "-m", "dspark_cli.cli", "bench", "bench=speed_bench_throughput_1k",
+            "+hw=mi350x", "--dry-run", "--json"]
+    proc = subprocess.Popen(argv, stdout=write_end, stderr=subprocess.PIPE, cwd=REPO)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        first = reader.readline()
+    _, stderr = proc.communicate(timeout=120)
+    assert first == b"{\n"
+    assert proc.returncode == 128 + signal.SIGPIPE, stderr
+    assert b"BrokenPipe" not in stderr and b"Traceback" not in stderr
+    assert b"unexpected" not in stderr
+
+
+@pytest.fixture(scope="module")
+def completion_script() -> str:
+    done = run_dspark("serve", "--shell-completion", "install=bash")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("-F hydra_bash_completion dspark")
+    return done.stdout
+
+
+def complete(script: str, line: str) -> list[str]:
+    """What bash offers for `line` (cursor at its end), through the installed function."""
+    words = line.split() + ([""] if line.endswith(" ") else [])
+    shell = (f'eval "$SCRIPT"; COMP_LINE={shlex.quote(line)}; COMP_POINT=${{#COMP_LINE}}; '
+             f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); "
+             f"COMP_CWORD={len(words) - 1}; hydra_bash_completion; "
+             'printf "%s\\n" "${COMPREPLY[@]}"')
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": path, "SCRIPT": script})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("dspark serve spec", {"speculative="}),
+    ("dspark serve hw=", {"hw=mi350x", "hw=h200", "hw=cpu"}),
+    ("dspark serve --dry-run speculative=dspark_a", {"speculative=dspark_adaptive"}),
+    ("dspark smoke +hw=mi35", {"+hw=mi350x", "+hw=mi355x"}),
+    ("dspark bench bench=", {"bench=cpu", "bench=speed_bench_throughput_1k"}),
+    ("dspark se", {"serve"}),
+])
+def test_installed_bash_completion_completes_groups_and_options(
+        completion_script: str, line: str, expected: set[str]) -> None:
+    assert expected <= set(complete(completion_script, line))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from dspark_cli.machine.detect import (
     parse_nvidia_smi,
 )
 from dspark_cli.machine.profiles import profile_patterns
+from tests.fake_gpu import fake_host
 
 NVIDIA_SMI = "0, NVIDIA H200, 143771, 570.86.15, 9.0\n1, NVIDIA H200, 143771, 570.86.15, 9.0\n"
 
@@ -52,19 +52,27 @@ def test_an_unknown_gpu_matches_no_profile() -> None:
         match_profile(machine, profile_patterns())
 
 
-def test_detect_reads_the_kfd_topology(tmp_path: Path) -> None:
+def test_detect_reads_the_kfd_topology(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in fake_host(tmp_path / "bin", "no-gpu").items():
+        monkeypatch.setenv(key, value)
+    nodes = tmp_path / "nodes"
     for node, version in enumerate([0, 90500, 90500]):  # node 0 is the CPU
-        (tmp_path / str(node)).mkdir()
-        (tmp_path / str(node) / "properties").write_text(
+        (nodes / str(node)).mkdir(parents=True)
+        (nodes / str(node) / "properties").write_text(
             f"cpu_cores_count 0\ngfx_target_version {version}\nsimd_count 1024\n")
-    machine = detect(kfd_nodes=tmp_path)
-    if machine.platform is Platform.cuda:  # a machine with nvidia-smi answers that first
-        pytest.skip("NVIDIA GPU present")
+    monkeypatch.setenv("DSPARK_KFD_NODES", str(nodes))
+    machine = detect()
     assert machine.platform is Platform.rocm
     assert [g.arch for g in machine.gpus] == ["gfx950", "gfx950"]
 
 
-def test_no_nvidia_smi_and_no_kfd_nodes_is_the_cpu_platform(tmp_path: Path) -> None:
-    if shutil.which("nvidia-smi"):
-        pytest.skip("nvidia-smi present")
-    assert detect(kfd_nodes=tmp_path / "absent") == Machine(Platform.cpu)
+@pytest.mark.parametrize(("host", "machine"), [
+    ("no-gpu", Machine(Platform.cpu)),
+    ("h200x8", Machine(Platform.cuda, tuple(Gpu(i, "NVIDIA H200", "sm_90", 143771)
+                                            for i in range(8)), "570.86.15")),
+])
+def test_detect_asks_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: str,
+                                machine: Machine) -> None:
+    for key, value in fake_host(tmp_path, host).items():
+        monkeypatch.setenv(key, value)
+    assert detect() == machine
