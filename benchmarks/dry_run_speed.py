@@ -1,9 +1,10 @@
 """`dspark serve +hw=mi350x --dry-run` against `python -c "import hydra"`, in the same run.
 
-Goal: the dry run's median wall time is at most 1.6x the bare Hydra import's (it composes the
-config, plans, checks and renders on top of that import, and imports neither torch nor vLLM).
-"warm" is the usual case (this composition is in dspark's compose cache); "cold" gives every
-run an empty cache, so it pays Hydra's full composition.
+Goals: the dry run's median wall time is at most 1.6x the bare Hydra import's when this
+composition is in dspark's compose cache (the usual case: a repeated plan), and at most 1.8x
+on a first composition (every run gets a fresh, empty DSPARK_CACHE_DIR, so it pays Hydra's full
+compose). On top of that import it composes, plans, checks and renders, and imports neither
+torch nor vLLM. Exits 1 when either ratio misses its goal.
 Usage: .venv/bin/python benchmarks/dry_run_speed.py [--runs 15]
 """
 
@@ -19,13 +20,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-GOAL = 1.6
 DRY_RUN = [sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=mi350x", "--dry-run"]
+REFERENCE = "import hydra"
+WARM, COLD = "dspark serve +hw=mi350x --dry-run", "  same, first compose (empty cache)"
 COMMANDS = {
-    "import hydra": ([sys.executable, "-c", "import hydra"], False),
-    "dspark serve +hw=mi350x --dry-run": (DRY_RUN, False),
-    "  same, cold compose cache": (DRY_RUN, True),
+    REFERENCE: ([sys.executable, "-c", "import hydra"], False),
+    WARM: (DRY_RUN, False),
+    COLD: (DRY_RUN, True),
 }
+GOALS = {WARM: 1.6, COLD: 1.8}
 
 
 def wall(argv: list[str], cold: bool) -> float:
@@ -51,11 +54,13 @@ def main() -> int:
     for name, median in medians.items():
         print(f"{name:<36} median {median * 1000:7.1f} ms  "
               f"(min {min(times[name]) * 1000:.1f}, max {max(times[name]) * 1000:.1f}, n={runs})")
-    ratio = medians["dspark serve +hw=mi350x --dry-run"] / medians["import hydra"]
-    cold = medians["  same, cold compose cache"] / medians["import hydra"]
-    verdict = "meets" if ratio <= GOAL else "MISSES"
-    print(f"ratio {ratio:.2f}x ({verdict} the {GOAL}x goal); cold cache {cold:.2f}x")
-    return 0 if ratio <= GOAL else 1
+    missed = 0
+    for name, goal in GOALS.items():
+        ratio = medians[name] / medians[REFERENCE]
+        verdict = "meets" if ratio <= goal else "MISSES"
+        missed += ratio > goal
+        print(f"{name.strip():<36} {ratio:.2f}x {REFERENCE} ({verdict} the {goal}x goal)")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
