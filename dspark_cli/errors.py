@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
+from pathlib import Path
 
 
 class ExitCode(IntEnum):
@@ -40,6 +42,19 @@ class UsageError(DsparkError):
 
 
 class ServerError(DsparkError):
-    """The server failed to start, died, or did not stay healthy."""
+    """The server failed to start, died, or did not stay healthy. `reason` is the short cause
+    (for records and verdicts); `message` adds where the log is and its last lines."""
 
     exit_code = ExitCode.SERVER
+
+    def __init__(self, message: str, hint: str | None = None, *,
+                 reason: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.reason = reason or message
+
+    @classmethod
+    def failed(cls, reason: str, log_path: Path | None, tail: Sequence[str]) -> ServerError:
+        where = f"; log: {log_path}" if log_path else ""
+        lines = "".join(f"\n    {line}" for line in tail)
+        return cls(f"{reason}{where}" + (f"\n  last lines:{lines}" if tail else ""),
+                   reason=reason)

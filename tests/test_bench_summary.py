@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dspark_cli.bench import records, report
+from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.summary import summarize, table
 from dspark_cli.errors import UsageError
 
@@ -29,7 +30,8 @@ def cell(arm: str, c: int, tps: float, valid: bool = True, **extra: Any) -> dict
 
 
 def summary_of(cells: list[dict[str, Any]]):
-    return summarize(cells, protocol="t", arms=PROTOCOL["arms"], baseline="fixed",
+    return summarize([CellRecord.from_dict(c) for c in cells], protocol="t",
+                     arms=PROTOCOL["arms"], baseline="fixed",
                      concurrencies=PROTOCOL["concurrencies"])
 
 

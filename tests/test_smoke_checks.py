@@ -236,7 +236,7 @@ def test_verdict_exit_codes(statuses: dict[str, Status], code: ExitCode) -> None
 def test_background_check_fails_closed_and_vetoes_only_once_failed() -> None:
     import threading
 
-    from dspark_cli.smoke.runner import BackgroundCheck
+    from dspark_cli.smoke.background import BackgroundCheck
 
     gate = threading.Event()
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
+from dspark_cli.bench.cell import CellRecord
 from dspark_cli.errors import UsageError
 
 CELLS_DIR = "cells"
@@ -22,25 +22,26 @@ def cell_dir(run_dir: Path, cell_id: str) -> Path:
     return run_dir / CELLS_DIR / cell_id
 
 
-def read(path: Path) -> dict[str, Any]:
+def read(path: Path) -> CellRecord:
     """One cell record; UsageError if it is not a dspark cell record."""
     try:
-        record = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UsageError(f"Cannot read cell record {path}: {exc}.") from exc
-    if not isinstance(record, dict) or not {"arm", "concurrency", "valid"} <= record.keys():
-        raise UsageError(f"{path} is not a dspark bench cell record (arm, concurrency, valid).")
-    record["record_path"] = str(path)
-    return record
+    try:
+        return CellRecord.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{path} is not a dspark bench cell record (arm, concurrency, valid, "
+                         f"protocol): {type(exc).__name__}: {exc}.") from None
 
 
-def finished_valid(run_dir: Path, cell_id: str) -> dict[str, Any] | None:
+def finished_valid(run_dir: Path, cell_id: str) -> CellRecord | None:
     """The cell's record if a previous run finished it validly (resume skips it)."""
     path = cell_dir(run_dir, cell_id) / CELL_JSON
     if not path.is_file():
         return None
     record = read(path)
-    return record if record["valid"] else None
+    return record if record.valid else None
 
 
 def set_aside(run_dir: Path, cell_id: str) -> Path | None:
@@ -55,19 +56,18 @@ def set_aside(run_dir: Path, cell_id: str) -> Path | None:
     return target
 
 
-def collect(root: Path) -> list[dict[str, Any]]:
+def collect(root: Path) -> list[CellRecord]:
     """Every cell record under `root` (a run or a multirun directory), retries included."""
     return [read(p) for p in sorted(root.rglob(CELL_JSON))]
 
 
-def pick_best(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def pick_best(records: Iterable[CellRecord]) -> list[CellRecord]:
     """One record per cell: where a cell was recorded more than once (a retry, two jobs), a
     valid record beats an invalid one and a later one beats an earlier one."""
-    best: dict[tuple[str, int], dict[str, Any]] = {}
+    best: dict[tuple[str, int], CellRecord] = {}
     for r in records:
-        key = (r["arm"], int(r["concurrency"]))
-        rank = (bool(r["valid"]), str(r.get("finished_at") or ""))
+        key = (r.arm, r.concurrency)
         old = best.get(key)
-        if old is None or rank > (bool(old["valid"]), str(old.get("finished_at") or "")):
+        if old is None or (r.valid, r.finished_at) > (old.valid, old.finished_at):
             best[key] = r
     return list(best.values())

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench import records as rec
+from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.summary import Summary, summarize, write
 from dspark_cli.errors import UsageError
 
@@ -30,12 +31,12 @@ def _ordered_union(lists: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def summarize_records(records: Sequence[dict[str, Any]]) -> Summary:
+def summarize_records(records: Sequence[CellRecord]) -> Summary:
     """One summary for the records of one protocol (retries included: the best record of each
     cell counts); UsageError if they mix protocols or baselines."""
-    protocols = [r["protocol"] for r in records]
-    names = {p["name"] for p in protocols}
-    baselines = {p["baseline"] for p in protocols}
+    protocols = [r.protocol for r in records]
+    names = {p.name for p in protocols}
+    baselines = {p.baseline for p in protocols}
     if len(names) > 1 or len(baselines) > 1:
         raise UsageError(
             f"The cell records mix protocols {sorted(names)} / baselines {sorted(baselines)}; "
@@ -45,9 +46,9 @@ def summarize_records(records: Sequence[dict[str, Any]]) -> Summary:
     return summarize(
         rec.pick_best(records),
         protocol=names.pop(),
-        arms=_ordered_union([p["arms"] for p in protocols]),
+        arms=_ordered_union([p.arms for p in protocols]),
         baseline=baselines.pop(),
-        concurrencies=_ordered_union([p["concurrencies"] for p in protocols]),
+        concurrencies=_ordered_union([p.concurrencies for p in protocols]),
     )
 
 

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.bench.cell import CellRecord
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -76,17 +78,17 @@ class Summary:
         return out
 
 
-def _row(record: Mapping[str, Any]) -> CellRow:
+def _row(record: CellRecord) -> CellRow:
     return CellRow(
-        arm=str(record["arm"]),
-        concurrency=int(record["concurrency"]),
-        valid=bool(record["valid"]),
-        reasons=tuple(record.get("reasons") or ()),
-        output_throughput=record.get("output_throughput"),
-        request_throughput=record.get("request_throughput"),
-        total_output_tokens=record.get("total_output_tokens"),
-        acceptance_length=record.get("acceptance_length"),
-        boot_s=record.get("boot_s"),
+        arm=record.arm,
+        concurrency=record.concurrency,
+        valid=record.valid,
+        reasons=record.reasons,
+        output_throughput=record.output_throughput,
+        request_throughput=record.request_throughput,
+        total_output_tokens=record.total_output_tokens,
+        acceptance_length=record.acceptance_length,
+        boot_s=record.boot_s,
         speedup=None,
     )
 
@@ -106,7 +108,7 @@ def _speedup(cell: CellRow | None, base: CellRow | None) -> tuple[float | None, 
 
 
 def summarize(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[CellRecord],
     *,
     protocol: str,
     arms: Sequence[str],

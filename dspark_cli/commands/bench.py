@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dspark_cli.errors import ExitCode
 
@@ -54,19 +54,16 @@ def register() -> None:
     schema.register()
 
 
-def _plain(node: Any) -> Any:
-    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-
-
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     if opts.report is not None:
         return _report(opts.report, opts)
     from dspark_cli.bench.arms import compose_arms
     from dspark_cli.bench.dataset import dataset_spec
     from dspark_cli.bench.protocol import build_protocol
+    from dspark_cli.config.plain import plain
 
-    protocol = build_protocol(_plain(cfg.bench))
-    dataset = dataset_spec(_plain(cfg.bench.dataset), Path.cwd())
+    protocol = build_protocol(plain(cfg.bench))
+    dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
     arms = compose_arms(cfg, protocol)
     if opts.dry_run:
         return _dry_run(protocol, dataset, arms, _run_dir(), opts)
@@ -86,32 +83,30 @@ def _run_dir() -> Path:
 def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
              opts: argparse.Namespace) -> int:
     from dspark_cli.bench.dry_run import plan_dict, plan_text
-    from dspark_cli.launch import prepare as launch
+    from dspark_cli.launch import checks
 
-    findings = {name: launch.check(arm.cfg, arm.plan, None, validate=False)
+    findings = {name: checks.check(arm.cfg, arm.plan, None, validate=False)
                 for name, arm in arms.items()}
     if opts.json:
         print(json.dumps(plan_dict(protocol, dataset, arms, directory, findings), indent=2))
     else:
         sys.stdout.write(plan_text(protocol, dataset, arms, directory))
     _report_findings(findings)
-    return max((launch.exit_code(f) for f in findings.values()), default=0)
+    return max((checks.exit_code(f) for f in findings.values()), default=0)
 
 
 def _report_findings(findings: dict[str, Any]) -> None:
     """Preflight failures per arm, to stderr; a skip that every arm shares, once."""
-    from dspark_cli.launch.rules import Status
+    from dspark_cli.launch.checks import report
+    from dspark_cli.status import Status
 
     skipped = {}
     for arm, found in findings.items():
+        report([f for f in found if f.failed], label=arm)
         for f in found:
-            if f.status is Status.failed:
-                print(f"dspark: preflight [{arm}] {f.rule} FAILED: {f.message} "
-                      f"(change `{f.key}`)", file=sys.stderr)
-            elif f.status is Status.skipped:
+            if f.status is Status.skipped:
                 skipped.setdefault((f.rule, f.message), f)
-    for f in skipped.values():
-        print(f"dspark: preflight {f.rule} skipped: {f.message}", file=sys.stderr)
+    report(skipped.values())
 
 
 def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
@@ -119,26 +114,20 @@ def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], dir
     from dspark_cli.bench import report
     from dspark_cli.bench.dataset import verify
     from dspark_cli.bench.runner import CellContext, run_cells
-    from dspark_cli.launch import prepare as launch
+    from dspark_cli.launch.prepare import Prepared, prepare
     from dspark_cli.server.logscan import fatal_patterns
     from dspark_cli.server.process import sigterm_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
-    ctx = CellContext(
-        protocol=protocol,
-        dataset=verify(dataset, needed),
-        run_dir=directory,
-        fatal=fatal_patterns(cfg.logs),
-        ready_timeout_s=float(cfg.server.ready_timeout_s),
-        stop_grace_s=float(cfg.server.stop_grace_s),
-    )
+    ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
+                      fatal=fatal_patterns(cfg.logs), server=cfg.server)
     print(f"dspark: run directory {directory}", file=sys.stderr)
 
-    def prepare(arm: Any) -> launch.Prepared:
-        return launch.prepare(arm.cfg, arm.plan, directory / "arms" / arm.name)
+    def prepare_arm(arm: Any) -> Prepared:
+        return prepare(arm.cfg, arm.plan, directory / "arms" / arm.name)
 
     with sigterm_as_interrupt():
-        run_cells(protocol.cells, arms, prepare, ctx, opts.stop_on_failure)
+        run_cells(protocol.cells, arms, prepare_arm, ctx, opts.stop_on_failure)
     return _render(report.build(directory), opts)
 
 

@@ -8,7 +8,7 @@ import sys
 
 from omegaconf import DictConfig
 
-from dspark_cli.launch import prepare as launch
+from dspark_cli.launch import checks
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
 
@@ -29,12 +29,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     plan = build_plan(cfg)
     if opts.dry_run:
-        findings = launch.check(cfg, plan, machine=None, validate=opts.validate)
+        findings = checks.check(cfg, plan, machine=None, validate=opts.validate)
         if opts.json:
             print(json.dumps({**plan_dict(plan), "preflight": [f.to_dict() for f in findings]},
                              indent=2))
         else:
             sys.stdout.write(shell_script(plan))
-        launch.report(findings)
-        return launch.exit_code(findings)
-    return launch.serve_foreground(cfg, plan)
+        checks.report(findings)
+        return checks.exit_code(findings)
+    from dspark_cli.launch.prepare import prepare
+    from dspark_cli.launch.record import run_dir
+    from dspark_cli.server import foreground
+    from dspark_cli.server.process import ensure_port_free
+
+    ensure_port_free(plan.client_host, plan.port)  # before anything is written
+    directory = run_dir()
+    prepared = prepare(cfg, plan, directory)
+    print(f"dspark: run directory {directory}", file=sys.stderr)
+    return foreground.serve(prepared.target(plan, cfg.server, directory / "server.log"))

@@ -40,59 +40,73 @@ def _profiles(cfg: DictConfig) -> dict[str, Any]:
 
 def _validate(plan: Any) -> tuple[bool, str]:
     """vLLM's own parser and engine config on the planned command (the same check as serve's)."""
-    from dspark_cli.launch.prepare import validate_with_vllm
+    from dspark_cli.vllm.validate import validate_with_vllm
 
     finding = validate_with_vllm(plan)
     return not finding.failed, finding.message
 
 
-def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
-    from dspark_cli.errors import ServerError, UsageError
-    from dspark_cli.launch import prepare as launch
-    from dspark_cli.launch.plan import build_plan
+def _session(cfg: DictConfig, plan: Any, exp: Any, directory: Path) -> tuple[Any, Any, Any]:
+    """The server session (managed or attached), vLLM's validation running beside the boot
+    (managed, planned command only), and the provenance."""
+    from dspark_cli.errors import UsageError
+    from dspark_cli.launch.prepare import prepare
     from dspark_cli.launch.provenance import collect
-    from dspark_cli.launch.record import run_dir
-    from dspark_cli.server.process import port_in_use, sigterm_as_interrupt
-    from dspark_cli.smoke import report
-    from dspark_cli.smoke.expectations import expectations
-    from dspark_cli.smoke.runner import BackgroundCheck, Target, progress, run_smoke
+    from dspark_cli.server.process import ensure_port_free
+    from dspark_cli.server.session import ServerSession, Target
+    from dspark_cli.smoke.background import BackgroundCheck
 
-    exp = expectations(cfg)
-    plan = build_plan(cfg)
-    directory = run_dir()
-    ready_timeout_s = float(cfg.server.ready_timeout_s)
+    watch = dict(fatal=exp.fatal, watch=exp.watch, context_lines=exp.context_lines,
+                 metrics_timeout_s=exp.metrics_timeout_s)
     if cfg.server.url:
         log = Path(cfg.server.log) if cfg.server.log else None
         if log is not None and not log.is_file():
             raise UsageError(f"server.log={log} is not a file; give the attached server's log, "
                              "or leave server.log unset to skip the log checks.")
-        target = Target(plan.base_url, plan.served_model_name, log, ready_timeout_s)
-        provenance = collect(plan.model_path, None)
-        mode = "attached"
-    else:
-        prepared = launch.prepare(cfg, plan, directory, validate=False)
-        server = launch.server_for(plan, prepared)
-        if port_in_use(server.host, server.port):
-            raise ServerError(f"port {server.port} on {server.host} is already in use; choose "
-                              "another with server.port=<port>, or attach with "
-                              f"server.url=http://{server.host}:{server.port}.")
-        validation = None if cfg.server.command is not None else BackgroundCheck(
-            "vllm_accepts_command", lambda: _validate(plan))
-        target = Target(plan.base_url, plan.served_model_name, server.log_path, ready_timeout_s,
-                        float(cfg.server.stop_grace_s), server, validation)
-        provenance = collect(plan.model_path, prepared.machine)
-        mode = "managed"
+        target = Target(plan.base_url, plan.client_host, plan.port, log,
+                        float(cfg.server.ready_timeout_s), **watch)
+        return ServerSession(target), None, collect(plan.model_path, None)
+    ensure_port_free(plan.client_host, plan.port)  # before the run record is written
+    prepared = prepare(cfg, plan, directory, validate=False)
+    validation = None if prepared.custom_command else BackgroundCheck(
+        "vllm_accepts_command", lambda: _validate(plan))
+
+    def rejected() -> str | None:
+        reason = validation.rejection() if validation is not None else None
+        return f"vLLM rejected the command: {reason}" if reason else None
+
+    target = prepared.target(plan, cfg.server, directory / "server.log", **watch)
+    return (ServerSession(target, abort=rejected), validation,
+            collect(plan.model_path, prepared.machine))
+
+
+def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    from dspark_cli.console import progress
+    from dspark_cli.launch.plan import build_plan
+    from dspark_cli.launch.record import run_dir
+    from dspark_cli.server.process import sigterm_as_interrupt
+    from dspark_cli.smoke import report
+    from dspark_cli.smoke.expectations import expectations
+    from dspark_cli.smoke.runner import run_smoke
+
+    exp = expectations(cfg)
+    plan = build_plan(cfg)
+    directory = run_dir()
+    session, validation, provenance = _session(cfg, plan, exp, directory)
     progress(f"run directory {directory}")
     with sigterm_as_interrupt():
-        smoke = run_smoke(exp, target)
-    doc = report.build(smoke, mode=mode, base_url=plan.base_url, log_path=target.log_path,
+        smoke = run_smoke(exp, session, plan.served_model_name, validation)
+    doc = report.build(smoke, mode="managed" if session.managed else "attached",
+                       base_url=plan.base_url, log_path=session.target.log_path,
                        profiles=_profiles(cfg), provenance=provenance)
-    report.write(doc, directory / "smoke.json")
+    doc.write(directory / "smoke.json")
     if opts.json:
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(doc.to_dict(), indent=2))
     else:
         from rich.console import Console
 
-        Console().print(report.render(doc))
+        from dspark_cli.smoke.render import render
+
+        Console().print(render(doc))
     progress(f"report: {directory / 'smoke.json'}")
     return int(smoke.verdict.exit_code)

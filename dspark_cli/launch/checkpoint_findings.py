@@ -3,7 +3,7 @@
 When model.path is a local directory: the structural pass, the pins and the DSpark head check.
 Adaptive verification without a verified confidence head is refused (vLLM would silently fall
 back to an online estimator) unless `checks.allow_missing_confidence_head=true` says so on
-purpose; the finding then reads OVERRIDDEN and is reported, not hidden.
+purpose; the finding is then marked `overridden`, reported and recorded, not hidden.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.checkpoint.report import Check, CheckpointReport, Problem
-from dspark_cli.launch.rules import Finding, Status
+from dspark_cli.launch.rules import Finding
+from dspark_cli.status import Status
 
 OVERRIDE_KEY = "checks.allow_missing_confidence_head"
 _SHOWN = 3  # problems quoted in one finding; `dspark verify-checkpoint` lists them all
@@ -74,7 +75,7 @@ def _head_finding(
         return Finding(rule, Status.skipped,
                        f"OVERRIDDEN by {OVERRIDE_KEY}=true: adaptive verification launches "
                        "without a verified confidence head, and vLLM will silently use its "
-                       f"online estimator instead ({why})", OVERRIDE_KEY)
+                       f"online estimator instead ({why})", OVERRIDE_KEY, overridden=True)
     return Finding(rule, Status.failed,
                    f"adaptive verification needs a verified confidence head ({why}); use a "
                    "checkpoint revision that ships the head, or speculative=dspark_fixed; "

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
 
 VLLM_DEFAULT_PORT = 8000
@@ -52,6 +53,15 @@ class LaunchPlan:
     def env_map(self) -> dict[str, str]:
         return dict(self.env)
 
+    @property
+    def client_host(self) -> str:
+        return client_host(self.host)
+
+
+def client_host(host: str | None) -> str:
+    """Where a local client reaches a server listening on `host` (any address: loopback)."""
+    return CLIENT_DEFAULT_HOST if host in (None, "", "0.0.0.0", "::") else host
+
 
 def render_flag(dest: str, value: Any) -> list[str]:
     """One vLLM option as argv: True -> `--x`, False -> `--no-x`, dict -> compact JSON,
@@ -68,12 +78,6 @@ def render_flag(dest: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
-def _plain(node: Any) -> Any:
-    if isinstance(node, DictConfig) or OmegaConf.is_config(node):
-        return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    return node
-
-
 def _non_null(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if v is not None}
 
@@ -88,7 +92,7 @@ def speculative_config(spec: DictConfig) -> dict[str, Any] | None:
         "num_speculative_tokens": spec.num_speculative_tokens,
         "enable_adaptive_verification": spec.enable_adaptive_verification,
     }
-    return {**_non_null(fields), **_plain(spec.extra)}
+    return {**_non_null(fields), **plain(spec.extra)}
 
 
 def compilation_config(comp: DictConfig) -> dict[str, Any] | None:
@@ -116,7 +120,7 @@ def _collect_args(cfg: DictConfig) -> dict[str, Any]:
         owners[dest], args[dest] = key, value
 
     for group in ("hw", "model", "serving"):
-        for dest, value in _plain(cfg[group].args).items():
+        for dest, value in plain(cfg[group].args).items():
             put(dest, value, f"{group}.args.{dest}")
     put("enforce_eager", True if cfg.compilation.enforce_eager else None,
         "compilation.enforce_eager")
@@ -125,7 +129,7 @@ def _collect_args(cfg: DictConfig) -> dict[str, Any]:
     host, port = cfg.server.host, int(cfg.server.port)
     put("host", host, "server.host")
     put("port", port if port != VLLM_DEFAULT_PORT else None, "server.port")
-    for key, value in _plain(cfg.serving.extra_args).items():
+    for key, value in plain(cfg.serving.extra_args).items():
         dest = key.replace("-", "_")
         if not _DEST.match(dest):
             raise UsageError(
@@ -141,7 +145,7 @@ def _collect_env(cfg: DictConfig) -> tuple[tuple[str, str], ...]:
     env: dict[str, str] = {}
     owners: dict[str, str] = {}
     for group in ENV_GROUPS:
-        for name, value in _plain(cfg[group].env).items():
+        for name, value in plain(cfg[group].env).items():
             key = f"{group}.env.{name}"
             if not _ENV_NAME.match(name):
                 raise UsageError(f"`{key}`: {name!r} is not a valid environment variable name.")
@@ -163,8 +167,7 @@ def build_plan(cfg: DictConfig) -> LaunchPlan:
     for dest, value in args.items():
         argv += render_flag(dest, value)
     host, port = cfg.server.host, int(cfg.server.port)
-    client_host = CLIENT_DEFAULT_HOST if host in (None, "", "0.0.0.0", "::") else host
-    base_url = cfg.server.url or f"http://{client_host}:{port}"
+    base_url = cfg.server.url or f"http://{client_host(host)}:{port}"
     return LaunchPlan(
         env=_collect_env(cfg),
         argv=tuple(argv),

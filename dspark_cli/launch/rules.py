@@ -11,13 +11,13 @@ import importlib.util
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from omegaconf import DictConfig
 
 from dspark_cli.config.schema import CudagraphMode, Platform
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.machine.detect import Machine
+from dspark_cli.status import Status
 
 FULL_CUDAGRAPH_MODES = {
     CudagraphMode.FULL, CudagraphMode.FULL_DECODE_ONLY, CudagraphMode.FULL_AND_PIECEWISE
@@ -27,18 +27,13 @@ ADAPTIVE_INCOMPATIBLE_ARGS = ("enable_return_routed_experts", "enable_batch_shar
 METHOD_RENAMING_WORDS = ("eagle-", "eagle3", "dflash", "dspark")
 
 
-class Status(StrEnum):
-    passed = "passed"
-    failed = "failed"
-    skipped = "skipped"
-
-
 @dataclass(frozen=True)
 class Finding:
     rule: str
     status: Status
     message: str
     key: str | None = None
+    overridden: bool = False  # a check switched off on purpose by an explicit setting
 
     @property
     def failed(self) -> bool:
@@ -46,7 +41,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         return {"rule": self.rule, "status": self.status.value, "message": self.message,
-                "key": self.key}
+                "key": self.key, "overridden": self.overridden}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""A launched server process: its own process group, its output in the run directory, a health
-poll that notices a dead process, and a teardown that leaves nothing behind.
+"""A launched server process: its own process group, its output in the run directory, and a
+teardown that leaves nothing behind. Health, logs and metrics live in `session.py`.
 
 The output is read by one thread that appends every line to the log file and hands it to
 listeners (an echo to the terminal, a fault watcher), so a fatal line is seen as it is printed.
@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,13 +19,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
 
 from dspark_cli.errors import ServerError
 
 LineListener = Callable[[str], None]
-HEALTH_PROBE_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +37,10 @@ class Teardown:
     def clean(self) -> bool:
         return not self.leftover_pids and self.port_free
 
+    def to_dict(self) -> dict[str, object]:
+        return {"seconds": round(self.seconds, 3), "signal": self.signal,
+                "leftover_pids": list(self.leftover_pids), "port_free": self.port_free}
+
 
 def port_in_use(host: str, port: int, timeout: float = 0.5) -> bool:
     """Whether something accepts connections on host:port."""
@@ -48,6 +49,15 @@ def port_in_use(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """Refuse to start a server on a port something already listens on (one wording for
+    serve, smoke and bench)."""
+    if port_in_use(host, port):
+        raise ServerError(f"port {port} on {host} is already in use; nothing was started.",
+                          hint=f"choose another with server.port=<port>, or attach to the "
+                          f"running server with server.url=http://{host}:{port}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -98,14 +108,12 @@ class ServerProcess:
     """`with ServerProcess(...) as server:` starts it; leaving the block tears it down."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path,
-                 base_url: str, host: str, port: int, scratch: Path | None = None) -> None:
-        """`scratch`: a directory private to this server (its TMPDIR), removed at teardown."""
+                 host: str, port: int) -> None:
+        """`host`/`port`: where it listens, checked to be free again after teardown."""
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = Path(log_path)
-        self.base_url = base_url.rstrip("/")
         self.host, self.port = host, port
-        self.scratch = scratch
         self.started_at = 0.0
         self.teardown: Teardown | None = None
         self._proc: subprocess.Popen[str] | None = None
@@ -171,36 +179,6 @@ class ServerProcess:
         with self._lock:
             return list(self._tail)[-n:]
 
-    def healthy(self) -> bool:
-        try:
-            return httpx.get(self.base_url + "/health",
-                             timeout=HEALTH_PROBE_TIMEOUT_S).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def wait_healthy(self, timeout: float, poll: float = 0.25,
-                     abort: Callable[[], str | None] | None = None) -> float:
-        """Seconds from start until /health answered 200. Raises ServerError as soon as the
-        process dies, `abort()` returns a reason, or the timeout passes."""
-        deadline = self.started_at + timeout
-        while True:
-            if not self.alive():
-                raise ServerError(self._failure(f"the server exited with code {self.returncode} "
-                                                "before it became healthy"))
-            reason = abort() if abort else None
-            if reason:
-                raise ServerError(self._failure(reason))
-            if self.healthy():
-                return time.monotonic() - self.started_at
-            if time.monotonic() > deadline:
-                raise ServerError(self._failure(f"/health did not answer 200 within {timeout:.0f}"
-                                                " s (server.ready_timeout_s)"))
-            time.sleep(poll)
-
-    def _failure(self, reason: str) -> str:
-        tail = "\n".join("    " + line for line in self.tail(15))
-        return f"{reason}; log: {self.log_path}\n  last lines:\n{tail}"
-
     def wait(self, timeout: float | None = None) -> int | None:
         assert self._proc is not None
         try:
@@ -219,8 +197,6 @@ class ServerProcess:
         if self.teardown is not None:
             return self.teardown
         if self._proc is None:
-            if self.scratch is not None:
-                shutil.rmtree(self.scratch, ignore_errors=True)
             self.teardown = Teardown(0.0, "exited", (), True)
             return self.teardown
         start = time.monotonic()
@@ -246,8 +222,6 @@ class ServerProcess:
         self._proc.wait(timeout=5)
         if self._reader is not None:
             self._reader.join(timeout=2)
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
         port_free = not port_in_use(self.host, self.port)
         self.teardown = Teardown(time.monotonic() - start, how, tuple(sorted(_alive(pids))),
                                  port_free)

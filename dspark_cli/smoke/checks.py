@@ -16,13 +16,7 @@ from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.server.logscan import LogSnapshot
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, spec_decode
 from dspark_cli.smoke.expectations import Expectations
-
-
-class Status(StrEnum):
-    passed = "passed"
-    failed = "failed"
-    skipped = "skipped"
-    not_run = "not_run"
+from dspark_cli.status import Status
 
 
 @dataclass(frozen=True)
@@ -35,6 +29,10 @@ class CheckResult:
     @property
     def failed(self) -> bool:
         return self.status is Status.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status.value, "evidence": self.evidence,
+                "data": dict(self.data)}
 
 
 class RequestState(StrEnum):

@@ -8,11 +8,11 @@ composed config. The spec-decode rule comes from the speculative profile.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from dspark_cli.config.plain import plain
 from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import UsageError
 from dspark_cli.server.logscan import Pattern, compile_patterns, fatal_patterns
@@ -50,13 +50,11 @@ class Expectations:
     spec: SpecRule | None
     context_lines: int
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, DictConfig | ListConfig):
-        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
-    return value
+    @property
+    def watch(self) -> tuple[Pattern, ...]:
+        """Every line pattern the log watcher records a first match of."""
+        extra = (self.draft_params.pattern,) if self.draft_params is not None else ()
+        return self.required + extra
 
 
 def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
@@ -66,7 +64,7 @@ def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
         if value is _ABSENT:
             raise UsageError(f"`{where}.when` names `{key}`, which is not a config key.")
         options = wanted if isinstance(wanted, list) else [wanted]
-        if str(_plain(value)) not in {str(o) for o in options}:
+        if str(plain(value)) not in {str(o) for o in options}:
             return False
     return True
 
@@ -77,7 +75,7 @@ def required_lines(cfg: DictConfig) -> list[str]:
     for group in PROFILE_GROUPS:
         lines += list(cfg[group].get("expect_log") or [])
     for i, rule in enumerate(cfg.smoke.conditional_lines):
-        if condition_holds(cfg, _plain(rule.when), f"smoke.conditional_lines[{i}]"):
+        if condition_holds(cfg, plain(rule.when), f"smoke.conditional_lines[{i}]"):
             lines += list(rule.lines)
     return list(dict.fromkeys(str(line) for line in lines))
 
@@ -110,7 +108,7 @@ def expectations(cfg: DictConfig) -> Expectations:
     if spec.method is not None:
         k = spec.num_speculative_tokens
         rule = SpecRule(str(spec.method), None if k is None else int(k),
-                        DraftTokensRule(_plain(spec.draft_tokens_rule)))
+                        DraftTokensRule(plain(spec.draft_tokens_rule)))
     lines = required_lines(cfg)
     return Expectations(
         prompt=str(smoke.prompt),

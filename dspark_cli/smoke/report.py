@@ -1,87 +1,85 @@
-"""The smoke report: one JSON document (run directory, `--json`) and a rich table for people."""
+"""The smoke's record: a frozen report with `to_dict()` (smoke.json, `--json`); `render.py`
+draws it for people."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.server.metrics import GENERATION_TOKENS, spec_decode
-from dspark_cli.smoke.checks import Status
-from dspark_cli.smoke.runner import SmokeRun
+from dspark_cli.server.metrics import GENERATION_TOKENS, SpecDecode, spec_decode
+from dspark_cli.smoke.checks import CheckResult, RequestOutcome
+from dspark_cli.smoke.runner import SmokeRun, Timings
+from dspark_cli.smoke.verdict import Verdict
 
-STYLE = {Status.passed: "green", Status.failed: "bold red", Status.skipped: "dim",
-         Status.not_run: "yellow"}
+
+@dataclass(frozen=True)
+class Counters:
+    """Server counters over the smoke request (after - before)."""
+
+    generation_tokens: int
+    spec_decode: SpecDecode | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"generation_tokens": self.generation_tokens,
+                "spec_decode": self.spec_decode.as_dict() if self.spec_decode else None}
+
+
+@dataclass(frozen=True)
+class SmokeReport:
+    verdict: Verdict
+    mode: str  # "managed" or "attached"
+    base_url: str
+    log: Path | None
+    profiles: Mapping[str, Any]
+    checks: tuple[CheckResult, ...]
+    timings: Timings
+    decided_at: float
+    request: RequestOutcome
+    counters: Counters | None
+    server_version: str | None
+    provenance: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": {"passed": self.verdict.passed, "exit_code": int(self.verdict.exit_code),
+                        "summary": self.verdict.summary},
+            "mode": self.mode,
+            "base_url": self.base_url,
+            "log": str(self.log) if self.log else None,
+            "profiles": dict(self.profiles),
+            "checks": [c.to_dict() for c in self.checks],
+            "timings": self.timings.to_dict(),
+            "decided_at": self.decided_at,
+            "request": {"state": self.request.state.value,
+                        "latency_s": _round(self.request.latency_s),
+                        "completion_tokens": self.request.completion_tokens},
+            "counters": self.counters.to_dict() if self.counters else None,
+            "versions": {"server": self.server_version, **self.provenance},
+        }
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def counters(run: SmokeRun) -> dict[str, Any] | None:
-    """Server counters over the smoke request (after - before), when both scrapes exist."""
+def counters(run: SmokeRun) -> Counters | None:
     obs = run.observations
     if obs.metrics_before is None or obs.metrics_after is None:
         return None
     delta = obs.metrics_after.delta(obs.metrics_before)
-    spec = spec_decode(delta)
-    return {"generation_tokens": round(delta.total(GENERATION_TOKENS)),
-            "spec_decode": spec.as_dict() if spec else None}
+    return Counters(round(delta.total(GENERATION_TOKENS)), spec_decode(delta))
 
 
 def build(run: SmokeRun, *, mode: str, base_url: str, log_path: Path | None,
-          profiles: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
-    """The JSON report: verdict, every check with evidence, timings, counters, versions."""
-    return {
-        "verdict": {"passed": run.verdict.passed, "exit_code": int(run.verdict.exit_code),
-                    "summary": run.verdict.summary},
-        "mode": mode,
-        "base_url": base_url,
-        "log": str(log_path) if log_path else None,
-        "profiles": profiles,
-        "checks": [{"name": r.name, "status": r.status.value, "evidence": r.evidence,
-                    "data": dict(r.data)} for r in run.results],
-        "timings": {k: _round(v) for k, v in run.timings.items()},
-        "decided_at": run.decided_at,
-        "request": {"state": run.observations.request.state.value,
-                    "latency_s": _round(run.observations.request.latency_s),
-                    "completion_tokens": run.observations.request.completion_tokens},
-        "counters": counters(run),
-        "versions": {"server": run.server_version, **provenance},
-    }
-
-
-def write(report: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
-
-
-def render(report: dict[str, Any]) -> Any:
-    """A rich renderable: the checks table, the fatal lines' context, and the verdict."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"dspark smoke ({report['mode']}, {report['base_url']})",
-                  title_justify="left")
-    table.add_column("check")
-    table.add_column("status")
-    table.add_column("evidence", overflow="fold")
-    for check in report["checks"]:
-        status = Status(check["status"])
-        table.add_row(check["name"], Text(status.value, style=STYLE[status]), check["evidence"])
-    parts: list[Any] = [table]
-    for check in report["checks"]:
-        for event in check["data"].get("events", [])[:1]:
-            parts.append(Text(f"log around the {event['pattern']} line (line {event['line_no']}):",
-                              style="bold"))
-            parts.append(Text("\n".join("  " + line for line in event["context"])))
-    t = report["timings"]
-    shown = {k: "-" if v is None else f"{v} s" for k, v in t.items()}
-    parts.append(Text(f"boot-to-health {shown['boot_to_health_s']}, request "
-                      f"{shown['request_latency_s']}, teardown {shown['teardown_s']}, "
-                      f"total {shown['total_s']}"))
-    verdict = report["verdict"]
-    parts.append(Text(("PASS" if verdict["passed"] else "FAIL") + f": {verdict['summary']}",
-                      style="bold green" if verdict["passed"] else "bold red"))
-    return Group(*parts)
+          profiles: Mapping[str, Any], provenance: Mapping[str, Any]) -> SmokeReport:
+    """The report of one smoke run: verdict, every check with evidence, timings, counters."""
+    return SmokeReport(run.verdict, mode, base_url, log_path, profiles, run.results,
+                       run.timings, run.decided_at, run.observations.request, counters(run),
+                       run.server_version, provenance)

@@ -1,85 +1,53 @@
-"""Run the smoke against a server: the side effects (HTTP, the log watcher, teardown).
+"""Run the smoke over a server session: the side effects (HTTP, the log, teardown).
 
 Every wait races the server: a fatal log line or the process exiting ends it at once (the
-watcher signals within ~20 ms, the process is polled every 20 ms), so a broken server gets its
+watcher signals within ~20 ms, the session polls every 20 ms), so a broken server gets its
 verdict within a second instead of at a timeout. What was seen goes into `Observations`; the
-pure checks in `checks.py` judge it. A managed server is torn down on every path.
+pure checks in `checks.py` judge it. The session tears a managed server down on every path.
 """
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
 
 import httpx
 
+from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
-from dspark_cli.server.logscan import LogSnapshot, LogWatcher, Pattern
-from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, ScrapeError, scrape
-from dspark_cli.server.process import HEALTH_PROBE_TIMEOUT_S, ServerProcess, Teardown
+from dspark_cli.server.logscan import LogSnapshot
+from dspark_cli.server.metrics import Scrape, ScrapeError
+from dspark_cli.server.process import Teardown
+from dspark_cli.server.session import ServerSession
+from dspark_cli.smoke.background import BackgroundCheck, race
 from dspark_cli.smoke.checks import (
     Boot,
     CheckResult,
     Observations,
     RequestOutcome,
     RequestState,
-    Status,
     evaluate,
 )
 from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.smoke.verdict import Verdict, decide
+from dspark_cli.status import Status
 
-POLL_S = 0.02
-HEALTH_POLL_S = 0.1
 LOG_SETTLE_S = 0.2  # the server's last lines reach the log file a moment after it answers
-METRICS_SETTLE_S = 2.0  # vLLM may record a request's counters just after answering it
 CONNECT_TIMEOUT_S = 5.0
 
 
-class BackgroundCheck:
-    """A slow pre-launch check run beside the boot instead of before it (vLLM's own parser
-    takes 5-10 s on 2 cores); a rejection stops the boot as a fatal line would."""
-
-    def __init__(self, name: str, fn: Callable[[], tuple[bool, str]]) -> None:
-        self.name = name
-        self._box: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._run, args=(fn,), name=f"dspark-{name}",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[[], tuple[bool, str]]) -> None:
-        try:
-            self._box["result"] = fn()
-        except Exception as exc:  # a crashed check proves nothing: fail closed
-            self._box["result"] = (False, f"{type(exc).__name__}: {exc}")
-
-    def rejection(self) -> str | None:
-        """The failure message once the check has failed; None while running or passed."""
-        ok, message = self._box.get("result", (True, ""))
-        return None if ok else message
-
-    def result(self) -> CheckResult:
-        self._thread.join()
-        ok, message = self._box["result"]
-        return CheckResult(self.name, Status.passed if ok else Status.failed, message)
-
-
 @dataclass(frozen=True)
-class Target:
-    """Where the server is and how to reach it."""
+class Timings:
+    boot_to_health_s: float | None
+    request_latency_s: float | None
+    start_to_verdict_s: float
+    after_health_to_verdict_s: float | None
+    fatal_to_verdict_s: float | None
+    teardown_s: float | None
+    total_s: float
 
-    base_url: str
-    model: str  # served model name, for the request
-    log_path: Path | None
-    ready_timeout_s: float
-    stop_grace_s: float = 15.0
-    server: ServerProcess | None = None  # None: attached (not ours to start or stop)
-    validation: BackgroundCheck | None = None  # None: nothing to validate (reported skipped)
+    def to_dict(self) -> dict[str, float | None]:
+        return {k: None if v is None else round(v, 3) for k, v in vars(self).items()}
 
 
 @dataclass(frozen=True)
@@ -87,40 +55,10 @@ class SmokeRun:
     results: tuple[CheckResult, ...]
     verdict: Verdict
     observations: Observations
-    timings: dict[str, float | None]
+    timings: Timings
     decided_at: float  # time.time() when the verdict was taken (before teardown)
     teardown: Teardown | None
     server_version: str | None
-
-
-def progress(message: str) -> None:
-    print(f"dspark: {message}", file=sys.stderr, flush=True)
-
-
-def race(fn: Callable[[], Any], timeout: float,
-         interrupt: Callable[[], str | None]) -> tuple[str, Any]:
-    """Run `fn` in a thread; ("done", value) | ("error", exc) | ("interrupted", reason) |
-    ("timeout", None), whichever comes first. An abandoned call ends with the server."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except Exception as exc:  # reported to the caller, which decides
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="dspark-smoke-call", daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not done.wait(POLL_S):
-        reason = interrupt()
-        if reason:
-            return "interrupted", reason
-        if time.monotonic() > deadline:
-            return "timeout", None
-    return ("error", box["error"]) if "error" in box else ("done", box["value"])
 
 
 def complete(base_url: str, model: str, prompt: str, max_tokens: int,
@@ -149,137 +87,64 @@ def complete(base_url: str, model: str, prompt: str, max_tokens: int,
     return RequestOutcome(RequestState.ok, latency, 200, tokens)
 
 
-def probe_health(base_url: str) -> bool:
-    try:
-        return httpx.get(base_url + "/health", timeout=HEALTH_PROBE_TIMEOUT_S).status_code == 200
-    except httpx.HTTPError:
-        return False
+class _Smoke:
+    """One smoke's observations, gathered through its session."""
 
-
-def server_version(base_url: str) -> str | None:
-    try:
-        return str(httpx.get(base_url + "/version", timeout=HEALTH_PROBE_TIMEOUT_S)
-                   .json()["version"])
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return None
-
-
-class _Session:
-    """State of one smoke: the target, the watcher, and what stops a wait early."""
-
-    def __init__(self, exp: Expectations, target: Target) -> None:
-        self.exp, self.target, self.server = exp, target, target.server
-        self.watcher: LogWatcher | None = None
-        if target.log_path is not None:
-            watch: tuple[Pattern, ...] = exp.required
-            if exp.draft_params is not None:
-                watch += (exp.draft_params.pattern,)
-            self.watcher = LogWatcher(target.log_path, exp.fatal, watch,
-                                      context=exp.context_lines)
-
-    def rejection(self) -> str | None:
-        validation = self.target.validation
-        return validation.rejection() if validation is not None else None
-
-    def stop_reason(self) -> str | None:
-        if self.watcher is not None and self.watcher.fired.is_set():
-            return "a fatal log line"
-        if self.rejection():
-            return "vLLM rejected the command"
-        if self.server is not None and not self.server.alive():
-            return f"the server exited (code {self.server.returncode})"
-        return None
-
-    def died(self, grace_s: float = 0.0) -> int | None:
-        """The server's exit code if it ended on its own (managed only); `grace_s` waits for
-        an exit that a dropped connection announces a moment early."""
-        if self.server is None:
-            return None
-        if grace_s and self.server.alive():
-            self.server.wait(grace_s)
-        return self.server.returncode
+    def __init__(self, exp: Expectations, session: ServerSession, model: str) -> None:
+        self.exp, self.session, self.model = exp, session, model
 
     def boot(self) -> Boot:
-        timeout = self.target.ready_timeout_s
-        progress(f"waiting for {self.target.base_url}/health (up to {timeout:.0f} s: "
-                 "server.ready_timeout_s)")
-
-        def abort() -> str | None:
-            if self.rejection():
-                return f"stopped the boot: {self.rejection()}"
-            return "a fatal log line appeared before /health answered 200" if (
-                self.watcher is not None and self.watcher.fired.is_set()) else None
-
-        if self.server is not None:
-            try:
-                return Boot(True, self.server.wait_healthy(timeout, HEALTH_POLL_S, abort))
-            except ServerError as exc:
-                return Boot(False, None, exc.message.split("; log:")[0])
-        start = time.monotonic()
-        while not probe_health(self.target.base_url):
-            reason = abort()
-            if reason:
-                return Boot(False, None, reason)
-            if time.monotonic() - start > timeout:
-                return Boot(False, None, f"/health did not answer 200 within {timeout:.0f} s "
-                            "(server.ready_timeout_s)")
-            time.sleep(HEALTH_POLL_S)
-        return Boot(True, time.monotonic() - start)
-
-    def scrape_settled(self, before: Scrape, tokens: int) -> Scrape:
-        after = scrape(self.target.base_url, self.exp.metrics_timeout_s)
-        deadline = time.monotonic() + METRICS_SETTLE_S
-        while (after.delta(before).total(GENERATION_TOKENS) < tokens
-               and time.monotonic() < deadline and not self.stop_reason()):
-            time.sleep(0.05)
-            after = scrape(self.target.base_url, self.exp.metrics_timeout_s)
-        return after
-
-    def request_phase(self, obs: Observations) -> Observations:
-        exp, url = self.exp, self.target.base_url
+        progress(f"waiting for {self.session.target.base_url}/health (up to "
+                 f"{self.session.target.ready_timeout_s:.0f} s: server.ready_timeout_s)")
         try:
-            before = scrape(url, exp.metrics_timeout_s)
-        except ScrapeError as exc:
-            obs = replace(obs, metrics_error=str(exc))
-            before = None
+            return Boot(True, self.session.wait_healthy())
+        except ServerError as exc:
+            return Boot(False, None, exc.reason)
+
+    def request(self) -> tuple[str, RequestOutcome]:
+        exp = self.exp
         progress(f"requesting {exp.max_tokens} tokens")
         kind, value = race(
-            lambda: complete(url, self.target.model, exp.prompt, exp.max_tokens,
-                             exp.request_timeout_s),
-            exp.request_timeout_s, self.stop_reason)
-        if kind == "done":
-            request = value
-        elif kind == "timeout":
-            request = RequestOutcome(RequestState.timeout, detail="no response")
-        elif kind == "interrupted":
-            request = RequestOutcome(RequestState.interrupted, detail=value)
-        else:
-            request = RequestOutcome(RequestState.transport_error, detail=str(value))
-        code = self.died(0.5 if request.state is RequestState.transport_error else 0.0)
+            lambda: complete(self.session.target.base_url, self.model, exp.prompt,
+                             exp.max_tokens, exp.request_timeout_s),
+            exp.request_timeout_s, self.session.stop_reason)
+        outcomes = {"timeout": RequestOutcome(RequestState.timeout, detail="no response"),
+                    "interrupted": RequestOutcome(RequestState.interrupted, detail=str(value)),
+                    "error": RequestOutcome(RequestState.transport_error, detail=str(value))}
+        return kind, value if kind == "done" else outcomes[kind]
+
+    def request_phase(self, obs: Observations) -> Observations:
+        before: Scrape | None = None
+        try:
+            before = self.session.scrape()
+        except ScrapeError as exc:
+            obs = replace(obs, metrics_error=str(exc))
+        kind, request = self.request()
+        transport = request.state is RequestState.transport_error
+        code = self.session.exit_code(0.5 if transport else 0.0)
         if code is not None:
             return replace(obs, request=RequestOutcome(RequestState.interrupted),
                            exit_code=code, died_during="the request",
-                           stopped_by=f"the server exited (code {code})")
+                           stopped_by=f"the server exited with code {code}")
         if kind == "interrupted":
-            return replace(obs, request=request, stopped_by=value)
+            return replace(obs, request=request, stopped_by=request.detail)
         obs = replace(obs, request=request, metrics_before=before)
         if request.state is RequestState.ok and before is not None:
             try:
-                after = self.scrape_settled(before, request.completion_tokens or 0)
+                after = self.session.scrape_settled(before, request.completion_tokens or 0)
                 obs = replace(obs, metrics_after=after)
             except ScrapeError as exc:
                 obs = replace(obs, metrics_error=str(exc))
-        if self.server is None:
-            obs = replace(obs, final_health=probe_health(url))
+        if not self.session.managed:
+            obs = replace(obs, final_health=self.session.healthy())
         return obs
 
     def observe(self) -> Observations:
-        obs = Observations(managed=self.server is not None, boot=self.boot())
+        obs = Observations(managed=self.session.managed, boot=self.boot())
         if not obs.boot.healthy:
-            code = self.died()
-            stopped = self.stop_reason()
+            code = self.session.exit_code()
             return replace(obs, exit_code=code, died_during="boot" if code is not None else None,
-                           stopped_by=stopped)
+                           stopped_by=self.session.stop_reason())
         progress(f"healthy after {obs.boot.seconds:.1f} s")
         return self.request_phase(obs)
 
@@ -287,8 +152,7 @@ class _Session:
 def teardown_check(teardown: Teardown | None) -> CheckResult:
     if teardown is None:
         return CheckResult("teardown", Status.skipped, "attached: the server is not ours to stop")
-    data = {"seconds": round(teardown.seconds, 3), "signal": teardown.signal,
-            "leftover_pids": list(teardown.leftover_pids), "port_free": teardown.port_free}
+    data = teardown.to_dict()
     if teardown.clean:
         return CheckResult("teardown", Status.passed,
                            f"{teardown.signal}: no process left, port free after "
@@ -298,54 +162,47 @@ def teardown_check(teardown: Teardown | None) -> CheckResult:
     return CheckResult("teardown", Status.failed, "; ".join(problems), data)
 
 
-def validation_check(target: Target) -> CheckResult:
-    if target.validation is not None:
-        return target.validation.result()
-    why = ("attached: the command is not ours" if target.server is None
-           else "server.command replaces the planned vLLM command")
+def validation_check(validation: BackgroundCheck | None, managed: bool) -> CheckResult:
+    if validation is not None:
+        return validation.result()
+    why = ("server.command replaces the planned vLLM command" if managed
+           else "attached: the command is not ours")
     return CheckResult("vllm_accepts_command", Status.skipped, why)
 
 
-def run_smoke(exp: Expectations, target: Target) -> SmokeRun:
+def run_smoke(exp: Expectations, session: ServerSession, model: str,
+              validation: BackgroundCheck | None = None) -> SmokeRun:
     """Boot (managed) or reach (attached) the server, check it, and tear it down."""
-    session = _Session(exp, target)
-    server, watcher = target.server, session.watcher
+    smoke = _Smoke(exp, session, model)
     started = time.monotonic()
-    teardown: Teardown | None = None
     version: str | None = None
-    try:
-        if watcher is not None:
-            watcher.start()
-        if server is not None:
-            progress(f"starting the server; log: {target.log_path}")
-            server.start()
-        obs = session.observe()
-        if watcher is not None and not watcher.fired.is_set():
+    with session:
+        if session.managed:
+            progress(f"started the server; log: {session.target.log_path}")
+        obs = smoke.observe()
+        if session.watcher is not None and not session.watcher.fired.is_set():
             time.sleep(LOG_SETTLE_S)  # lines printed just before (e.g. with an HTTP 500)
-        at_verdict = watcher.catch_up() if watcher is not None else None
+        at_verdict = session.log_snapshot()
         decided_at, decided = time.time(), time.monotonic()
-        validated = validation_check(target)
+        validated = validation_check(validation, session.managed)
         preliminary = decide((validated, *evaluate(exp, _with_log(obs, at_verdict, at_verdict))))
         progress(f"verdict: {'PASS' if preliminary.passed else 'FAIL'}: {preliminary.summary}")
         if obs.boot.healthy and not session.stop_reason():
-            version = server_version(target.base_url)
-    finally:
-        if server is not None:
-            teardown = server.stop(target.stop_grace_s)
-        final = watcher.stop() if watcher is not None else None
-    obs = _with_log(obs, final, at_verdict)
+            version = session.version()
+    teardown = session.teardown
+    obs = _with_log(obs, session.final_log, at_verdict)
     results = (validated, *evaluate(exp, obs), teardown_check(teardown))
-    timings = {
-        "boot_to_health_s": obs.boot.seconds,
-        "request_latency_s": obs.request.latency_s,
-        "start_to_verdict_s": decided - started,
-        "after_health_to_verdict_s": (decided - started - obs.boot.seconds
-                                      if obs.boot.seconds is not None else None),
-        "fatal_to_verdict_s": (decided_at - obs.log.fatal[0].detected_at
-                               if obs.log is not None and obs.log.fatal else None),
-        "teardown_s": teardown.seconds if teardown is not None else None,
-        "total_s": time.monotonic() - started,
-    }
+    timings = Timings(
+        boot_to_health_s=obs.boot.seconds,
+        request_latency_s=obs.request.latency_s,
+        start_to_verdict_s=decided - started,
+        after_health_to_verdict_s=(decided - started - obs.boot.seconds
+                                   if obs.boot.seconds is not None else None),
+        fatal_to_verdict_s=(decided_at - obs.log.fatal[0].detected_at
+                            if obs.log is not None and obs.log.fatal else None),
+        teardown_s=teardown.seconds if teardown is not None else None,
+        total_s=time.monotonic() - started,
+    )
     return SmokeRun(results, decide(results), obs, timings, decided_at, teardown, version)
 
 

@@ -325,6 +325,8 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log(f"vLLM API server version {VERSION}")
     log(f"non-default args: {{'model_tag': {args.model!r}, 'port': {args.port}}}")
+    tmp = os.environ.get("TMPDIR")
+    log(f"TMPDIR {tmp} exists={tmp is not None and os.path.isdir(tmp)}")  # a dead scratch dir
     engine = Engine(args)
     server = QuietDisconnects((args.host, args.port), make_handler(engine))
     server.daemon_threads = True

@@ -1,0 +1,185 @@
+"""A cell's record (cell.json): a frozen value built from what the cell observed (pure), and
+read back for resume and the summary. The file format is the JSON of `to_dict()`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspark_cli.bench.loadgen import PhaseRun, scalars
+from dspark_cli.bench.protocol import Cell, Protocol
+from dspark_cli.bench.validity import Evidence, judge
+from dspark_cli.server import metrics
+from dspark_cli.server.process import Teardown
+
+
+@dataclass(frozen=True)
+class ProtocolInfo:
+    """Which protocol a cell belongs to: records of different protocols never mix."""
+
+    name: str
+    arms: tuple[str, ...]
+    baseline: str
+    concurrencies: tuple[int, ...]
+
+    @classmethod
+    def of(cls, protocol: Protocol) -> ProtocolInfo:
+        return cls(protocol.name, tuple(protocol.arms), protocol.baseline,
+                   tuple(protocol.concurrencies))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arms": list(self.arms), "baseline": self.baseline,
+                "concurrencies": list(self.concurrencies)}
+
+
+@dataclass(frozen=True)
+class CellTimings:
+    boot_s: float
+    load_s: float
+    teardown_s: float
+    total_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"boot_s": round(self.boot_s, 3), "load_s": round(self.load_s, 3),
+                "teardown_s": round(self.teardown_s, 3), "total_s": round(self.total_s, 3),
+                # What dspark itself spent on the cell: everything but boot, load, teardown.
+                "overhead_s": round(self.total_s - self.boot_s - self.load_s
+                                    - self.teardown_s, 3)}
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """One cell's evidence and verdict. Fields the summary reads are typed; the evidence it
+    only carries (load generator scalars, counters, launch) is kept as read."""
+
+    arm: str
+    concurrency: int
+    valid: bool
+    reasons: tuple[str, ...]
+    protocol: ProtocolInfo
+    output_throughput: float | None = None
+    request_throughput: float | None = None
+    total_output_tokens: int | None = None
+    acceptance_length: float | None = None
+    boot_s: float | None = None
+    finished_at: str = ""
+    teardown: Teardown | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)  # the rest of cell.json
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.arm}-c{self.concurrency}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm, "concurrency": self.concurrency, "cell_id": self.cell_id,
+            "protocol": self.protocol.to_dict(), "valid": self.valid,
+            "reasons": list(self.reasons), "output_throughput": self.output_throughput,
+            "request_throughput": self.request_throughput,
+            "total_output_tokens": self.total_output_tokens,
+            "acceptance_length": self.acceptance_length, "boot_s": self.boot_s,
+            "teardown": self.teardown.to_dict() if self.teardown else None,
+            "finished_at": self.finished_at, **self.evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CellRecord:
+        """A record from cell.json; KeyError/TypeError/ValueError when it is not one."""
+        p, td = data["protocol"], data.get("teardown")
+        own = {"arm", "concurrency", "cell_id", "protocol", "valid", "reasons",
+               "output_throughput", "request_throughput", "total_output_tokens",
+               "acceptance_length", "boot_s", "teardown", "finished_at"}
+        return cls(
+            arm=str(data["arm"]), concurrency=int(data["concurrency"]),
+            valid=bool(data["valid"]), reasons=tuple(data.get("reasons") or ()),
+            protocol=ProtocolInfo(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
+                                  tuple(int(c) for c in p["concurrencies"])),
+            output_throughput=data.get("output_throughput"),
+            request_throughput=data.get("request_throughput"),
+            total_output_tokens=data.get("total_output_tokens"),
+            acceptance_length=data.get("acceptance_length"), boot_s=data.get("boot_s"),
+            finished_at=str(data.get("finished_at") or ""),
+            teardown=Teardown(float(td["seconds"]), str(td["signal"]),
+                              tuple(td["leftover_pids"]), bool(td["port_free"])) if td else None,
+            evidence={k: v for k, v in data.items() if k not in own},
+        )
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one cell's run saw (the runner fills it in as it goes)."""
+
+    cell: Cell
+    phases: tuple[PhaseRun, ...]
+    before: metrics.Scrape | None
+    after: metrics.Scrape | None
+    boot_s: float | None
+    fatal_lines: tuple[str, ...]
+    errors: tuple[str, ...]
+    teardown: Teardown | None
+    timings: CellTimings
+    started_at: str
+    finished_at: str
+
+
+def _phase(p: PhaseRun) -> dict[str, Any]:
+    return {"name": p.phase.name, "num_prompts": p.phase.num_prompts,
+            "concurrency": p.phase.concurrency, "output_tokens": p.phase.output_tokens,
+            "measured": p.phase.measured, "returncode": p.returncode,
+            "duration_s": round(p.duration_s, 3), "log": str(p.log),
+            "completed": None if p.result is None else p.result.get("completed"),
+            "failed": None if p.result is None else p.result.get("failed")}
+
+
+def _delta(delta: metrics.Scrape) -> dict[str, Any]:
+    return {"generation_tokens": delta.total(metrics.GENERATION_TOKENS),
+            "prompt_tokens": delta.total(metrics.PROMPT_TOKENS),
+            "preemptions": delta.total(metrics.PREEMPTIONS),
+            "request_success": delta.by_label(metrics.REQUEST_SUCCESS, "finished_reason")}
+
+
+def build(seen: Observed, protocol: ProtocolInfo,
+          carried: Mapping[str, Any]) -> CellRecord:
+    """The cell's record: its evidence judged by the validity rules. `carried` is context
+    recorded as is (dataset, launch, server log)."""
+    measured = next((p for p in seen.phases if p.phase.measured), None)
+    result = measured.result if measured else None
+    delta = seen.after.delta(seen.before) if seen.after and seen.before else None
+    spec = metrics.spec_decode(delta) if delta else None
+    errors: Sequence[str] = seen.errors
+    if seen.teardown is not None and not seen.teardown.clean:
+        errors = (*errors, f"teardown left processes {list(seen.teardown.leftover_pids)} or "
+                  "the port busy")
+    evidence = Evidence(
+        num_prompts=seen.cell.measured.num_prompts,
+        completed=None if result is None else int(result.get("completed", 0)),
+        failed=None if result is None else int(result.get("failed", 0)),
+        client_output_tokens=None if result is None else result.get("total_output_tokens"),
+        server_generation_tokens=delta.total(metrics.GENERATION_TOKENS) if delta else None,
+        preemptions=delta.total(metrics.PREEMPTIONS) if delta else None,
+        fatal_lines=seen.fatal_lines, errors=tuple(errors))
+    reasons = judge(evidence)
+    spec_dict = spec.as_dict() if spec else None
+    return CellRecord(
+        arm=seen.cell.arm, concurrency=seen.cell.concurrency, valid=not reasons,
+        reasons=reasons, protocol=protocol,
+        output_throughput=None if result is None else result.get("output_throughput"),
+        request_throughput=None if result is None else result.get("request_throughput"),
+        total_output_tokens=evidence.client_output_tokens,
+        acceptance_length=None if spec_dict is None else spec_dict["mean_acceptance_length"],
+        boot_s=None if seen.boot_s is None else round(seen.boot_s, 3),
+        finished_at=seen.finished_at, teardown=seen.teardown,
+        evidence={
+            "completed": evidence.completed, "failed": evidence.failed,
+            "per_position_acceptance": None if spec is None or not spec.drafts else
+            [round(a / spec.drafts, 4) for a in spec.accepted_per_position],
+            "spec_decode": spec_dict,
+            "metrics_delta": None if delta is None else _delta(delta),
+            "timings": seen.timings.to_dict(),
+            "phases": [_phase(p) for p in seen.phases],
+            "loadgen": None if result is None else scalars(result),
+            "fatal_lines": list(seen.fatal_lines),
+            **carried,
+            "started_at": seen.started_at,
+        })

@@ -1,0 +1,49 @@
+"""Every check before a boot, in one call: the plan's and the machine's rules, the local
+checkpoint (structure, pins, DSpark heads) and, when asked, vLLM's own validation; and how
+their findings are reported."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+from omegaconf import DictConfig
+
+from dspark_cli.errors import ExitCode
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.rules import Context, Finding, run_rules
+from dspark_cli.machine.detect import Machine
+from dspark_cli.status import Status
+
+
+def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
+          validate: bool) -> tuple[Finding, ...]:
+    """All preflight findings; machine rules are skipped without a machine (a dry run)."""
+    from dspark_cli.launch.checkpoint_findings import checkpoint_findings
+
+    findings = list(run_rules(Context(cfg, plan, machine)))
+    findings += checkpoint_findings(cfg.model, cfg.speculative, cfg.checks,
+                                    dry_run=machine is None)
+    if validate:
+        from dspark_cli.vllm.validate import validate_with_vllm
+
+        findings.append(validate_with_vllm(plan))
+    return tuple(findings)
+
+
+def report(findings: Iterable[Finding], label: str = "") -> None:
+    """Failures, then skips, to stderr, one line each; a failure names the key to change."""
+    findings = list(findings)
+    tag = f"[{label}] " if label else ""
+    for f in findings:
+        if f.status is Status.failed:
+            change = f" (change `{f.key}`)" if f.key else ""
+            print(f"dspark: preflight {tag}{f.rule} FAILED: {f.message}{change}",
+                  file=sys.stderr)
+    for f in findings:
+        if f.status is Status.skipped:
+            print(f"dspark: preflight {f.rule} skipped: {f.message}", file=sys.stderr)
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    return int(ExitCode.CHECK_FAILED if any(f.failed for f in findings) else ExitCode.OK)

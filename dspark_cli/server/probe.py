@@ -1,0 +1,24 @@
+"""Short HTTP probes of a vLLM server, each with its own timeout: a hung server never hangs
+dspark."""
+
+from __future__ import annotations
+
+import httpx
+
+PROBE_TIMEOUT_S = 2.0
+
+
+def healthy(base_url: str) -> bool:
+    """Whether `/health` answers 200 right now."""
+    try:
+        return httpx.get(base_url + "/health", timeout=PROBE_TIMEOUT_S).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def version(base_url: str) -> str | None:
+    """The server's `/version`, or None when it does not say."""
+    try:
+        return str(httpx.get(base_url + "/version", timeout=PROBE_TIMEOUT_S).json()["version"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None

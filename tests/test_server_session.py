@@ -1,0 +1,133 @@
+"""The one server session behind serve, smoke and bench, against the fake vLLM (a real process
+speaking real HTTP): managed and attached share one interface, waits race the log and the
+process, the session owns its scratch directory, and a busy port is refused before anything is
+written."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dspark_cli.errors import ServerError
+from dspark_cli.server.logscan import compile_patterns
+from dspark_cli.server.metrics import GENERATION_TOKENS
+from dspark_cli.server.session import ServerSession, Target
+from tests.doubles.fake_vllm import SCRIPT, free_port
+from tests.smoke_support import smoke_argv, smoke_env
+
+FATAL = compile_patterns({"rocm_memory_fault": r"Memory access fault by GPU"})
+
+
+def managed(tmp_path: Path, *fake_args: str, timeout: float = 10.0) -> Target:
+    port = free_port()
+    argv = (sys.executable, str(SCRIPT), "--port", str(port), *fake_args)
+    return Target(f"http://127.0.0.1:{port}", "127.0.0.1", port, tmp_path / "server.log",
+                  timeout, stop_grace_s=5.0, argv=argv, env=dict(os.environ), fatal=FATAL)
+
+
+def scratch_of(log: Path) -> Path:
+    line = next(x for x in log.read_text().splitlines() if "TMPDIR " in x)
+    return Path(line.split("TMPDIR ")[1].split(" exists=")[0])
+
+
+def test_managed_session_boots_scrapes_and_tears_down_clean(tmp_path: Path) -> None:
+    target = managed(tmp_path, "--k", "3")
+    with ServerSession(target) as session:
+        assert session.wait_healthy() < target.ready_timeout_s
+        before = session.scrape()
+        assert session.version() == "0.32.0"
+        scratch = scratch_of(target.log_path)
+        assert scratch.is_dir() and "exists=True" in target.log_path.read_text()
+    teardown = session.teardown
+    assert teardown is not None and teardown.clean and teardown.signal == "SIGTERM"
+    assert teardown.to_dict()["port_free"] is True
+    assert not scratch.exists(), "the session owns its scratch directory and removes it"
+    assert before.has(GENERATION_TOKENS)
+
+
+def test_a_fatal_line_ends_the_wait_for_health_at_once(tmp_path: Path) -> None:
+    target = managed(tmp_path, "--scenario", "never_healthy", "--print-line",
+                     "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x0.",
+                     timeout=60.0)
+    start = time.monotonic()
+    with ServerSession(target) as session, pytest.raises(ServerError) as exc:
+        session.wait_healthy()
+    assert time.monotonic() - start < 10, "waited for the timeout instead of the fatal line"
+    assert exc.value.reason.startswith("a fatal log line (rocm_memory_fault: ")
+    assert "last lines:" in exc.value.message and "last lines:" not in exc.value.reason
+
+
+def test_a_dead_process_ends_the_wait_with_its_exit_code(tmp_path: Path) -> None:
+    target = managed(tmp_path, "--no-such-flag", timeout=60.0)
+    with ServerSession(target) as session, pytest.raises(ServerError) as exc:
+        session.wait_healthy()
+    assert exc.value.reason == "the server exited with code 2 before /health answered 200"
+
+
+@pytest.fixture
+def running_fake(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    port = free_port()
+    log = tmp_path / "attached.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield port, log
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_attached_session_is_the_same_interface_and_never_stops_the_server(
+        running_fake: tuple[int, Path]) -> None:
+    port, log = running_fake
+    target = Target(f"http://127.0.0.1:{port}", "127.0.0.1", port, log, 20.0, fatal=FATAL)
+    with ServerSession(target) as session:
+        assert not session.managed
+        session.wait_healthy()
+        assert session.scrape().has(GENERATION_TOKENS)
+    assert session.teardown is None and session.final_log is not None
+    assert session.final_log.lines_read > 0
+    assert session.healthy(), "an attached server is not ours to stop"
+
+
+def test_busy_port_is_refused_before_the_run_record_or_a_scratch_dir(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        scratch_root = tmp_path / "tmp"
+        scratch_root.mkdir()
+        run_dir = tmp_path / "run"
+        argv = smoke_argv(port, ["--scenario", "healthy"], f"hydra.run.dir={run_dir}")
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={**smoke_env(), "TMPDIR": str(scratch_root)})
+    assert done.returncode == 3, done.stderr
+    assert f"port {port} on 127.0.0.1 is already in use; nothing was started" in done.stderr
+    assert not (run_dir / "launch.sh").exists() and not (run_dir / "config.yaml").exists()
+    assert list(scratch_root.iterdir()) == [], "a scratch directory was left behind"
+
+
+@pytest.mark.vllm  # the load generator is vLLM's own `vllm bench serve`
+def test_every_bench_cell_gets_a_live_scratch_dir(tmp_path: Path) -> None:
+    from tests.test_bench_rules import bench_argv, run
+
+    port = free_port()
+    done = run([*bench_argv(port, "healthy", "bench.arm=none", "bench.concurrencies=[4,2]"),
+                f"hydra.run.dir={tmp_path / 'run'}", "--json"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs = sorted((tmp_path / "run" / "cells").glob("*/server.log"))
+    assert len(logs) == 2
+    scratches = [scratch_of(log) for log in logs]
+    assert all("exists=True" in log.read_text() for log in logs), "a cell ran on a deleted TMPDIR"
+    assert scratches[0] != scratches[1] and not any(s.exists() for s in scratches)
+    cells = json.loads(done.stdout)["cells"]
+    assert [c["valid"] for c in cells] == [True, True]
