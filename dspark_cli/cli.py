@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import importlib
 import io
 import os
@@ -165,7 +164,7 @@ def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
     register_schemas(module)
     try:
         with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-            return compose(config, overrides=[*_QUIET_HYDRA, *overrides])
+            return compose(config, overrides=[*_QUIET_HYDRA, *_PLAN_ONLY, *overrides])
     except (HydraException, OmegaConfBaseException) as e:
         cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
         raise UsageError(f"{e}{cause}") from None
@@ -203,6 +202,10 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
 
 # Hydra's logging stays quiet on the way to a plan (no log file; dspark's console format).
 _QUIET_HYDRA = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
+
+
+# A plan composed without Hydra's app prints no help: skip composing Hydra's help texts.
+_PLAN_ONLY = ["~hydra/help", "~hydra/hydra_help"]
 
 
 def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
@@ -279,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         if _COMPLETION & set(argv):  # completing the command word itself
             print(" ".join(COMMANDS))
             return 0
+        import difflib
+
         close = difflib.get_close_matches(name, list(COMMANDS), n=1)
         hint = f" Did you mean `dspark {close[0]}`?" if close else ""
         err(f"unknown command {name!r}.{hint} Commands: {', '.join(COMMANDS)}.")
