@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from dspark_cli.bench import records, report
 from dspark_cli.bench.cell import CellRecord
-from dspark_cli.bench.summary import summarize, table
+from dspark_cli.bench.render import table
+from dspark_cli.bench.summary import summarize
 from dspark_cli.errors import UsageError
 
 PROTOCOL = {"name": "t", "arms": ["none", "fixed", "adaptive"], "baseline": "fixed",

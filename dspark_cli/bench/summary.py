@@ -1,4 +1,5 @@
-"""Turn cell records into the protocol's summary: cells, speedups, CSV and a terminal table.
+"""Turn cell records into the protocol's summary: cells, speedups, JSON and CSV (`render.py`
+draws it for the terminal).
 
 Only valid cells enter a speedup or an average; an invalid cell is listed with its reasons and
 its raw number, so a reader sees what was measured and why it does not count.
@@ -12,12 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dspark_cli.bench.cell import CellRecord
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
@@ -161,36 +159,3 @@ def write(summary: Summary, directory: Path) -> tuple[Path, Path]:
             row["reasons"] = "; ".join(cell.reasons)
             writer.writerow({k: row[k] for k in CSV_COLUMNS})
     return json_path, csv_path
-
-
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def table(summary: Summary) -> Table:
-    """The terminal view: one row per cell, invalid cells with their first reason."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(title=f"dspark bench: {summary.protocol} (baseline: {summary.baseline})")
-    t.add_column("concurrency", justify="right")
-    t.add_column("arm")
-    t.add_column("output tok/s", justify="right")
-    t.add_column("speedup", justify="right")
-    t.add_column("accept len", justify="right")
-    t.add_column("valid")
-    for cell in summary.cells:
-        verdict = "[green]yes[/]" if cell.valid else f"[red]NO[/]: {escape(cell.reasons[0])}"
-        if len(cell.reasons) > 1:
-            verdict += f" (+{len(cell.reasons) - 1} more)"
-        t.add_row(
-            str(cell.concurrency),
-            cell.arm,
-            _num(cell.output_throughput, ".1f") if cell.valid else "[dim]"
-            + _num(cell.output_throughput, ".1f")
-            + "[/]",
-            _num(cell.speedup, ".3f") + ("x" if cell.speedup is not None else ""),
-            _num(cell.acceptance_length, ".2f"),
-            verdict,
-        )
-    return t

@@ -74,6 +74,11 @@ def hash_file(
     return HashOutcome({a: h.hexdigest() for a, h in hashers.items()}, size)
 
 
+def sha256_file(path: Path) -> str | None:
+    """One file's SHA-256 (hex), or None when it cannot be read."""
+    return hash_file(path).digests.get(SHA256)
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size

@@ -8,11 +8,11 @@ for the *.safetensors files; `architecture` passes when config.json's `architect
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dspark_cli.checkpoint.hashing import sha256_file
 from dspark_cli.checkpoint.index import CONFIG_NAME, INDEX_NAME, Layout
 from dspark_cli.checkpoint.report import Check, Problem, problem
 
@@ -32,12 +32,7 @@ class Facts:
 
 def _sha256_of(layout: Layout, name: str) -> str | None:
     path = layout.files.get(name)
-    if path is None:
-        return None
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
+    return None if path is None else sha256_file(path)
 
 
 def gather_facts(layout: Layout) -> Facts:

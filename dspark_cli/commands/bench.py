@@ -151,7 +151,7 @@ def _render(rep: Any, opts: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        from dspark_cli.bench.summary import table
+        from dspark_cli.bench.render import table
 
         Console(soft_wrap=True).print(table(summary))
         print(rep.directory)

