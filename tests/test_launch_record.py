@@ -1,0 +1,37 @@
+"""The run record's notes come from the findings' fields, never from their message text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dspark_cli.config.schema import Platform
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.launch.prepare import Prepared, write
+from dspark_cli.launch.rules import Finding
+from dspark_cli.machine.detect import Machine
+from dspark_cli.status import Status
+from tests.conftest import compose_config
+
+
+def record(tmp_path: Path, *findings: Finding, custom: bool = False) -> str:
+    cfg = compose_config(["+hw=cpu", "model.path=/nonexistent/model"])
+    plan = build_plan(cfg)
+    prepared = Prepared(plan.argv, {}, Machine(Platform.cpu), findings, custom)
+    write(prepared, cfg, plan, tmp_path)
+    return (tmp_path / "launch.sh").read_text()
+
+
+def test_an_overridden_finding_is_noted_whatever_its_message(tmp_path: Path) -> None:
+    script = record(tmp_path, Finding("checkpoint-confidence-head", Status.skipped,
+                                      "head not verified, launched on purpose", "checks.x",
+                                      overridden=True))
+    assert "# NOTE: checkpoint-confidence-head: head not verified" in script
+
+
+def test_a_message_that_merely_says_overridden_is_not_a_note(tmp_path: Path) -> None:
+    script = record(tmp_path, Finding("some-rule", Status.passed, "OVERRIDDEN lookalike"))
+    assert "# NOTE" not in script
+
+
+def test_a_replaced_command_is_noted(tmp_path: Path) -> None:
+    assert "# NOTE: server.command replaces the planned argv" in record(tmp_path, custom=True)
