@@ -37,12 +37,10 @@ def _now() -> str:
 
 
 @dataclass(frozen=True)
-class CellContext:
-    """What every cell of one run shares."""
-
+class CellContext:  # what every cell of one run shares
+    run_dir: Path
     protocol: Protocol
     dataset: VerifiedDataset
-    run_dir: Path
     fatal: tuple[Pattern, ...]
     server: Any  # the composed `server` group: timeouts
 

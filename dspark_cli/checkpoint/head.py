@@ -170,16 +170,26 @@ def _absent(code: str, template: str, stages: int) -> Problem:
                    "absent")
 
 
-def _confidence(tensors: _Tensors, keys: _Keys, stages: int) -> list[Problem]:
-    found = [CONFIDENCE.format(i) for i in range(stages) if CONFIDENCE.format(i) in tensors.names]
+def _stages(tensors: _Tensors, template: str, stages: int,
+            code: str) -> tuple[list[tuple[str, TensorInfo]], list[Problem]]:
+    """The stages' tensors of one head with readable headers, and a problem for the rest
+    (`code` when no stage has the head at all)."""
+    found = [template.format(i) for i in range(stages) if template.format(i) in tensors.names]
     if not found:
-        return [_absent("confidence-head-missing", CONFIDENCE, stages)]
-    problems = []
+        return [], [_absent(code, template, stages)]
+    present, problems = [], []
     for name in found:
-        info, missing = tensors.info(name, "confidence-head-missing")
+        info, missing = tensors.info(name, code)
         if info is None:
             problems.append(missing)
-            continue
+        else:
+            present.append((name, info))
+    return present, problems
+
+
+def _confidence(tensors: _Tensors, keys: _Keys, stages: int) -> list[Problem]:
+    present, problems = _stages(tensors, CONFIDENCE, stages, "confidence-head-missing")
+    for name, info in present:
         if keys.hidden and keys.rank and info.shape != (1, keys.hidden + keys.rank):
             problems.append(
                 problem("confidence-head-shape", Check.head, name,
@@ -214,15 +224,9 @@ def _markov(
     tensors: _Tensors, template: str, stages: int, shape: tuple[int | None, int | None],
     what: str,
 ) -> list[Problem]:
-    found = [template.format(i) for i in range(stages) if template.format(i) in tensors.names]
-    if not found:
-        return [_absent("markov-head-missing", template, stages)]
-    problems = []
-    for name in found:
-        info, missing = tensors.info(name, "markov-head-missing")
-        if info is None:
-            problems.append(missing)
-        elif None not in shape and info.shape != shape:
+    present, problems = _stages(tensors, template, stages, "markov-head-missing")
+    for name, info in present:
+        if None not in shape and info.shape != shape:
             problems.append(
                 problem("markov-head-shape", Check.head, name,
                         f"{list(shape)} ({what}, dspark_markov_rank)", list(info.shape))
