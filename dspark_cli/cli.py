@@ -8,9 +8,7 @@ the command line and hands the rest to the command's `@hydra.main` app (keeping 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import io
 import os
 import re
 import sys
@@ -20,6 +18,14 @@ from typing import Any
 
 from dspark_cli import __version__
 from dspark_cli.errors import DsparkError, ExitCode, UsageError
+from dspark_cli.hydra_app import (
+    COMPLETION,
+    compose_once,
+    hydra_settings,
+    register_schemas,
+    run_hydra_app,
+    shell_completion,
+)
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ def run_command(name: str, argv: list[str]) -> int:
     module = importlib.import_module(command.module)
     opts, rest = _parser(name, module.add_arguments).parse_known_args(argv)
     plain, flags = split_hydra_args(name, rest)
-    if _COMPLETION & set(flags):
+    if COMPLETION & set(flags):
         return shell_completion(name, command.config, module, plain, flags)
     plain = with_hardware(plain, detect=module.needs_machine(opts))
 
@@ -142,109 +148,6 @@ def run_command(name: str, argv: list[str]) -> int:
     # Overrides first (dspark's settings, then the user's, which win), flags last: a flag with
     # an optional value (`--info`) must not take an override for its value.
     return run_hydra_app(f"dspark {name}", command.config, task, [*settings, *plain, *flags])
-
-
-def register_schemas(module: Any) -> None:
-    """Put the shared schema and the command's own primary schema in Hydra's ConfigStore."""
-    from dspark_cli.config import schema
-
-    schema.register()
-    if hasattr(module, "register"):
-        module.register()
-
-
-def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
-    """The composed config, with Hydra's composition errors as usage errors."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from dspark_cli.paths import conf_dir
-
-    register_schemas(module)
-    try:
-        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-            return compose(config, overrides=[*_QUIET_HYDRA, *_PLAN_ONLY, *overrides])
-    except (HydraException, OmegaConfBaseException) as e:
-        cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
-        raise UsageError(f"{e}{cause}") from None
-
-
-def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
-    """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --help, completion); the worst
-    exit code of its jobs, or USAGE when Hydra rejects the config before any job runs."""
-    import hydra
-
-    from dspark_cli.paths import conf_dir
-
-    state: dict[str, Any] = {"ran": False, "code": 0}
-
-    @hydra.main(config_path=str(conf_dir()), config_name=config, version_base="1.3")
-    def app(cfg: Any) -> None:
-        state["ran"] = True
-        state["code"] = max(state["code"], task(cfg))
-
-    saved = sys.argv
-    sys.argv = [prog, *argv]
-    try:
-        app()
-    except SystemExit as e:
-        if isinstance(e.__context__, BrokenPipeError):  # Hydra printed into a closed pipe
-            raise e.__context__ from None
-        # Hydra exits 1 after printing a composition error; that is a config error to us.
-        if not state["ran"] and e.code not in (0, None):
-            return int(ExitCode.USAGE)
-        raise
-    finally:
-        sys.argv = saved
-    return state["code"]
-
-
-# Hydra's logging stays quiet on the way to a plan (no log file; dspark's console format).
-_QUIET_HYDRA = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
-
-
-# A plan composed without Hydra's app prints no help: skip composing Hydra's help texts.
-_PLAN_ONLY = ["~hydra/help", "~hydra/hydra_help"]
-
-
-def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
-    """dspark's Hydra defaults, placed before the user's overrides so those win: runs under
-    runs/<command>/, no Hydra log file, and a dry run without a run directory."""
-    # `read_only`: a command that never writes (verify-checkpoint) gets no run directory either.
-    if getattr(opts, "dry_run", False) or getattr(opts, "read_only", False):
-        return [*_QUIET_HYDRA, "hydra.output_subdir=null", "hydra.run.dir=."]
-    stamp = "${now:%Y%m%d-%H%M%S}"
-    return [*_QUIET_HYDRA, f"hydra.run.dir=runs/{name}/{stamp}",
-            f"hydra.sweep.dir=runs/{name}/multirun-{stamp}"]
-
-
-_COMPLETION = {"-sc", "--shell-completion"}
-# Hydra's bash script calls back `<program> -sc query=bash`; dspark's program needs the command
-# word the user typed, which the script has at hand as ${words[1]}.
-_QUERY_CALL = "$helper -sc query=bash"
-
-
-def shell_completion(name: str, config: str, module: Any, plain: list[str],
-                     flags: list[str]) -> int:
-    """Hydra's shell completion for one command: the installed script calls back
-    `dspark <command> -sc query=...`, and a query sees the line without dspark's own words."""
-    register_schemas(module)
-    if any(o.startswith("query=") for o in plain) and "COMP_LINE" in os.environ:
-        os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = run_hydra_app("dspark", config, lambda cfg: 0, [*plain, *flags])
-    sys.stdout.write(out.getvalue().replace(_QUERY_CALL, "$helper ${words[1]} -sc query=bash"))
-    return code
-
-
-def completion_line(line: str) -> str:
-    """`dspark serve --dry-run +hw=mi` as Hydra's completer expects it: `dspark +hw=mi` (the
-    program, then overrides only; a trailing space still means a new word)."""
-    words = line.split()
-    kept = [w for w in words[2:] if not w.startswith("-")]
-    return " ".join(words[:1] + kept) + (" " if line.endswith(" ") else "")
 
 
 # A reader that went away (`dspark ... | head -1`): the shell's code for death by SIGPIPE.
@@ -279,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        if _COMPLETION & set(argv):  # completing the command word itself
+        if COMPLETION & set(argv):  # completing the command word itself
             print(" ".join(COMMANDS))
             return 0
         import difflib
