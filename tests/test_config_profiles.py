@@ -104,10 +104,11 @@ def needs_path(option: str) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def _command_schemas(monkeypatch: pytest.MonkeyPatch) -> None:
+def _command_schemas(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     smoke_schema.register()
     bench_schema.register()
-    monkeypatch.setenv("DSPARK_CACHE_DIR", GOLDEN_CACHE_DIR)
+    # The CLI's compose cache and the tiny model's home: private to each test.
+    monkeypatch.setenv("DSPARK_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def assert_composes(cfg: DictConfig) -> None:
