@@ -1,19 +1,99 @@
-"""Shared test helpers: compose configs in-process and run the real `dspark` CLI."""
+"""Shared test helpers: compose configs in-process and run the real `dspark` CLI.
+
+The whole session runs independent of the host and the user (set up in `pytest_configure`,
+inherited by every subprocess):
+- HOME, the XDG directories and DSPARK_CACHE_DIR point into one temporary directory per session,
+  so the tiny model (conf/model/tiny.yaml: under DSPARK_CACHE_DIR), the compose cache and
+  whatever vLLM, Hugging Face or matplotlib cache go there, never into the user's home;
+- the machine shows no GPU (tests/fake_gpu.py's "no-gpu" host: an `nvidia-smi` without a
+  driver first on PATH, an empty KFD topology in DSPARK_KFD_NODES), so `+hw=cpu` launches and
+  hardware detection behave the same on a GPU host as on a CPU one. A test about a GPU host
+  passes `env=fake_host(tmp_path, "h200x8")` (tests/fake_gpu.py).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from dspark_cli.config import schema
 from dspark_cli.paths import conf_dir
+from tests.fake_gpu import fake_host
 
 REPO = Path(__file__).resolve().parent.parent
+
+# This module is imported twice (as `conftest` by pytest and as `tests.conftest` by tests), so
+# the session's state lives in the environment, where subprocesses see it too.
+_REAL_HOME_VAR = "DSPARK_TEST_REAL_HOME"
+_ROOT_VAR = "DSPARK_TEST_ROOT"
+# Variables that may point a cache into the user's home whatever HOME says.
+_HOME_POINTERS = ("HF_HOME", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TRITON_CACHE_DIR",
+                  "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_RUNTIME_DIR")
+# No "dspark" in the session's directory: it holds the tiny model, and vLLM switches a draft
+# model whose path contains "dspark" to method=dspark (see conf/model/tiny.yaml).
+_PREFIX = "dsk-tests-"
+
+
+def real_home() -> Path:
+    """The user's home as it was before the session moved HOME."""
+    return Path(os.environ.get(_REAL_HOME_VAR) or Path.home())
+
+
+def session_root() -> Path:
+    """The session's temporary directory (home/, cache/, no-gpu/ under it)."""
+    return Path(os.environ[_ROOT_VAR])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault(_REAL_HOME_VAR, str(Path.home()))
+    root = Path(tempfile.mkdtemp(prefix=_PREFIX))
+    home = root / "home"
+    for sub in (".cache", ".config", ".local/share", ".local/state"):
+        (home / sub).mkdir(parents=True)
+    real = real_home()
+    for name in _HOME_POINTERS:
+        value = os.environ.get(name)
+        if value and Path(value).resolve().is_relative_to(real.resolve()):
+            del os.environ[name]
+    no_gpu = fake_host(root / "no-gpu", "no-gpu")
+    os.environ.update({
+        _ROOT_VAR: str(root),
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_STATE_HOME": str(home / ".local/state"),
+        "DSPARK_CACHE_DIR": str(root / "cache"),
+        **no_gpu,
+    })
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = os.environ.get(_ROOT_VAR)
+    if root and Path(root).name.startswith(_PREFIX):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str,
+               poll_s: float = 0.02) -> object:
+    """Poll `condition` until it returns something true, and return that; fail the test with
+    `what` when `timeout` seconds pass first. The one way tests wait for another process."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll_s)
+    return value
 
 
 def compose_config(overrides: list[str], config: str = "serve") -> DictConfig:

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_dspark
+
+from tests.conftest import run_dspark
 
 SEED = ("bench", "bench=speed_bench_throughput_1k", "+hw=mi350x")
 
@@ -60,7 +61,7 @@ def test_the_dry_run_plan_as_json(tmp_path: Path) -> None:
     (("bench.baseline=ngram",), "bench.baseline 'ngram' is not one of"),
     (("bench.arm=ngram",), "bench.arm=ngram is not one of"),
     (("bench.concurrencies=[8,8]",), "lists 8 twice"),
-    (("bench.measured_prompts=lots",), ""),
+    (("bench.measured_prompts=lots",), "'lots' of type 'str' could not be converted to Integer"),
 ])
 def test_config_errors_exit_2_without_a_traceback(
         tmp_path: Path, overrides: tuple[str, ...], fragment: str) -> None:

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_dspark
 
+from tests.conftest import run_dspark
 from tests.doubles.fake_vllm import free_port
 
 pytestmark = pytest.mark.vllm
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.vllm
 
 def test_the_cpu_protocol_runs_for_real(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    done = run_dspark("bench", "bench=cpu", f"server.port={free_port()}",
+    done = run_dspark("bench", "bench=cpu", "+hw=cpu", f"server.port={free_port()}",
                       f"hydra.run.dir={run_dir}", "--json", timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout)

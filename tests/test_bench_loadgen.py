@@ -26,6 +26,9 @@ DATASETS = {
 }
 
 
+HANGS = "import signal; signal.pause()"  # a load generator that never finishes
+
+
 def opt(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
@@ -89,6 +92,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.vllm
 def test_vllms_own_bench_parser_accepts_every_kind_of_phase() -> None:
     argvs = [phase_argv(MEASURED, SAMPLING, DATASETS[k], PLAN, Path("/r")) for k in DATASETS]
     done = subprocess.run([sys.executable, "-c", PARSE], input=json.dumps(argvs),
@@ -112,11 +116,11 @@ def test_run_phase_reads_the_result_and_reports_failures(tmp_path: Path) -> None
 
 def test_run_phase_stops_early_when_asked(tmp_path: Path) -> None:
     calls = iter([None, None, "the server exited with code -9"])
-    run: PhaseRun = run_phase([sys.executable, "-c", "import time; time.sleep(60)"], MEASURED,
+    run: PhaseRun = run_phase([sys.executable, "-c", HANGS], MEASURED,
                               tmp_path, {}, timeout_s=60, abort=lambda: next(calls),
                               poll_s=0.05)
     assert run.duration_s < 10 and run.returncode is None
     assert "stopped after" in (run.error or "") and "exited with code -9" in (run.error or "")
-    slow = run_phase([sys.executable, "-c", "import time; time.sleep(60)"], MEASURED, tmp_path,
+    slow = run_phase([sys.executable, "-c", HANGS], MEASURED, tmp_path,
                      {}, timeout_s=0.5, poll_s=0.05)
     assert "timed out" in (slow.error or "")

@@ -14,14 +14,19 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.doubles.fake_vllm import SCRIPT, free_port
+
+# Every cell's load generator is vLLM's own `vllm bench serve`.
+pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def bench_argv(port: int, scenario: str, *overrides: str, model: str = "tiny") -> list[str]:
+def bench_argv(port: int, scenario: str, *overrides: str, model: str = "tiny",
+               fake_args: tuple[str, ...] = ()) -> list[str]:
     fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), "--scenario", scenario,
-                     "--model", model, "--k", "3"])
+                     "--model", model, "--k", "3", *fake_args])
     return [sys.executable, "-m", "dspark_cli.cli", "bench", "bench=cpu", "+hw=cpu",
             f"server.port={port}", f"server.command=[{fake}]", "server.ready_timeout_s=20",
             "bench.warmups=[]", "bench.measured_prompts=6", "bench.phase_timeout_s=120",
@@ -154,13 +159,14 @@ def test_multirun_jobs_through_submitit_merge_into_one_report(tmp_path: Path) ->
 
 def test_sigterm_mid_phase_tears_the_server_down(tmp_path: Path) -> None:
     import signal
-    import time
 
     import psutil
 
     port = free_port()
+    hung = tmp_path / "hung"  # the fake writes it when a request reaches it and hangs
     proc = subprocess.Popen(
-        [*bench_argv(port, "hung_request", "bench.arm=none", "bench.concurrency=2"),
+        [*bench_argv(port, "hung_request", "bench.arm=none", "bench.concurrency=2",
+                     fake_args=("--event-file", str(hung))),
          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.stderr is not None
@@ -169,7 +175,7 @@ def test_sigterm_mid_phase_tears_the_server_down(tmp_path: Path) -> None:
         lines.append(line)
         if "measured: 6 requests" in line:
             break
-    time.sleep(3)  # the load generator is up and its requests hang
+    wait_until(hung.exists, 120, "the load generator's first request to hang")
     fake = [p for p in psutil.process_iter(["cmdline"])
             if str(SCRIPT) in " ".join(p.info["cmdline"] or []) and str(port) in
             " ".join(p.info["cmdline"] or [])]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from dspark_cli.server.logscan import LogWatcher, compile_patterns, scan_lines
+from tests.conftest import wait_until
 
 FATAL = compile_patterns(
     {
@@ -64,10 +64,8 @@ def test_watcher_follows_a_file_created_later(tmp_path: Path) -> None:
         with log.open("w") as f:
             f.write("INFO: booting\nINFO:     Application startup complete.\n")
             f.flush()
-            deadline = time.monotonic() + 5
-            while "startup_complete" not in watcher.snapshot().found:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+            wait_until(lambda: "startup_complete" in watcher.snapshot().found, 5,
+                       "the watcher's thread to read the startup line")
             assert not watcher.fired.is_set()
             f.write("Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x2.\n")
             f.flush()
@@ -86,8 +84,11 @@ def test_watcher_joins_split_writes_and_flushes_last_line(tmp_path: Path) -> Non
     with log.open("ab") as f:
         f.write(b"Memory access fa")
         f.flush()
-        time.sleep(0.1)  # the watcher polls the half line and must not match or drop it
+        # catch_up() returns once the half line has been read (by it or by the watcher's
+        # thread): a half line is no line yet, so it neither counts nor matches...
+        assert watcher.catch_up().lines_read == 0
         assert not watcher.fired.is_set()
+        # ...and is not dropped: the rest of it completes it.
         f.write(b"ult by GPU node-0\r\nDSpark draft model loaded: 97 params")
     snap = watcher.stop()
     assert watcher.fired.is_set()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-import time
 
 import httpx
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from dspark_cli.server import metrics
+from tests.conftest import wait_until
 from tests.doubles.fake_vllm import command, free_port
 
 EXPOSITION = """\
@@ -100,15 +100,13 @@ def test_scrape_over_http_and_delta_of_one_request() -> None:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 10
-        while True:
+        def healthy() -> bool:
             try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
+                return httpx.get(base + "/health", timeout=1).status_code == 200
             except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "fake server never became healthy"
-            time.sleep(0.05)
+                return False
+
+        wait_until(healthy, 10, "the fake server to answer /health")
         before = metrics.scrape(base)
         r = httpx.post(base + "/v1/completions",
                        json={"model": "tiny", "prompt": "hi", "max_tokens": 48}, timeout=5)

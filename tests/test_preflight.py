@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dspark_cli.config.schema import Platform
@@ -9,6 +11,7 @@ from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.rules import RULES, Context, Status, run_rules
 from dspark_cli.machine.detect import Gpu, Machine
 from tests.conftest import compose_config, run_dspark
+from tests.fake_gpu import fake_host
 
 MI350X = Machine(Platform.rocm, tuple(Gpu(i, "AMD Instinct MI350X", "gfx950") for i in range(8)))
 H200 = Machine(Platform.cuda, (Gpu(0, "NVIDIA H200", "sm_90"),))
@@ -92,8 +95,11 @@ def test_dry_run_cli_reports_the_failure_and_the_key() -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_explicit_gpu_profile_on_this_cpu_machine_is_refused(tmp_path) -> None:
-    done = run_dspark("serve", "+hw=mi350x", cwd=tmp_path)
-    assert done.returncode == 1
+@pytest.mark.parametrize("host", ["no-gpu", "h200x8"])
+def test_explicit_gpu_profile_on_another_machine_is_refused(tmp_path: Path, host: str) -> None:
+    # A fake host, whatever this one has: on a real MI350X this would launch the seed.
+    done = run_dspark("serve", "+hw=mi350x", cwd=tmp_path,
+                      env=fake_host(tmp_path / "host", host))
+    assert done.returncode == 1, done.stderr
     assert "platform-matches-machine FAILED" in done.stderr
     assert "nothing was started" in done.stderr

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from dspark_cli.launch.rules import RULES
-from tests.conftest import REPO, run_dspark
+from tests.conftest import REPO, real_home, run_dspark, session_root
+from tests.fake_gpu import fake_host
 
 SEED = Path(__file__).parent / "data" / "seed_deployment.sh"
 AITER_ENV = {"VLLM_ROCM_USE_AITER", "AITER_USE_CK_MOE_SORTING", "AITER_USE_FLYDSL_MOE_SORTING",
@@ -51,8 +55,9 @@ def parse_script(text: str) -> tuple[dict[str, str], list[str], dict[str, object
     return env, positional, flags
 
 
-def dry_run(*overrides: str) -> tuple[dict[str, str], list[str], dict[str, object]]:
-    done = run_dspark("serve", *overrides, "--dry-run")
+def dry_run(*overrides: str, env: dict[str, str] | None = None
+            ) -> tuple[dict[str, str], list[str], dict[str, object]]:
+    done = run_dspark("serve", *overrides, "--dry-run", env=env)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     return parse_script(done.stdout)
@@ -104,8 +109,14 @@ def test_cpu_profile_renders_the_cpu_quirks() -> None:
     assert "--speculative-config" not in flags and "--moe-backend" not in flags
 
 
-def test_no_hw_detects_cpu_on_this_machine() -> None:
-    assert dry_run() == dry_run("+hw=cpu")
+def test_no_hw_on_a_machine_without_gpus_is_cpu(tmp_path: Path) -> None:
+    no_gpu = fake_host(tmp_path, "no-gpu")
+    assert dry_run(env=no_gpu) == dry_run("+hw=cpu", env=no_gpu)
+
+
+def test_no_hw_on_a_machine_with_h200s_is_h200(tmp_path: Path) -> None:
+    h200 = fake_host(tmp_path, "h200x8")
+    assert dry_run(env=h200) == dry_run("+hw=h200", env=h200) != dry_run("+hw=cpu", env=h200)
 
 
 def test_host_and_port_render_only_when_not_vllms_defaults() -> None:
@@ -162,3 +173,40 @@ def test_dry_run_writes_nothing(tmp_path: Path) -> None:
     done = run_dspark("serve", "+hw=mi350x", "--dry-run", cwd=tmp_path)
     assert done.returncode == 0
     assert list(tmp_path.iterdir()) == []
+
+
+def home_entries(home: Path) -> set[Path]:
+    """What the user's home holds two levels down, and everything under dspark's own caches."""
+    entries = set()
+    for pattern in ("*", "*/*", ".cache/dspark/**/*", ".cache/tiny-serving/**/*"):
+        entries.update(home.glob(pattern))
+    return entries
+
+
+def test_a_dry_run_writes_nothing_into_the_users_home(tmp_path: Path) -> None:
+    home, before = real_home(), home_entries(real_home())
+    assert Path(os.environ["HOME"]) != home
+    cache = Path(os.environ["DSPARK_CACHE_DIR"]) / "compose"
+    cached = set(cache.glob("*"))
+    # A port no other test uses: a composition of its own, so a fresh compose-cache entry.
+    done = run_dspark("serve", "+hw=cpu", f"server.port={random.randint(20000, 60000)}",
+                      "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert set(cache.glob("*")) - cached, "the dry run cached no composition"
+    assert cache.is_relative_to(session_root())
+    assert home_entries(home) - before == set()
+
+
+@pytest.mark.vllm
+def test_the_tiny_model_is_made_outside_the_users_home(tmp_path: Path) -> None:
+    home, before = real_home(), home_entries(real_home())
+    code = ("from tests.conftest import compose_config; "
+            "from dspark_cli.launch.prepare import ensure_model; "
+            "cfg = compose_config(['+hw=cpu']); ensure_model(cfg); print(cfg.model.path)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    path = Path(done.stdout.strip().splitlines()[-1])
+    assert path.is_relative_to(session_root()), path
+    assert (path / "config.json").is_file()
+    assert home_entries(home) - before == set()

@@ -5,9 +5,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_dspark
 
 
+@pytest.mark.vllm  # --validate runs vLLM's own parser
 def test_validate_rejects_an_option_vllm_does_not_have() -> None:
     done = run_dspark("serve", "+hw=cpu", "+serving.extra_args.no_such_option=1", "--dry-run",
                       "--validate")
@@ -16,6 +19,7 @@ def test_validate_rejects_an_option_vllm_does_not_have() -> None:
     assert "unrecognized arguments: --no-such-option" in done.stderr
 
 
+@pytest.mark.vllm
 def test_validate_accepts_the_cpu_default_with_its_engine_config() -> None:
     done = run_dspark("serve", "+hw=cpu", "speculative=draft_model", "--dry-run", "--validate",
                       "--json")
