@@ -21,6 +21,9 @@ from tests.doubles.fake_vllm import SCRIPT, free_port
 pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[1]
+# The checkout first, without dropping a PYTHONPATH that the installation itself needs.
+ENV = {**os.environ,
+       "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
 def bench_argv(port: int, scenario: str, *overrides: str, model: str = "tiny",
@@ -35,7 +38,7 @@ def bench_argv(port: int, scenario: str, *overrides: str, model: str = "tiny",
 
 def run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env=ENV)
 
 
 def bench(tmp_path: Path, scenario: str, *overrides: str, model: str = "tiny",
@@ -168,7 +171,7 @@ def test_sigterm_mid_phase_tears_the_server_down(tmp_path: Path) -> None:
         [*bench_argv(port, "hung_request", "bench.arm=none", "bench.concurrency=2",
                      fake_args=("--event-file", str(hung))),
          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
+        env=ENV)
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:
