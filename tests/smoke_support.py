@@ -23,12 +23,15 @@ ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines",
 def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:
     fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), *fake_args])
     return [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu", f"server.port={port}",
-            f"server.command=[{fake}]", "server.ready_timeout_s=5",
+            f"server.command=[{fake}]", "model.synthetic=null", "server.ready_timeout_s=5",
             "smoke.request_timeout_s=2", *overrides, "--json"]
 
 
 def smoke_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO)}
+    """The caller's environment with the repository first on PYTHONPATH (kept, not replaced,
+    so an install that lives on PYTHONPATH still works)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
 
 
 def run_smoke(tmp_path: Path, scenario: str, *overrides: str,

@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import compose_config
 from omegaconf import OmegaConf
 
 from dspark_cli.bench import schema
@@ -16,6 +15,7 @@ from dspark_cli.bench.protocol import (
     check_max_num_seqs,
 )
 from dspark_cli.errors import UsageError
+from tests.conftest import compose_config
 
 BENCH: dict[str, Any] = {
     "name": "t",

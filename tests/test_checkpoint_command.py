@@ -5,6 +5,7 @@ byte written into the checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 def dspark(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([sys.executable, "-m", "dspark_cli.cli", "verify-checkpoint", *args],
                           cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                               "HOME": str(cwd)})
+                          env={"PYTHONPATH": os.pathsep.join(
+                              p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+                               "PATH": "/usr/bin:/bin", "HOME": str(cwd)})
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

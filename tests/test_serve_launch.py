@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,24 +15,23 @@ import psutil
 import pytest
 
 from dspark_cli.server.process import free_port, port_in_use
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.vllm
 BOOT_TIMEOUT_S = 300
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         if proc.poll() is not None:
             tail = proc.stdout.read()[-3000:]
             raise AssertionError(f"dspark serve exited {proc.poll()}:\n{tail}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
+            return httpx.get(url + "/health", timeout=2).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise AssertionError("server never became healthy")
+            return False
+
+    wait_until(healthy, timeout, "the server to become healthy", poll_s=0.5)
 
 
 def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import wait_until
 from tests.doubles.fake_vllm import command, free_port
 from tests.smoke_support import checks, smoke_env, statuses
 
@@ -32,10 +32,8 @@ class Attached:
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(command(self.port, "healthy", *args), stdout=out,
                                          stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while "Application startup complete" not in self.log.read_text():
-            assert time.monotonic() < deadline, "fake server did not start"
-            time.sleep(0.05)
+        wait_until(lambda: "Application startup complete" in self.log.read_text(), 10,
+                   "the fake server to start")
 
     def smoke(self, tmp_path: Path, *overrides: str) -> tuple[int, dict[str, Any]]:
         argv = [sys.executable, "-m", "dspark_cli.cli", "smoke", f"server.url={self.url}",
