@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from dspark_cli.errors import ExitCode
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.rules import Context, Finding, run_rules
-from dspark_cli.machine.detect import Machine
 from dspark_cli.status import Status
+
+if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
+    from dspark_cli.machine.detect import Machine
 
 
 def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,

@@ -11,13 +11,16 @@ import importlib.util
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from dspark_cli.config.schema import CudagraphMode, Platform
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.machine.detect import Machine
 from dspark_cli.status import Status
+
+if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
+    from dspark_cli.machine.detect import Machine
 
 FULL_CUDAGRAPH_MODES = {
     CudagraphMode.FULL, CudagraphMode.FULL_DECODE_ONLY, CudagraphMode.FULL_AND_PIECEWISE
