@@ -12,9 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
+
+if TYPE_CHECKING:  # the command imports its machinery lazily, when it runs
+    from dspark_cli.launch.plan import LaunchPlan
+    from dspark_cli.server.session import ServerSession
+    from dspark_cli.smoke.background import BackgroundCheck
+    from dspark_cli.smoke.expectations import Expectations
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -38,7 +44,7 @@ def _profiles(cfg: DictConfig) -> dict[str, Any]:
             ("hw", "model", "speculative", "compilation", "serving")}
 
 
-def _validate(plan: Any) -> tuple[bool, str]:
+def _validate(plan: LaunchPlan) -> tuple[bool, str]:
     """vLLM's own parser and engine config on the planned command (the same check as serve's)."""
     from dspark_cli.vllm.validate import validate_with_vllm
 
@@ -46,7 +52,8 @@ def _validate(plan: Any) -> tuple[bool, str]:
     return not finding.failed, finding.message
 
 
-def _session(cfg: DictConfig, plan: Any, exp: Any, directory: Path) -> tuple[Any, Any, Any]:
+def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations, directory: Path,
+             ) -> tuple[ServerSession, BackgroundCheck | None, dict[str, Any]]:
     """The server session (managed or attached), vLLM's validation running beside the boot
     (managed, planned command only), and the provenance."""
     from dspark_cli.errors import UsageError

@@ -105,7 +105,8 @@ def _alive(pids: set[int]) -> set[int]:
 
 
 class ServerProcess:
-    """`with ServerProcess(...) as server:` starts it; leaving the block tears it down."""
+    """One process group: `start()`, then `stop()` tears down the whole group (the session in
+    `session.py` decides when)."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path,
                  host: str, port: int) -> None:
@@ -155,12 +156,6 @@ class ServerProcess:
                     listeners = list(self._listeners)
                 for listener in listeners:
                     listener(line)
-
-    def __enter__(self) -> ServerProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- state -------------------------------------------------------------------------------
     @property

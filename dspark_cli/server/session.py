@@ -28,7 +28,6 @@ from dspark_cli.server.logscan import LogSnapshot, LogWatcher, Pattern
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
 from dspark_cli.server.process import ServerProcess, Teardown, ensure_port_free
 
-POLL_S = 0.02
 HEALTH_POLL_S = 0.1
 SETTLE_S = 3.0  # vLLM may count a request's last tokens just after answering it
 SETTLE_POLL_S = 0.1
