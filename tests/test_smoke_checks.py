@@ -41,13 +41,16 @@ def smoke_cfg(*overrides: str) -> DictConfig:
 FAULT_LINES = {
     "rocm_memory_fault": "Memory access fault by GPU node-2 (Agent handle: 0x55d1) on address "
                          "0x7f3a. Reason: Page not present or supervisor privilege.",
-    "hsa_memory_fault": ":0:rocdevice.cpp:2891: Callback: Queue aborting with error : "
+    "hsa_error": ":0:rocdevice.cpp:2891: Callback: Queue aborting with error : "
                         "HSA_STATUS_ERROR_MEMORY_FAULT: Agent attempted to access an "
                         "inaccessible address. code: 0x2b",
     "gpu_hang": "HW Exception by GPU node-3 (Agent handle: 0x5619) reason :GPU Hang",
-    "cuda_illegal_memory_access": "RuntimeError: CUDA error: an illegal memory access was "
+    "illegal_memory_access": "RuntimeError: CUDA error: an illegal memory access was "
                                   "encountered",
-    "cuda_launch_failure": "RuntimeError: CUDA error: unspecified launch failure",
+    "launch_failure": "RuntimeError: CUDA error: unspecified launch failure",
+    "out_of_memory": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    "nccl_error": "RuntimeError: NCCL error: unhandled cuda error",
+    "ray_worker_died": "RayWorkerProc rank=[1] died unexpectedly, shutting down executor.",
     "worker_died": "ERROR 11-29 [multiproc_executor.py:150] Worker proc VllmWorker-0 died "
                    "unexpectedly (exit code: -4), shutting down executor.",
     "engine_core_died": "ERROR [core_client.py:564] Engine core process EngineCore_DP0 died "

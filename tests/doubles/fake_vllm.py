@@ -3,7 +3,8 @@
 A real process speaking real HTTP on localhost, printing vLLM-like log lines to stdout:
 
     python tests/doubles/fake_vllm.py --port P [--host 127.0.0.1] [--scenario NAME] [--k 3]
-        [--model tiny] [--boot-delay S] [--print-line TEXT ...] [--event-file F] [--ignore-sigterm]
+        [--model tiny] [--boot-delay S] [--print-line TEXT ...] [--fault-line TEXT]
+        [--event-file F] [--ignore-sigterm]
 
 Endpoints: GET /health, GET /metrics (vLLM's Prometheus exposition, written by
 prometheus_client like vLLM's own, `_created` samples included), GET /version, GET /v1/models,
@@ -26,7 +27,8 @@ events: one chunk per token, then a usage chunk, then `data: [DONE]`.
 
 --event-file F: the Unix time at which the scenario's fault line was flushed is written to F
 (benchmarks measure fault-line-to-verdict from it). --print-line adds startup lines (e.g.
-"DSpark draft model loaded: 97 params") before "Application startup complete.".
+"DSpark draft model loaded: 97 params") before "Application startup complete.". --fault-line
+TEXT: on the first completion, print TEXT (any wording of a fault) and answer 500.
 """
 
 from __future__ import annotations
@@ -257,6 +259,11 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
         def fault_or_hang(self) -> bool:
             """The scenario's misbehaviour during a completion; True when it answered."""
             scenario = args.scenario
+            if args.fault_line:
+                print(args.fault_line, flush=True)
+                engine.mark_event()
+                self.send_json(500, {"error": {"message": "fault", "code": 500}})
+                return True
             if scenario == "gpu_fault":
                 print(
                     "Memory access fault by GPU node-2 (Agent handle: 0x55d1c0a8e2f0) on address "
@@ -303,6 +310,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="tiny", help="served model name")
     p.add_argument("--boot-delay", type=float, default=0.2)
     p.add_argument("--print-line", action="append", default=[])
+    p.add_argument("--fault-line")
     p.add_argument("--event-file")
     p.add_argument("--ignore-sigterm", action="store_true")
     return p.parse_args(argv)
