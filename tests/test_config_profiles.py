@@ -147,6 +147,20 @@ def test_every_launching_primary_config_composes(config: str, hw: str) -> None:
     assert_composes(compose_config([f"+hw={hw}"], config=config))
 
 
+@pytest.mark.parametrize("config", LAUNCHING)
+@pytest.mark.parametrize("option", options("deploy"))
+def test_every_deploy_target_composes_for_every_launching_primary(option: str,
+                                                                   config: str) -> None:
+    cfg = compose_config(["+hw=mi350x", "hw.nodes=2", f"deploy={option}"], config=config)
+    assert_composes(cfg)
+    assert cfg.deploy.target == option
+
+
+def test_deploy_is_local_by_default_for_every_launching_primary() -> None:
+    for config in LAUNCHING:
+        assert compose_config(["+hw=cpu"], config=config).deploy.target == "local"
+
+
 @pytest.mark.parametrize("option", options("bench"))
 def test_every_bench_protocol_composes(option: str) -> None:
     cfg = compose_config(["+hw=mi350x", f"bench={option}"], config="bench")
@@ -196,7 +210,7 @@ def base_chain(path: Path) -> list[Path]:
 def test_every_yaml_file_under_conf_is_composed_by_these_tests() -> None:
     """A new file under conf/ must be a primary, an option of a group composed above, or a
     base some option lists: nothing is left that no test composes."""
-    composed_groups = {*LAUNCH_GROUPS, "hw", "bench", "logs", "hydra/hydra_logging"}
+    composed_groups = {*LAUNCH_GROUPS, "hw", "bench", "logs", "deploy", "hydra/hydra_logging"}
     covered = {CONF / f"{p}.yaml" for p in PRIMARIES} | {CONF / "launch.yaml"}
     covered |= {p for g in composed_groups for p in (CONF / g).glob("*.yaml")}
     for group in ("hw", "model"):
@@ -207,7 +221,7 @@ def test_every_yaml_file_under_conf_is_composed_by_these_tests() -> None:
     assert all(p.is_file() for p in covered)
     # launch.yaml's groups are the ones composed above (logs: vllm among them).
     assert {next(iter(e)) for e in plain(CONF / "launch.yaml").defaults} == {
-        *LAUNCH_GROUPS, "logs"}
+        *LAUNCH_GROUPS, "logs", "deploy"}
 
 
 # --- bases: shared, never selectable --------------------------------------------------------

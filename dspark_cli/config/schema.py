@@ -28,6 +28,14 @@ class CudagraphMode(StrEnum):
     FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
 
 
+class Layout(StrEnum):
+    """How vLLM spans more than one node (`hw.nodes` > 1)."""
+
+    dp = "dp"  # data parallel, one API server on the head, the other nodes headless
+    dp_hybrid = "dp_hybrid"  # data parallel, an API server on every node (hybrid load balancing)
+    tp = "tp"  # one engine whose tensor parallel group spans the nodes
+
+
 class DraftTokensRule(StrEnum):
     """How `spec_decode_num_draft_tokens` relates to drafts x K for a drafter."""
 
@@ -56,6 +64,13 @@ class HardwareConf:
     args: HwArgs = field(default_factory=HwArgs)
     # Startup log lines a healthy server on this hardware prints (checked by `dspark smoke`).
     expect_log: list[str] = field(default_factory=list)
+    # More than one node (launch/layout.py): `args` describe one node; in the dp layouts the
+    # data parallel size is per node (vLLM's DP size = nodes x it), in tp the sizes are totals.
+    nodes: int = 1
+    layout: Layout = Layout.dp
+    head_address: str | None = None  # null: the deploy target gives it at run time
+    dp_rpc_port: int = 29550  # --data-parallel-rpc-port (vLLM's default)
+    master_port: int = 29501  # --master-port of the tp layout (vLLM's default)
 
 
 @dataclass
@@ -167,6 +182,13 @@ class LogsConf:
 
 
 @dataclass
+class DeployConf:
+    """Where the plan runs (`deploy=local|slurm|k8s`); each target's file adds its own keys."""
+
+    target: str = "local"
+
+
+@dataclass
 class LaunchConf:
     """What every command that launches (or plans) a vLLM server composes."""
 
@@ -178,6 +200,7 @@ class LaunchConf:
     server: ServerConf = field(default_factory=ServerConf)
     checks: ChecksConf = field(default_factory=ChecksConf)
     logs: LogsConf = field(default_factory=LogsConf)
+    deploy: DeployConf = field(default_factory=DeployConf)
 
 
 def register() -> None:
