@@ -34,11 +34,11 @@ def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
 
     register_schemas(module)
     # Hydra's own run-time groups matter to a plan only when the user sets one of them.
-    plan_only = _PLAN_ONLY + ([] if any("hydra" in o.split("=")[0] for o in overrides)
-                              else _NO_RUNTIME)
+    touches_hydra = any("hydra" in o.split("=")[0] for o in overrides)
+    plan_only = _PLAN_ONLY + (_QUIET_HYDRA if touches_hydra else _NO_RUNTIME)
     try:
         with libyaml(), initialize_config_dir(str(conf_dir()), version_base="1.3"):
-            return compose(config, overrides=[*_QUIET_HYDRA, *plan_only, *overrides])
+            return compose(config, overrides=[*plan_only, *overrides])
     except (HydraException, OmegaConfBaseException) as e:
         cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
         raise UsageError(f"{e}{cause}") from None
@@ -80,7 +80,8 @@ _QUIET_HYDRA = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
 
 # A plan composed without Hydra's app prints no help: skip composing Hydra's help texts.
 _PLAN_ONLY = ["~hydra/help", "~hydra/hydra_help"]
-_NO_RUNTIME = ["~hydra/launcher", "~hydra/sweeper", "~hydra/env", "~hydra/output"]
+_NO_RUNTIME = ["~hydra/launcher", "~hydra/sweeper", "~hydra/env", "~hydra/output",
+               "~hydra/job_logging", "~hydra/hydra_logging"]
 
 
 def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:

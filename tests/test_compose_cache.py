@@ -138,3 +138,15 @@ def test_the_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     newest = {compose_key("serve", ["+hw=cpu", f"server.port={p}"]) for p in range(8006, 8010)}
     assert kept == newest
     assert not list(cache_dir().glob(".*.tmp"))
+
+
+def test_an_entry_of_another_key_is_a_miss() -> None:
+    """Entries are named by a checksum: one holding another key's config is never served."""
+    cached_compose("serve", ["+hw=cpu"], lambda: compose_config(["+hw=cpu"]))
+    (entry,) = cache_dir().glob("*.json")
+    data = json.loads(entry.read_text())
+    data["key"] += " "
+    data["config"]["server"]["port"] = 1
+    entry.write_text(json.dumps(data))
+    cfg = cached_compose("serve", ["+hw=cpu"], lambda: compose_config(["+hw=cpu"]))
+    assert cfg.server.port != 1

@@ -3,8 +3,10 @@
 Composition is most of a dry run's time (Hydra merges every YAML into the dataclass schemas).
 The key covers everything a composition depends on: dspark's version, the primary config, the
 overrides, every file under conf/ and every Python file of dspark (the schemas live in several
-modules): path, size and mtime of each. Interpolations stay unresolved in the cached value, so
-environment lookups still happen at use. Any cache problem means a compose.
+modules): path, size and mtime of each. An entry is named by a 64-bit checksum of the key and
+holds the key itself, so a checksum collision is a miss, never a wrong config. Interpolations
+stay unresolved in the cached value, so environment lookups still happen at use. Any cache
+problem means a compose.
 
 The directory may be shared, so an entry is data that cannot run code when read: JSON holding
 the plain config and the name of its root schema, a dataclass of a `dspark_cli.*.schema` module.
@@ -17,10 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import importlib
 import json
 import os
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli import __version__
 from dspark_cli.paths import conf_dir
 
-FORMAT = 2  # 1 was pickle, never read again
+FORMAT = 3  # 1 was pickle, never read again; 2 had no key in the entry
 MAX_ENTRIES = 64
 
 
@@ -42,15 +44,27 @@ def enabled() -> bool:
     return os.environ.get("DSPARK_NO_CACHE", "") in ("", "0")
 
 
-def compose_key(config: str, overrides: list[str]) -> str:
+def key_text(config: str, overrides: list[str]) -> str:
+    """Everything the composition depends on, as text."""
     package = Path(__file__).resolve().parents[1]
     files = []
     for root, pattern in ((conf_dir(), "*.yaml"), (package, "*.py")):
         for path in sorted(root.rglob(pattern)):
             st = path.stat()
             files.append((str(path), st.st_size, st.st_mtime_ns))
-    blob = json.dumps([FORMAT, __version__, config, overrides, files])
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return json.dumps([FORMAT, __version__, config, overrides, files])
+
+
+def entry_name(key: str) -> str:
+    """A 64-bit checksum of the key: zlib's, not hashlib's, since loading OpenSSL is a
+    measurable share of a dry run; the entry's own copy of the key rules out collisions."""
+    data = key.encode()
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+
+
+def compose_key(config: str, overrides: list[str]) -> str:
+    """The entry's file name (without .json) for this composition."""
+    return entry_name(key_text(config, overrides))
 
 
 def cached_compose(config: str, overrides: list[str],
@@ -58,18 +72,22 @@ def cached_compose(config: str, overrides: list[str],
     """`compose()`'s result, from the cache when this exact composition was done before."""
     if not enabled():
         return compose()
-    path = cache_dir() / f"{compose_key(config, overrides)}.json"
-    cfg = load(path)
+    key = key_text(config, overrides)
+    path = cache_dir() / f"{entry_name(key)}.json"
+    cfg = load(path, key)
     if cfg is None:
         cfg = compose()
-        store(path, cfg)
+        store(path, key, cfg)
     return cfg
 
 
-def load(path: Path) -> DictConfig | None:
-    """The entry as a typed, struct config; None when it is absent or not a valid entry."""
+def load(path: Path, key: str) -> DictConfig | None:
+    """The entry as a typed, struct config; None when it is absent, not a valid entry, or the
+    entry of another key."""
     try:
         entry = json.loads(path.read_text(encoding="utf-8"))
+        if entry["key"] != key:
+            return None
         cfg = OmegaConf.merge(OmegaConf.structured(_schema(entry["schema"])), entry["config"])
     except Exception:  # absent, truncated, foreign or stale: compose again
         return None
@@ -90,12 +108,12 @@ def _schema(name: str) -> type:
     return kind
 
 
-def store(path: Path, cfg: DictConfig) -> None:
+def store(path: Path, key: str, cfg: DictConfig) -> None:
     """Write the entry atomically (a reader sees the old file or the new one), then evict."""
     kind = OmegaConf.get_type(cfg)
     if kind is None or not dataclasses.is_dataclass(kind):
         return
-    entry = {"schema": f"{kind.__module__}:{kind.__qualname__}",
+    entry = {"key": key, "schema": f"{kind.__module__}:{kind.__qualname__}",
              "config": OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
