@@ -150,3 +150,15 @@ def test_an_entry_of_another_key_is_a_miss() -> None:
     entry.write_text(json.dumps(data))
     cfg = cached_compose("serve", ["+hw=cpu"], lambda: compose_config(["+hw=cpu"]))
     assert cfg.server.port != 1
+
+
+@pytest.mark.parametrize("override", [
+    "+hw.env.HF_TOKEN=hf_planted_value", "+serving.extra_args.api_key=planted-value",
+    "server.url=http://user:planted-value@127.0.0.1:9",
+])
+def test_a_composition_with_a_secret_is_never_cached(tmp_path: Path, override: str) -> None:
+    done = run_dspark("serve", "+hw=mi350x", override, "--dry-run",
+                      env={"DSPARK_CACHE_DIR": str(tmp_path)})
+    assert done.returncode in (0, 1, 2), done.stderr
+    assert "planted-value" not in "".join(p.read_text() for p in tmp_path.rglob("*.json"))
+    assert not list(tmp_path.rglob("*.json"))

@@ -70,7 +70,7 @@ def compose_key(config: str, overrides: list[str]) -> str:
 def cached_compose(config: str, overrides: list[str],
                    compose: Callable[[], DictConfig]) -> DictConfig:
     """`compose()`'s result, from the cache when this exact composition was done before."""
-    if not enabled():
+    if not enabled() or any(_may_hold_secret(o) for o in overrides):
         return compose()
     key = key_text(config, overrides)
     path = cache_dir() / f"{entry_name(key)}.json"
@@ -79,6 +79,16 @@ def cached_compose(config: str, overrides: list[str],
         cfg = compose()
         store(path, key, cfg)
     return cfg
+
+
+_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
+
+
+def _may_hold_secret(override: str) -> bool:
+    """An override that may carry a secret (a token-like key, a URL with a password): its
+    composition is never written to the cache, whose entries hold the overrides and config."""
+    key, _, value = override.partition("=")
+    return any(w in key.upper() for w in _SECRET_WORDS) or "@" in value
 
 
 def load(path: Path, key: str) -> DictConfig | None:
