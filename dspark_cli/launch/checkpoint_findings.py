@@ -90,7 +90,7 @@ def checkpoint_findings(
     raw = _get(model_cfg, "path")
     path = Path(str(raw)).expanduser() if raw else None
     method = _get(speculative_cfg, "method")
-    adaptive = bool(_get(speculative_cfg, "enable_adaptive_verification", False))
+    adaptive = _get(speculative_cfg, "enable_adaptive_verification", False) is True
     allow = bool(_get(checks_cfg, "allow_missing_confidence_head", False))
     if path is None or not path.is_dir():
         why = f"model.path {raw} is not a local directory, so it cannot be checked here"

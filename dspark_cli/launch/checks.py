@@ -24,8 +24,10 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     """All preflight findings; machine rules are skipped without a machine (a dry run)."""
     from dspark_cli.launch.checkpoint_findings import checkpoint_findings
 
-    findings = list(run_rules(Context(cfg, plan, machine)))
-    findings += checkpoint_findings(cfg.model, cfg.speculative, cfg.checks,
+    ctx = Context(cfg, plan, machine)
+    findings = list(run_rules(ctx))
+    # The rendered speculative config decides whether the confidence head is needed.
+    findings += checkpoint_findings(cfg.model, ctx.launch.speculative, cfg.checks,
                                     dry_run=machine is None)
     if validate:
         from dspark_cli.vllm.validate import validate_with_vllm

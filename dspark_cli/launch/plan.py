@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
+from dspark_cli.launch import vllm_options
 
 VLLM_DEFAULT_PORT = 8000
 CLIENT_DEFAULT_HOST = "127.0.0.1"
@@ -30,7 +31,6 @@ FLAG_ORDER = (
     "speculative_config", "host", "port",
 )
 ENV_GROUPS = ("hw", "model", "compilation", "speculative", "serving")
-_DEST = re.compile(r"^[a-z][a-z0-9_]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -92,7 +92,14 @@ def speculative_config(spec: DictConfig) -> dict[str, Any] | None:
         "num_speculative_tokens": spec.num_speculative_tokens,
         "enable_adaptive_verification": spec.enable_adaptive_verification,
     }
-    return {**_non_null(fields), **plain(spec.extra)}
+    extra = plain(spec.extra)
+    for key in extra:
+        field = vllm_options.speculative_owner(key)
+        if field:
+            raise UsageError(f"`speculative.extra.{key}` sets the speculative config's "
+                             f"{field.split('.')[-1]!r}, which `{field}` owns; set `{field}` "
+                             "(or pick speculative=<profile>) instead.")
+    return {**_non_null(fields), **extra}
 
 
 def compilation_config(comp: DictConfig) -> dict[str, Any] | None:
@@ -130,15 +137,35 @@ def _collect_args(cfg: DictConfig) -> dict[str, Any]:
     put("host", host, "server.host")
     put("port", port if port != VLLM_DEFAULT_PORT else None, "server.port")
     for key, value in plain(cfg.serving.extra_args).items():
-        dest = key.replace("-", "_")
-        if not _DEST.match(dest):
-            raise UsageError(
-                f"`serving.extra_args.{key}` is not a vLLM option name; use the long flag name "
-                "without dashes, e.g. `serving.extra_args.enable_chunked_prefill=true`."
-            )
+        dest, value = _free_form_arg(f"serving.extra_args.{key}", key, value)
         put(dest, value, f"serving.extra_args.{key}")
     order = {d: i for i, d in enumerate(FLAG_ORDER)}
     return dict(sorted(args.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def _free_form_arg(where: str, key: str, value: Any) -> tuple[str, Any]:
+    """(dest, value) of a free-form vLLM option, refusing what a config group owns, a value
+    vLLM would read as another option, and a name that is no option name."""
+    option = vllm_options.resolve(key)
+    if option is None:
+        close = vllm_options.close_matches(key)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise UsageError(
+            f"`{where}` is not a vLLM option name{hint}: `vllm serve` has no such option; use "
+            "the long flag name, e.g. `serving.extra_args.enable_chunked_prefill=true`."
+        )
+    dest = option.dest
+    owner = vllm_options.owner(dest)
+    if owner:
+        raise UsageError(f"`{where}` sets vLLM's {option.flag}, which dspark sets from "
+                         f"`{owner}`; set it there, so the checks judge what vLLM runs.")
+    vllm_options.check_value(where, value)
+    if option is not None and option.negated:
+        if not isinstance(value, bool):
+            raise UsageError(f"`{where}` is the `--no-` form of {option.flag}; give true or "
+                             f"false, or set `serving.extra_args.{dest}` instead.")
+        value = not value
+    return dest, value
 
 
 def _collect_env(cfg: DictConfig) -> tuple[tuple[str, str], ...]:

@@ -11,20 +11,19 @@ import importlib.util
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from dspark_cli.config.schema import CudagraphMode, Platform
+from dspark_cli.config.schema import Platform
+from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.status import Status
 
 if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
     from dspark_cli.machine.detect import Machine
 
-FULL_CUDAGRAPH_MODES = {
-    CudagraphMode.FULL, CudagraphMode.FULL_DECODE_ONLY, CudagraphMode.FULL_AND_PIECEWISE
-}
 ADAPTIVE_INCOMPATIBLE_ARGS = ("enable_return_routed_experts", "enable_batch_sharded_sampling")
 # vLLM's SpeculativeConfig re-detects the method from these words in a draft model's path.
 METHOD_RENAMING_WORDS = ("eagle-", "eagle3", "dflash", "dspark")
@@ -49,19 +48,28 @@ class Finding:
 
 @dataclass(frozen=True)
 class Context:
+    """What the rules judge: the launch as rendered (`launch`), plus the profile facts that are
+    not part of the command (platform, GPU count, model family) and the machine."""
+
     cfg: DictConfig
     plan: LaunchPlan
     machine: Machine | None
 
+    @cached_property
+    def launch(self) -> EffectiveLaunch:
+        return EffectiveLaunch.of(self.plan)
+
     @property
     def adaptive(self) -> bool:
-        return bool(self.cfg.speculative.enable_adaptive_verification)
+        return self.launch.adaptive
+
+    @property
+    def method(self) -> str | None:
+        return self.launch.method
 
     @property
     def parallel(self) -> int:
-        p = self.plan
-        return (int(p.arg("tensor_parallel_size") or 1) * int(p.arg("data_parallel_size") or 1)
-                * int(p.arg("pipeline_parallel_size") or 1))
+        return self.launch.parallel
 
 
 @dataclass(frozen=True)
@@ -74,16 +82,15 @@ class Rule:
 
 
 def _adaptive_method(c: Context) -> str | None:
-    if c.adaptive and c.cfg.speculative.method != "dspark":
-        return (f"adaptive verification is only implemented for method dspark, not "
-                f"{c.cfg.speculative.method!r}")
+    if c.adaptive and c.method != "dspark":
+        return f"adaptive verification is only implemented for method dspark, not {c.method!r}"
     return None
 
 
 def _adaptive_cudagraphs(c: Context) -> str | None:
-    mode = c.cfg.compilation.cudagraph_mode
-    if c.adaptive and mode not in FULL_CUDAGRAPH_MODES:
-        shown = mode.value if mode else "unset"
+    mode = c.launch.cudagraph_mode
+    if c.adaptive and not c.launch.full_cudagraphs:
+        shown = mode or "unset"
         return (f"adaptive verification requires full CUDA graphs (FULL, FULL_DECODE_ONLY or "
                 f"FULL_AND_PIECEWISE); cudagraph_mode is {shown}: use "
                 "compilation=full_and_piecewise or disable adaptive verification")
@@ -91,34 +98,34 @@ def _adaptive_cudagraphs(c: Context) -> str | None:
 
 
 def _adaptive_eager(c: Context) -> str | None:
-    if c.adaptive and c.cfg.compilation.enforce_eager:
+    if c.adaptive and c.launch.eager:
         return "adaptive verification needs CUDA graphs, and --enforce-eager turns them off"
     return None
 
 
 def _adaptive_pp(c: Context) -> str | None:
-    if c.adaptive and int(c.plan.arg("pipeline_parallel_size") or 1) > 1:
+    if c.adaptive and c.launch.size("pipeline_parallel_size") > 1:
         return "adaptive verification is not compatible with pipeline parallelism"
     return None
 
 
 def _adaptive_lora(c: Context) -> str | None:
-    if c.adaptive and c.plan.arg("enable_lora"):
+    if c.adaptive and c.launch.arg("enable_lora") is True:
         return "adaptive verification is not compatible with LoRA"
     return None
 
 
 def _adaptive_flags(c: Context) -> str | None:
-    spec = c.plan.arg("speculative_config") or {}
-    bad = [a for a in ADAPTIVE_INCOMPATIBLE_ARGS if c.plan.arg(a)]
-    bad += ["use_local_argmax_reduction"] if spec.get("use_local_argmax_reduction") else []
+    bad = [a for a in ADAPTIVE_INCOMPATIBLE_ARGS if c.launch.arg(a) is True]
+    bad += (["use_local_argmax_reduction"]
+            if c.launch.speculative.get("use_local_argmax_reduction") else [])
     if c.adaptive and bad:
         return f"adaptive verification is not compatible with {', '.join(bad)}"
     return None
 
 
 def _v2_runner(c: Context) -> str | None:
-    if c.cfg.speculative.method == "dspark" and c.plan.env_map.get(
+    if c.method == "dspark" and c.launch.env.get(
             "VLLM_USE_V2_MODEL_RUNNER") != "1":
         return ("DSpark and adaptive verification need the V2 model runner "
                 "(VLLM_USE_V2_MODEL_RUNNER=1); the V1 runner refuses them at startup")
@@ -126,17 +133,16 @@ def _v2_runner(c: Context) -> str | None:
 
 
 def _dspark_k(c: Context) -> str | None:
-    spec = c.cfg.speculative
-    if spec.method == "dspark" and spec.model is None and not spec.num_speculative_tokens:
+    k = c.launch.num_speculative_tokens
+    if c.method == "dspark" and c.launch.draft_model is None and not k:
         return "method dspark without a draft model needs num_speculative_tokens (K > 0)"
     return None
 
 
 def _dspark_topk(c: Context) -> str | None:
-    extra = c.cfg.speculative.extra
-    if "dspark_draft_topk" not in extra:
+    if "dspark_draft_topk" not in c.launch.speculative:
         return None
-    if c.cfg.speculative.method != "dspark":
+    if c.method != "dspark":
         return "dspark_draft_topk is only supported by DSpark"
     if c.cfg.model.family == "deepseek_v4":
         return "dspark_draft_topk is for Qwen3 DSpark only and is invalid for DeepSeek-V4"
@@ -144,25 +150,25 @@ def _dspark_topk(c: Context) -> str | None:
 
 
 def _dspark_platform(c: Context) -> str | None:
-    if c.cfg.speculative.method == "dspark" and c.cfg.hw.platform is Platform.cpu:
+    if c.method == "dspark" and c.cfg.hw.platform is Platform.cpu:
         return "DSpark is not implemented on CPU; use speculative=draft_model or ngram"
     return None
 
 
 def _draft_path_method(c: Context) -> str | None:
-    spec = c.cfg.speculative
-    if spec.method != "draft_model" or not spec.model:
+    draft = c.launch.draft_model
+    if c.method != "draft_model" or not draft:
         return None
-    hit = next((w for w in METHOD_RENAMING_WORDS if w in str(spec.model).lower()), None)
+    hit = next((w for w in METHOD_RENAMING_WORDS if w in str(draft).lower()), None)
     if hit:
         return (f"vLLM switches method draft_model to another method when the draft path "
-                f"contains {hit!r} ({spec.model}); move or link the draft model to a path "
+                f"contains {hit!r} ({draft}); move or link the draft model to a path "
                 "without it")
     return None
 
 
 def _sparse_mla_fp8(c: Context) -> str | None:
-    kv = c.plan.arg("kv_cache_dtype")
+    kv = c.launch.arg("kv_cache_dtype")
     if c.cfg.model.family == "deepseek_v4" and kv != "fp8":
         return f"DeepSeek-V4's sparse MLA needs an fp8 KV cache, not {kv or 'auto'}"
     return None
@@ -207,14 +213,14 @@ def _fits_machine(c: Context) -> str | None:
 
 
 def _aiter_rocm(c: Context) -> str | None:
-    backend = c.plan.arg("moe_backend") or ""
+    backend = str(c.launch.arg("moe_backend") or "")
     if backend.startswith("aiter") and c.cfg.hw.platform is not Platform.rocm:
         return f"--moe-backend {backend} needs ROCm; {c.cfg.hw.name} is {c.cfg.hw.platform.value}"
     return None
 
 
 def _aiter_importable(c: Context) -> str | None:
-    backend = c.plan.arg("moe_backend") or ""
+    backend = str(c.launch.arg("moe_backend") or "")
     if backend.startswith("aiter") and importlib.util.find_spec("aiter") is None:
         return f"--moe-backend {backend} needs AITER, and `import aiter` finds nothing here"
     return None

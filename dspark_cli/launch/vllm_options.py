@@ -1,0 +1,139 @@
+"""vLLM's `serve` options as planning sees them, without importing vLLM.
+
+The table (`vllm_serve_options.json`, dumped from the installed vLLM's own parser by
+`python -m dspark_cli.vllm.options_table`) resolves a free-form key the way vLLM's parser would:
+dashes or underscores, any case, leading dashes, `--no-` forms, aliases (`device_memory_
+utilization`) and unique abbreviations (`enforce_eag`). What a config group owns is refused in a
+free-form map, naming the key to use, so no map can change what the rules have judged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from dspark_cli.errors import UsageError
+
+TABLE = Path(__file__).with_name("vllm_serve_options.json")
+
+# vLLM options a config group owns (dest -> the key to use instead). Every field of the
+# `hw.args`, `model.args` and `serving.args` schemas is owned by that field as well.
+_LAYOUT = "the hw profile (hw.num_gpus, hw.args.*): dspark plans the parallel layout"
+OWNED: dict[str, str] = {
+    "model": "model.path", "model_tag": "model.path",
+    "host": "server.host", "port": "server.port",
+    "uds": "server.host and server.port (dspark health-checks host:port)",
+    "config": "the config groups (vLLM's --config file would set options no check sees)",
+    "speculative_config": "speculative=<profile> and speculative.*",
+    "spec_method": "speculative.method", "spec_model": "speculative.model",
+    "spec_tokens": "speculative.num_speculative_tokens",
+    "compilation_config": "compilation=<profile> and compilation.*",
+    "optimization_level": "compilation=<profile> and compilation.mode",
+    "enforce_eager": "compilation=eager (or compilation.enforce_eager)",
+    "cudagraph_capture_sizes": "compilation.max_cudagraph_capture_size",
+    "max_cudagraph_capture_size": "compilation.max_cudagraph_capture_size",
+    **{d: _LAYOUT for d in (
+        "data_parallel_rank", "data_parallel_start_rank", "data_parallel_size_local",
+        "data_parallel_address", "data_parallel_rpc_port", "data_parallel_backend",
+        "data_parallel_hybrid_lb", "data_parallel_external_lb",
+        "data_parallel_multi_port_external_lb", "nnodes", "node_rank", "master_addr",
+        "master_port", "headless", "api_server_count", "decode_context_parallel_size",
+        "prefill_context_parallel_size")},
+}
+# `--speculative-config` keys the speculative group's fields own.
+SPECULATIVE_FIELDS = ("method", "model", "num_speculative_tokens",
+                      "enable_adaptive_verification")
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str
+    flag: str  # the canonical long flag
+    kind: str  # bool (--x/--no-x), flag (store_true), value, list
+    type: str  # int, float, int_or_auto, str
+    choices: tuple | None
+    negated: bool = False  # the key was the `--no-` form
+
+
+@cache
+def table() -> dict[str, dict]:
+    return json.loads(TABLE.read_text(encoding="utf-8"))
+
+
+@cache
+def _by_flag() -> dict[str, str]:
+    return {f: dest for dest, e in table().items() for f in e["flags"]}
+
+
+def normalize(key: str) -> str:
+    """A key as vLLM's parser reads it: `--Max_Num-Seqs` -> `max-num-seqs`."""
+    return str(key).strip().lstrip("-").lower().replace("_", "-")
+
+
+def resolve(key: str) -> Option | None:
+    """The vLLM option a free-form key names (exact, alias, `--no-` form or a unique
+    abbreviation, as argparse allows), or None when vLLM has no such option."""
+    flag = "--" + normalize(key)
+    by_flag = _by_flag()
+    dest = by_flag.get(flag)
+    if dest is None:
+        matches = {d for f, d in by_flag.items() if f.startswith(flag) and f.startswith("--")}
+        if len(matches) > 1:
+            raise UsageError(f"`{key}` is an ambiguous abbreviation of the vLLM options "
+                             f"{', '.join(sorted(matches))}; spell the option out.")
+        if not matches:
+            return None
+        (dest,) = matches
+        flag = next(f for f, d in by_flag.items() if d == dest and f.startswith(flag))
+    entry = table()[dest]
+    return Option(dest, entry["flags"][0], entry["kind"], entry["type"],
+                  tuple(entry["choices"]) if entry["choices"] else None,
+                  negated=entry["kind"] == "bool" and flag.startswith("--no-"))
+
+
+def close_matches(key: str) -> list[str]:
+    """vLLM option names close to a mistyped key, as config keys (`enable_chunked_prefill`)."""
+    names = [d for d in table()]
+    return difflib.get_close_matches(normalize(key).replace("-", "_"), names, n=2)
+
+
+@cache
+def _schema_owned() -> dict[str, str]:
+    from dspark_cli.config.schema import HwArgs, ModelArgs, ServingArgs
+
+    return {f.name: f"{group}.args.{f.name}"
+            for group, kind in (("hw", HwArgs), ("model", ModelArgs), ("serving", ServingArgs))
+            for f in dataclasses.fields(kind)}
+
+
+def owner(dest: str) -> str | None:
+    """The config key that owns a vLLM option, or None when a free-form map may set it."""
+    return _schema_owned().get(dest) or OWNED.get(dest)
+
+
+def check_value(key: str, value: object) -> None:
+    """Refuse a free-form value that vLLM's parser would read as another option."""
+    items = value if isinstance(value, list | tuple) else [value]
+    for item in items:
+        if isinstance(item, str) and item.lstrip().startswith("-") and not _numeric(item):
+            raise UsageError(f"`{key}`: the value {item.strip()!r} starts with '-', so vLLM "
+                             "would read it as another option; set each option under its own "
+                             "key.")
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def speculative_owner(key: str) -> str | None:
+    """The speculative field a `speculative.extra` key duplicates (any case, dashes)."""
+    name = normalize(key).replace("-", "_")
+    return f"speculative.{name}" if name in SPECULATIVE_FIELDS else None
