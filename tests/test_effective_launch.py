@@ -61,7 +61,7 @@ def failed_rules(cfg, plan) -> set[str]:
     (["+serving.extra_args.optimization_level=0"], "compilation"),
     (["+serving.extra_args.cudagraph_capture_sizes=[1,2]"], "compilation"),
     (["+serving.extra_args.config=/tmp/more.yaml"], "config groups"),
-    (["+serving.extra_args.data_parallel_rank=1"], "hw"),
+    (["+serving.extra_args.headless=true"], "hw.nodes"),
     (["+speculative.extra.Method=ngram"], "speculative.method"),
     (["+speculative.extra.num-speculative-tokens=2"], "speculative.num_speculative_tokens"),
     (["+speculative.extra.MODEL=/x"], "speculative.model"),

@@ -22,7 +22,6 @@ TABLE = Path(__file__).with_name("vllm_serve_options.json")
 
 # vLLM options a config group owns (dest -> the key to use instead). Every field of the
 # `hw.args`, `model.args` and `serving.args` schemas is owned by that field as well.
-_LAYOUT = "the hw profile (hw.num_gpus, hw.args.*): dspark plans the parallel layout"
 OWNED: dict[str, str] = {
     "model": "model.path", "model_tag": "model.path",
     "host": "server.host", "port": "server.port",
@@ -36,13 +35,7 @@ OWNED: dict[str, str] = {
     "enforce_eager": "compilation=eager (or compilation.enforce_eager)",
     "cudagraph_capture_sizes": "compilation.max_cudagraph_capture_size",
     "max_cudagraph_capture_size": "compilation.max_cudagraph_capture_size",
-    **{d: _LAYOUT for d in (
-        "data_parallel_rank", "data_parallel_start_rank", "data_parallel_size_local",
-        "data_parallel_address", "data_parallel_rpc_port", "data_parallel_backend",
-        "data_parallel_hybrid_lb", "data_parallel_external_lb",
-        "data_parallel_multi_port_external_lb", "nnodes", "node_rank", "master_addr",
-        "master_port", "headless", "api_server_count", "decode_context_parallel_size",
-        "prefill_context_parallel_size")},
+    "headless": "hw.nodes (a headless node serves no API for dspark to check)",
 }
 # `--speculative-config` keys the speculative group's fields own.
 SPECULATIVE_FIELDS = ("method", "model", "num_speculative_tokens",
