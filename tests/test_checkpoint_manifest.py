@@ -118,7 +118,7 @@ def test_manifest_paths_that_climb_out_are_refused(ckpt: Path, name: str) -> Non
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("", "no files"), ("abc  file\n", "line 1"), ("0" * 64 + " file\n", "line 1"),
+    [("", "no files"), ("abc  file\n", "line 1"), ("0" * 64 + "\n", "line 1"),
      ("0" * 64 + "  a\n" + "1" * 64 + "  a\n", "again")],
 )
 def test_malformed_manifests(text: str, message: str) -> None:

@@ -16,12 +16,13 @@ from typing import Any
 
 from dspark_cli.checkpoint.hashing import SHA256, HashJob, hash_files
 from dspark_cli.checkpoint.head import check_head
-from dspark_cli.checkpoint.index import load_layout, unsafe_reason
+from dspark_cli.checkpoint.index import load_layout
 from dspark_cli.checkpoint.manifest import (
     blob_expectation,
     compare_with_manifest,
     is_file,
     list_checkpoint_files,
+    unsafe_name,
 )
 from dspark_cli.checkpoint.pins import check_pins, gather_facts
 from dspark_cli.checkpoint.report import Check, CheckpointReport, Content, Problem, problem
@@ -34,6 +35,9 @@ class ContentRequest:
 
     manifest: Mapping[str, str] | None = None  # verify against this (relative path -> sha256)
     every_file: bool = False  # hash every file, for a manifest to be written
+    # Files the manifest need not list: the manifest itself, kept in the checkpoint (`sha256sum
+    # -c` never asks a manifest to list itself).
+    unlisted_ok: frozenset[str] = frozenset()
     workers: int | None = None
     progress: bool | None = None
 
@@ -42,7 +46,7 @@ def _jobs(root: Path, on_disk: list[str], request: ContentRequest) -> dict[str, 
     wanted = set(on_disk) if request.every_file else set()
     if request.manifest is not None:
         wanted |= {
-            n for n in request.manifest if not unsafe_reason(n) and is_file(root / n)
+            n for n in request.manifest if not unsafe_name(n) and is_file(root / n)
         }
     jobs = {}
     for name in sorted(wanted | set(on_disk)):
@@ -85,7 +89,8 @@ def check_content(root: Path, request: ContentRequest) -> tuple[Content, list[Pr
                             outcome.digests[algorithm])
                 )
     if request.manifest is not None:
-        problems += compare_with_manifest(request.manifest, root, on_disk, sha256)
+        problems += compare_with_manifest(
+            request.manifest, root, [n for n in on_disk if n not in request.unlisted_ok], sha256)
     digests = {n: d for n, d in sha256.items() if d is not None}
     content = Content(
         hashed_files=len(outcomes),

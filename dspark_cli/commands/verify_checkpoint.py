@@ -74,8 +74,9 @@ def _content_request(root: Path, opts: argparse.Namespace) -> Any:
     manifest = None
     if opts.manifest:
         try:
-            manifest = parse_manifest(opts.manifest.expanduser().read_text(
-                encoding="utf-8", errors="surrogateescape"))
+            # Bytes, not read_text: universal newlines would split a name at a lone CR.
+            manifest = parse_manifest(opts.manifest.expanduser().read_bytes().decode(
+                "utf-8", "surrogateescape"))
         except OSError as e:
             raise UsageError(f"cannot read --manifest {opts.manifest}: {e.strerror}.") from None
         except ManifestError as e:
@@ -103,7 +104,17 @@ def _content_request(root: Path, opts: argparse.Namespace) -> Any:
     if not (opts.hash or manifest is not None or opts.write_manifest):
         return None
     return ContentRequest(manifest=manifest, every_file=bool(opts.write_manifest),
-                          workers=opts.workers)
+                          workers=opts.workers, unlisted_ok=_inside(root, opts.manifest))
+
+
+def _inside(root: Path, manifest: Path | None) -> frozenset[str]:
+    """The manifest's own name when it is kept in the checkpoint directory, else nothing."""
+    if manifest is None:
+        return frozenset()
+    try:
+        return frozenset({manifest.expanduser().resolve().relative_to(root.resolve()).as_posix()})
+    except ValueError:
+        return frozenset()
 
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
