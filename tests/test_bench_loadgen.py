@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.bench.dataset import DatasetSpec
-from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase, scalars
+from dspark_cli.bench.loadgen import PhaseRun, latency_ms, phase_argv, run_phase, scalars
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
 
@@ -124,3 +124,13 @@ def test_run_phase_stops_early_when_asked(tmp_path: Path) -> None:
     slow = run_phase([sys.executable, "-c", HANGS], MEASURED, tmp_path,
                      {}, timeout_s=0.5, poll_s=0.05)
     assert "timed out" in (slow.error or "")
+
+
+def test_latency_percentiles_are_asked_for_and_read_back() -> None:
+    argv = phase_argv(MEASURED, SAMPLING, DATASETS["random"], PLAN, Path("/r"))
+    assert opt(argv, "--percentile-metrics") == "ttft,tpot,itl,e2el"
+    assert opt(argv, "--metric-percentiles") == "50,90,99"
+    result = {"p50_ttft_ms": 10.5, "p99_ttft_ms": 31, "median_ttft_ms": 10.5,
+              "p50_itl_ms": 2.0, "p99_tpot_ms": "n/a", "ttfts": [0.01, 0.02]}
+    assert latency_ms(result) == {"ttft": {"p50": 10.5, "p99": 31.0}, "itl": {"p50": 2.0}}
+    assert latency_ms(None) == {}

@@ -44,6 +44,28 @@ def test_cells_run_concurrency_major_in_config_order() -> None:
         "none-c64", "fixed-c64", "adaptive-c64", "none-c4", "fixed-c4", "adaptive-c4"]
 
 
+def test_repeats_are_cold_boots_of_their_own_arms_alternating_within_a_concurrency() -> None:
+    p = build_protocol(bench(repeats=2, equivalence_margin=0.1))
+    assert (p.repeats, p.equivalence_margin) == (2, 0.1)
+    assert [c.id for c in p.cells][:6] == [
+        "none-c64-r1", "fixed-c64-r1", "adaptive-c64-r1",
+        "none-c64-r2", "fixed-c64-r2", "adaptive-c64-r2"]
+    assert len(p.cells) == 12 and len({c.id for c in p.cells}) == 12
+    assert p.cell("fixed", 4, 2) is p.cells[10] and p.cells[10].repeat == 2
+    assert p.cells[0].phases == p.cells[3].phases
+
+
+def test_one_repeat_keeps_the_short_cell_ids_and_the_default_margin() -> None:
+    p = build_protocol(bench())
+    assert (p.repeats, p.equivalence_margin) == (1, 0.05)
+    assert {c.repeat for c in p.cells} == {1}
+
+
+def test_a_repeat_can_be_selected_like_an_arm_or_a_concurrency() -> None:
+    p = build_protocol(bench(repeats=3, repeat=2, concurrency=4))
+    assert [c.id for c in p.cells] == ["none-c4-r2", "fixed-c4-r2", "adaptive-c4-r2"]
+
+
 def test_phases_are_warmups_then_the_measured_phase() -> None:
     cell = build_protocol(bench()).cell("adaptive", 4)
     assert cell is not None
@@ -79,6 +101,10 @@ def test_selection_narrows_to_one_cell_but_keeps_the_protocol() -> None:
     ({"concurrency": 8}, "bench.concurrency=8 is not one of"),
     ({"warmups": [{"num_prompts": 0, "concurrency": 1, "output_tokens": 1}]},
      "bench.warmups[0].num_prompts"),
+    ({"repeats": 0}, "bench.repeats must be a positive integer"),
+    ({"repeats": 2, "repeat": 3}, "bench.repeat=3 is not one of the repeats 1..2"),
+    ({"equivalence_margin": 1.0}, "bench.equivalence_margin must be a fraction in [0, 1)"),
+    ({"equivalence_margin": -0.01}, "bench.equivalence_margin must be a fraction"),
 ])
 def test_bad_protocols_are_usage_errors(changes: dict[str, Any], fragment: str) -> None:
     with pytest.raises(UsageError) as exc:
@@ -117,7 +143,7 @@ def test_the_seed_protocol_composes_with_the_reports_numbers() -> None:
         1.0, 1.0, 2048)
     assert [(ph.num_prompts, ph.concurrency, ph.output_tokens) for ph in p.cells[-1].phases] == [
         (64, 32, 256), (64, 4, 256), (880, 4, 2048)]
-    assert len(p.cells) == 21
+    assert len(p.cells) == 21 and p.repeats == 1  # the report ran each cell once
     assert cfg.bench.dataset.kind == "speed_bench"
     assert cfg.bench.dataset.subset == "throughput_1k"
     assert cfg.serving.args.max_num_seqs >= 256

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from dspark_cli.bench import records, report
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.render import table
+from dspark_cli.bench.stats import Speedup, Verdict, mean_interval, results_sentence
 from dspark_cli.bench.summary import summarize
 from dspark_cli.errors import UsageError
 
@@ -151,3 +152,121 @@ def test_property_no_speedup_or_average_ever_uses_an_invalid_cell(
     for arm, mean in s.mean_speedup.items():
         used = [x.speedup for x in s.speedups if x.arm == arm and x.speedup is not None]
         assert (mean is None) == (not used)
+
+
+# ---- repeats: each repeat its own record; the summary aggregates them ----
+
+REPEATED = {**PROTOCOL, "repeats": 3, "equivalence_margin": 0.05}
+LAT = {"ttft": {"p50": 10.0, "p90": 15.0, "p99": 20.0}, "tpot": {"p50": 4.0, "p99": 6.0},
+       "itl": {"p50": 3.0, "p99": 9.0}}
+
+
+def repeat(arm: str, c: int, r: int, tps: float, valid: bool = True,
+           spec: tuple[int, int] | None = None, scale: float = 1.0) -> dict[str, Any]:
+    """A repeat's record; `spec` is (drafts, accepted); latency scaled by `scale`."""
+    per_draft = None if spec is None else spec[1] / spec[0]
+    return cell(arm, c, tps, valid=valid, repeat=r, protocol=REPEATED,
+                acceptance_length=None if spec is None else 1 + per_draft,
+                accepted_per_draft=per_draft,
+                latency_ms={m: {p: v * scale for p, v in ps.items()} for m, ps in LAT.items()})
+
+
+def repeated_summary(cells: list[dict[str, Any]]):
+    return summarize([CellRecord.from_dict(c) for c in cells], protocol="t",
+                     arms=PROTOCOL["arms"], baseline="fixed",
+                     concurrencies=PROTOCOL["concurrencies"], repeats=3,
+                     equivalence_margin=0.05)
+
+
+def test_repeats_aggregate_into_intervals_acceptance_latency_and_verdicts() -> None:
+    s = repeated_summary([
+        repeat("fixed", 64, 1, 1000.0), repeat("fixed", 64, 2, 1010.0),
+        repeat("fixed", 64, 3, 990.0),
+        repeat("adaptive", 64, 3, 1320.0, spec=(100, 250), scale=3.0),
+        repeat("adaptive", 64, 1, 1300.0, spec=(100, 200), scale=1.0),
+        repeat("adaptive", 64, 2, 1280.0, spec=(100, 300), scale=2.0),
+        repeat("fixed", 4, 1, 200.0), repeat("fixed", 4, 2, 202.0), repeat("fixed", 4, 3, 198.0),
+        repeat("adaptive", 4, 1, 199.0), repeat("adaptive", 4, 2, 203.0),
+        repeat("adaptive", 4, 3, 900.0, valid=False),
+    ])
+    adaptive = s.result("adaptive", 64)
+    assert adaptive.repeats == (1, 2, 3) and adaptive.throughputs == (1300.0, 1280.0, 1320.0)
+    assert adaptive.throughput == mean_interval([1300.0, 1280.0, 1320.0])
+    assert adaptive.acceptance_length == pytest.approx(3.5)  # 1 + mean(2, 3, 2.5)
+    assert adaptive.accepted_per_draft == pytest.approx(2.5)
+    assert adaptive.latency_ms["ttft"] == {"p50": 20.0, "p90": 30.0, "p99": 40.0}
+    assert adaptive.latency_ms["itl"]["p99"] == pytest.approx(18.0)
+
+    fast = s.speedup("adaptive", 64)
+    assert fast.result.verdict is Verdict.FASTER and fast.note == ""
+    assert fast.result.ratio.estimate == pytest.approx(1.3)
+    assert fast.result.ratio.n == 3
+    # An invalid repeat stays out of the interval and is said so; the rest still count.
+    level = s.speedup("adaptive", 4)
+    assert level.result.verdict is Verdict.COMPARABLE
+    assert s.result("adaptive", 4).throughputs == (199.0, 203.0)
+    assert level.result.ratio.n == 2 and level.note == "1 of 3 arm repeats invalid"
+    # Rows per repeat, concurrency-major then by repeat; each carries its group's ratio.
+    assert [(c.arm, c.repeat) for c in s.cells][:6] == [
+        ("fixed", 1), ("fixed", 2), ("fixed", 3), ("adaptive", 1), ("adaptive", 2),
+        ("adaptive", 3)]
+    assert {c.speedup for c in s.cells if (c.arm, c.concurrency) == ("adaptive", 64)} == {
+        fast.speedup}
+    assert [c.cell_id for c in s.cells][:2] == ["fixed-c64-r1", "fixed-c64-r2"]
+    assert s.results_sentence == results_sentence([fast.result, level.result])
+    assert "adaptive over fixed: comparable at concurrency 4" in s.results_sentence
+    assert "faster at concurrency 64" in s.results_sentence
+
+
+def test_summary_json_carries_the_contract(tmp_path: Path) -> None:
+    for rec in [repeat("fixed", 4, r, 200.0 + r) for r in (1, 2, 3)] + [
+            repeat("adaptive", 4, r, 260.0 + r, spec=(10, 20)) for r in (1, 2, 3)]:
+        d = records.cell_dir(tmp_path, f"{rec['arm']}-c4-r{rec['repeat']}")
+        d.mkdir(parents=True)
+        (d / records.CELL_JSON).write_text(json.dumps(rec))
+    rep = report.build(tmp_path)
+    data = json.loads(rep.summary_json.read_text())
+    assert (data["repeats"], data["equivalence_margin"]) == (3, 0.05)
+    res = {(r["arm"], r["concurrency"]): r for r in data["results"]}
+    assert res[("adaptive", 4)]["throughputs"] == [261.0, 262.0, 263.0]
+    assert res[("adaptive", 4)]["throughput"] == mean_interval([261.0, 262.0, 263.0]).to_dict()
+    assert res[("adaptive", 4)]["acceptance_length"] == 3.0
+    assert res[("adaptive", 4)]["accepted_per_draft"] == 2.0
+    assert res[("adaptive", 4)]["latency_ms"]["tpot"] == {"p50": 4.0, "p99": 6.0}
+    sp = next(x for x in data["speedups"] if (x["arm"], x["concurrency"]) == ("adaptive", 4))
+    assert Speedup.from_dict(sp) == rep.summary.speedup("adaptive", 4).result
+    assert sp["verdict"] == "faster" and sp["baseline"] == "fixed"
+    assert data["results_sentence"].startswith("adaptive over fixed: faster at concurrency 4")
+    none = next(x for x in data["speedups"] if x["arm"] == "none")
+    assert (none["note"], none["verdict"], none["speedup"], none["ratio"]) == (
+        "cell not run", "cannot tell", None, None)
+    assert set(none) == set(sp)
+    rows = list(csv.DictReader(rep.summary_csv.open()))
+    assert [(r["arm"], r["repeat"]) for r in rows] == [
+        ("fixed", "1"), ("fixed", "2"), ("fixed", "3"), ("adaptive", "1"), ("adaptive", "2"),
+        ("adaptive", "3")]
+    assert rows[3]["ttft_p99_ms"] == "20.0" and rows[3]["accepted_per_draft"] == "2.0"
+
+
+def test_report_refuses_records_of_different_margins(tmp_path: Path) -> None:
+    for n, margin in enumerate([0.05, 0.1]):
+        d = tmp_path / str(n)
+        d.mkdir()
+        (d / "cell.json").write_text(json.dumps(cell("fixed", 4, 1, protocol={
+            **PROTOCOL, "equivalence_margin": margin})))
+    with pytest.raises(UsageError, match="equivalence margins"):
+        report.build(tmp_path)
+
+
+def test_an_old_cell_record_loads_as_one_repeat_with_its_kept_evidence() -> None:
+    old = cell("adaptive", 4, 300.0)  # written before repeats: no repeat, latency, per draft
+    old["spec_decode"] = {"drafts": 40, "draft_tokens": 120, "accepted": 90}
+    old["loadgen"] = {"p50_ttft_ms": 11.0, "p99_ttft_ms": 19.0, "p99_itl_ms": 7.5,
+                      "mean_ttft_ms": 12.0}
+    rec = CellRecord.from_dict(old)
+    assert (rec.repeat, rec.protocol.repeats, rec.protocol.equivalence_margin) == (1, 1, 0.05)
+    assert rec.cell_id == "adaptive-c4"
+    assert rec.accepted_per_draft == 2.25
+    assert rec.latency_ms == {"ttft": {"p50": 11.0, "p99": 19.0}, "itl": {"p99": 7.5}}
+    again = CellRecord.from_dict(rec.to_dict())
+    assert again == rec and again.evidence["loadgen"] == old["loadgen"]

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspark_cli.bench.loadgen import PhaseRun, scalars
+from dspark_cli.bench.loadgen import PhaseRun, latency_ms, scalars
 from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.server import metrics
@@ -22,15 +22,25 @@ class ProtocolInfo:
     arms: tuple[str, ...]
     baseline: str
     concurrencies: tuple[int, ...]
+    repeats: int = 1
+    equivalence_margin: float = 0.05
 
     @classmethod
     def of(cls, protocol: Protocol) -> ProtocolInfo:
         return cls(protocol.name, tuple(protocol.arms), protocol.baseline,
-                   tuple(protocol.concurrencies))
+                   tuple(protocol.concurrencies), protocol.repeats, protocol.equivalence_margin)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arms": list(self.arms), "baseline": self.baseline,
-                "concurrencies": list(self.concurrencies)}
+                "concurrencies": list(self.concurrencies), "repeats": self.repeats,
+                "equivalence_margin": self.equivalence_margin}
+
+    @classmethod
+    def from_dict(cls, p: Mapping[str, Any]) -> ProtocolInfo:
+        """Records written before repeats existed are one repeat with the default margin."""
+        return cls(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
+                   tuple(int(c) for c in p["concurrencies"]), int(p.get("repeats", 1)),
+                   float(p.get("equivalence_margin", 0.05)))
 
 
 @dataclass(frozen=True)
@@ -50,8 +60,8 @@ class CellTimings:
 
 @dataclass(frozen=True)
 class CellRecord:
-    """One cell's evidence and verdict. Fields the summary reads are typed; the evidence it
-    only carries (load generator scalars, counters, launch) is kept as read."""
+    """One cell's (one repeat's) evidence and verdict. Fields the summary reads are typed; the
+    evidence it only carries (load generator scalars, counters, launch) is kept as read."""
 
     arm: str
     concurrency: int
@@ -61,40 +71,55 @@ class CellRecord:
     output_throughput: float | None = None
     request_throughput: float | None = None
     total_output_tokens: int | None = None
-    acceptance_length: float | None = None
+    acceptance_length: float | None = None  # 1 + accepted / drafts (the bonus token counts)
     boot_s: float | None = None
     finished_at: str = ""
     teardown: Teardown | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)  # the rest of cell.json
+    repeat: int = 1
+    accepted_per_draft: float | None = None  # mean accepted draft tokens per draft
+    latency_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # ttft: p50..
 
     @property
     def cell_id(self) -> str:
-        return f"{self.arm}-c{self.concurrency}"
+        base = f"{self.arm}-c{self.concurrency}"
+        return base if self.protocol.repeats == 1 else f"{base}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "arm": self.arm, "concurrency": self.concurrency, "cell_id": self.cell_id,
-            "protocol": self.protocol.to_dict(), "valid": self.valid,
+            "arm": self.arm, "concurrency": self.concurrency, "repeat": self.repeat,
+            "cell_id": self.cell_id, "protocol": self.protocol.to_dict(), "valid": self.valid,
             "reasons": list(self.reasons), "output_throughput": self.output_throughput,
             "request_throughput": self.request_throughput,
             "total_output_tokens": self.total_output_tokens,
-            "acceptance_length": self.acceptance_length, "boot_s": self.boot_s,
-            "teardown": self.teardown.to_dict() if self.teardown else None,
+            "acceptance_length": self.acceptance_length,
+            "accepted_per_draft": self.accepted_per_draft,
+            "latency_ms": {k: dict(v) for k, v in self.latency_ms.items()},
+            "boot_s": self.boot_s, "teardown": self.teardown.to_dict() if self.teardown else None,
             "finished_at": self.finished_at, **self.evidence,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CellRecord:
-        """A record from cell.json; KeyError/TypeError/ValueError when it is not one."""
-        p, td = data["protocol"], data.get("teardown")
-        own = {"arm", "concurrency", "cell_id", "protocol", "valid", "reasons",
+        """A record from cell.json; KeyError/TypeError/ValueError when it is not one. A record
+        written before repeats, per-draft acceptance and latency were fields is one repeat, and
+        gets the other two from the evidence it kept (spec_decode, loadgen)."""
+        td = data.get("teardown")
+        own = {"arm", "concurrency", "repeat", "cell_id", "protocol", "valid", "reasons",
                "output_throughput", "request_throughput", "total_output_tokens",
-               "acceptance_length", "boot_s", "teardown", "finished_at"}
+               "acceptance_length", "accepted_per_draft", "latency_ms", "boot_s", "teardown",
+               "finished_at"}
+        latency = data.get("latency_ms")
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
             valid=bool(data["valid"]), reasons=tuple(data.get("reasons") or ()),
-            protocol=ProtocolInfo(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
-                                  tuple(int(c) for c in p["concurrencies"])),
+            protocol=ProtocolInfo.from_dict(data["protocol"]),
+            repeat=int(data.get("repeat", 1)),
+            accepted_per_draft=data["accepted_per_draft"] if "accepted_per_draft" in data
+            else _per_draft(data.get("spec_decode")),
+            latency_ms={str(k): {str(p): float(v) for p, v in ps.items()}
+                        for k, ps in latency.items()} if latency is not None
+            else latency_ms(data.get("loadgen")),
             output_throughput=data.get("output_throughput"),
             request_throughput=data.get("request_throughput"),
             total_output_tokens=data.get("total_output_tokens"),
@@ -104,6 +129,13 @@ class CellRecord:
                               tuple(td["leftover_pids"]), bool(td["port_free"])) if td else None,
             evidence={k: v for k, v in data.items() if k not in own},
         )
+
+
+def _per_draft(spec: Mapping[str, Any] | None) -> float | None:
+    """Mean accepted tokens per draft from the spec-decode counters; None without a draft."""
+    if not spec or not spec.get("drafts"):
+        return None
+    return round(spec["accepted"] / spec["drafts"], 4)
 
 
 @dataclass(frozen=True)
@@ -163,7 +195,8 @@ def build(seen: Observed, protocol: ProtocolInfo,
     spec_dict = spec.as_dict() if spec else None
     return CellRecord(
         arm=seen.cell.arm, concurrency=seen.cell.concurrency, valid=not reasons,
-        reasons=reasons, protocol=protocol,
+        reasons=reasons, protocol=protocol, repeat=seen.cell.repeat,
+        accepted_per_draft=_per_draft(spec_dict), latency_ms=latency_ms(result),
         output_throughput=None if result is None else result.get("output_throughput"),
         request_throughput=None if result is None else result.get("request_throughput"),
         total_output_tokens=evidence.client_output_tokens,

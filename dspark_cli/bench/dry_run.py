@@ -44,7 +44,8 @@ def plan_text(
         f"# dspark bench: protocol {protocol.name}, {len(cells)} cells, baseline "
         f"{protocol.baseline}",
         f"# arms: {', '.join(protocol.arms)}; concurrencies: "
-        f"{', '.join(map(str, protocol.concurrencies))}",
+        f"{', '.join(map(str, protocol.concurrencies))}; repeats: {protocol.repeats} (each a "
+        f"cold boot); equivalence margin: {protocol.equivalence_margin:.0%}",
         f"# sampling: temperature {protocol.sampling.temperature}, top-p "
         f"{protocol.sampling.top_p}, max output {protocol.sampling.max_output_tokens}"
         + (", ignore_eos" if protocol.sampling.ignore_eos else ""),
@@ -56,7 +57,7 @@ def plan_text(
         arm = arms[cell.arm]
         lines += [
             f"# ---- cell {i}/{len(cells)}: {cell.id} (arm {cell.arm}, concurrency "
-            f"{cell.concurrency}) ----",
+            f"{cell.concurrency}, repeat {cell.repeat}) ----",
             "# launch: a cold server for this cell",
             shell_script(arm.plan).rstrip("\n"),
         ]
@@ -84,6 +85,8 @@ def plan_dict(
             "arms": list(protocol.arms),
             "baseline": protocol.baseline,
             "concurrencies": list(protocol.concurrencies),
+            "repeats": protocol.repeats,
+            "equivalence_margin": protocol.equivalence_margin,
             "sampling": vars(protocol.sampling),
         },
         "dataset": {
@@ -99,6 +102,7 @@ def plan_dict(
                 "id": cell.id,
                 "arm": cell.arm,
                 "concurrency": cell.concurrency,
+                "repeat": cell.repeat,
                 "launch": launch_dict(arms[cell.arm].plan),
                 "phases": [
                     {**vars(phase), "argv": argv}

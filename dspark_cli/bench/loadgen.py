@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,11 @@ from typing import Any
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
+
+# The latency metrics and percentiles asked of vLLM; its result file then holds
+# `p<percentile>_<metric>_ms` for each pair (e.g. p99_itl_ms).
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+LATENCY_PERCENTILES = (50, 90, 99)
 
 # Per-request arrays in vLLM's result file; the cell record keeps only the scalars.
 _PER_REQUEST = (
@@ -84,8 +89,8 @@ def phase_argv(
         "--top-p", str(sampling.top_p),
         "--seed", str(dataset.seed),
         "--ready-check-timeout-sec", "0",
-        "--percentile-metrics", "ttft,tpot,itl,e2el",
-        "--metric-percentiles", "50,90,99",
+        "--percentile-metrics", ",".join(LATENCY_METRICS),
+        "--metric-percentiles", ",".join(map(str, LATENCY_PERCENTILES)),
         "--disable-tqdm",
         "--save-result",
         "--result-dir", str(result_dir),
@@ -133,6 +138,18 @@ class PhaseRun:
 def scalars(result: dict[str, Any]) -> dict[str, Any]:
     """vLLM's result without the per-request arrays (those stay in the phase's own file)."""
     return {k: v for k, v in result.items() if k not in _PER_REQUEST}
+
+
+def latency_ms(result: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
+    """The percentiles of vLLM's result as {metric: {"p50": ms, ...}}; what it lacks is left
+    out (an older result, or a metric vLLM did not compute)."""
+    out: dict[str, dict[str, float]] = {}
+    for metric in LATENCY_METRICS:
+        values = {f"p{p}": float(v) for p in LATENCY_PERCENTILES
+                  if isinstance(v := (result or {}).get(f"p{p}_{metric}_ms"), int | float)}
+        if values:
+            out[metric] = values
+    return out
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

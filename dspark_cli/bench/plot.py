@@ -1,14 +1,22 @@
 """The protocol's picture: output throughput per arm and speedup over the baseline, both against
-concurrency. Valid cells are drawn as lines; an invalid cell is a red cross, never a line point.
+concurrency, with their intervals as error bars when there are repeats. Valid cells are drawn as
+lines; an invalid cell is a red cross, never a line point.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from dspark_cli.bench.stats import Interval
 from dspark_cli.bench.summary import Summary
 
 PLOT_PNG = "summary.png"
+
+
+def _errors(intervals: list[Interval]) -> list[list[float]]:
+    """matplotlib's asymmetric error bars; zero where an interval has no bounds."""
+    return [[iv.estimate - iv.low if iv.low is not None else 0.0 for iv in intervals],
+            [iv.high - iv.estimate if iv.high is not None else 0.0 for iv in intervals]]
 
 
 def plot(summary: Summary, directory: Path) -> Path:
@@ -21,15 +29,18 @@ def plot(summary: Summary, directory: Path) -> Path:
     fig, (ax_tp, ax_sp) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     invalid_label = "invalid cell"
     for arm in summary.arms:
-        cells = sorted((c for c in summary.cells if c.arm == arm), key=lambda c: c.concurrency)
-        valid = [c for c in cells if c.valid and c.output_throughput is not None]
-        ax_tp.plot(
-            [c.concurrency for c in valid],
-            [c.output_throughput for c in valid],
+        results = sorted((r for r in summary.results if r.arm == arm and r.throughput),
+                         key=lambda r: r.concurrency)
+        ax_tp.errorbar(
+            [r.concurrency for r in results],
+            [r.throughput.estimate for r in results if r.throughput],
+            yerr=_errors([r.throughput for r in results if r.throughput]),
             marker="o",
+            capsize=3,
             label=arm + (" (baseline)" if arm == summary.baseline else ""),
         )
-        bad = [c for c in cells if not c.valid and c.output_throughput is not None]
+        bad = [c for c in summary.cells
+               if c.arm == arm and not c.valid and c.output_throughput is not None]
         if bad:
             ax_tp.scatter(
                 [c.concurrency for c in bad],
@@ -44,11 +55,12 @@ def plot(summary: Summary, directory: Path) -> Path:
         if arm == summary.baseline:
             continue
         points = sorted(
-            (s.concurrency, s.speedup)
-            for s in summary.speedups
-            if s.arm == arm and s.speedup is not None
+            ((s.concurrency, s.result.ratio) for s in summary.speedups
+             if s.arm == arm and s.result is not None),
+            key=lambda p: p[0],
         )
-        ax_sp.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=arm)
+        ax_sp.errorbar([p[0] for p in points], [p[1].estimate for p in points],
+                       yerr=_errors([p[1] for p in points]), marker="o", capsize=3, label=arm)
     ax_sp.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax_tp.set(
         title="Output throughput",

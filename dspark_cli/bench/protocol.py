@@ -1,7 +1,9 @@
 """The plan of a benchmark protocol (pure): which cells run, in which order, with which phases.
 
-A cell is one arm (a speculative profile) at one concurrency, on its own cold server. Every cell
-runs the protocol's warmup phases and then one measured phase; only the measured phase counts.
+A cell is one repeat of one arm (a speculative profile) at one concurrency, on its own cold
+server. Every cell runs the protocol's warmup phases and then one measured phase; only the
+measured phase counts. Repeats of a cell are independent cold boots, so their spread measures
+the run-to-run noise the statistics need.
 """
 
 from __future__ import annotations
@@ -40,11 +42,14 @@ class Cell:
     arm: str
     concurrency: int
     phases: tuple[Phase, ...]
+    repeat: int = 1  # 1-based
+    repeats: int = 1  # the protocol's: a single-repeat protocol keeps the short id
 
     @property
     def id(self) -> str:
         """Directory-safe, unique within a protocol, sortable by eye."""
-        return f"{self.arm}-c{self.concurrency}"
+        base = f"{self.arm}-c{self.concurrency}"
+        return base if self.repeats == 1 else f"{base}-r{self.repeat}"
 
     @property
     def measured(self) -> Phase:
@@ -61,9 +66,12 @@ class Protocol:
     cells: tuple[Cell, ...]  # the selected cells, in run order
     phase_timeout_s: float
     metrics_timeout_s: float
+    repeats: int = 1
+    equivalence_margin: float = 0.05
 
-    def cell(self, arm: str, concurrency: int) -> Cell | None:
-        return next((c for c in self.cells if (c.arm, c.concurrency) == (arm, concurrency)), None)
+    def cell(self, arm: str, concurrency: int, repeat: int = 1) -> Cell | None:
+        return next((c for c in self.cells
+                     if (c.arm, c.concurrency, c.repeat) == (arm, concurrency, repeat)), None)
 
 
 def _positive_int(value: Any, what: str) -> int:
@@ -139,13 +147,29 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
             f"bench.concurrency={only_c} is not one of bench.concurrencies {list(concurrencies)}.",
             hint="Pick one of the protocol's concurrencies, or leave bench.concurrency unset.",
         )
+    repeats = _positive_int(bench.get("repeats", 1), "bench.repeats")
+    only_r = bench.get("repeat")
+    if only_r is not None and only_r not in range(1, repeats + 1):
+        raise UsageError(
+            f"bench.repeat={only_r} is not one of the repeats 1..{repeats} (bench.repeats).",
+            hint="Pick a repeat from 1 to bench.repeats, or leave bench.repeat unset.",
+        )
+    margin = bench.get("equivalence_margin", 0.05)
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin < 1:
+        raise UsageError(
+            f"bench.equivalence_margin must be a fraction in [0, 1), got {margin!r}.",
+            hint="0.05 calls a change of up to 5% comparable.",
+        )
     sampling = bench["sampling"]
-    # Concurrency-major: the arms of one concurrency run back to back, so slow drift of the
-    # machine over a long protocol touches every arm alike.
+    # Concurrency-major, and within a concurrency one pass over the arms per repeat: the arms
+    # of one concurrency run back to back, alternating, so slow drift of the machine over a
+    # long protocol touches every arm alike.
     cells = tuple(
-        Cell(arm, c, phases_for(bench, c))
+        Cell(arm, c, phases_for(bench, c), r, repeats)
         for c in concurrencies
         if only_c in (None, c)
+        for r in range(1, repeats + 1)
+        if only_r in (None, r)
         for arm in arms
         if only_arm in (None, arm)
     )
@@ -163,6 +187,8 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
         cells=cells,
         phase_timeout_s=float(bench["phase_timeout_s"]),
         metrics_timeout_s=float(bench["metrics_timeout_s"]),
+        repeats=repeats,
+        equivalence_margin=float(margin),
     )
 
 

@@ -1,43 +1,102 @@
-"""The bench summary for the terminal: one row per cell, invalid cells with their reason."""
+"""The bench summary for the terminal: one row per arm and concurrency (its repeats
+aggregated), invalid repeats with their reason, and the results sentence under the table."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dspark_cli.bench.summary import Summary
+from dspark_cli.bench import stats
+from dspark_cli.bench.summary import ArmResult, Summary
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from rich.console import RenderableType
 
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def table(summary: Summary) -> Table:
-    """The terminal view: one row per cell, invalid cells with their first reason."""
+def _interval(iv: stats.Interval | None, fmt: str, unit: str = "") -> str:
+    if iv is None:
+        return "-"
+    point = format(iv.estimate, fmt) + unit
+    if iv.low is None or iv.high is None:
+        return point
+    return f"{point} [{format(iv.low, fmt)}, {format(iv.high, fmt)}]"
+
+
+def _latency(result: ArmResult, metric: str) -> str:
+    ps = result.latency_ms.get(metric, {})
+    return f"{_num(ps.get('p50'), '.1f')} / {_num(ps.get('p99'), '.1f')}"
+
+
+def _validity(summary: Summary, result: ArmResult) -> str:
     from rich.markup import escape
+
+    if not result.invalid:
+        return "[green]yes[/]"
+    bad = [c for c in summary.cells if (c.arm, c.concurrency) == (result.arm, result.concurrency)
+           and not c.valid]
+    reasons = [r for c in bad for r in c.reasons]
+    head = "[red]NO[/]" if not result.throughputs else \
+        f"[red]{result.invalid} of {len(result.repeats)} NO[/]"
+    text = f"{head}: {escape(reasons[0])}" if reasons else head
+    return text + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else "")
+
+
+def table(summary: Summary) -> RenderableType:
+    """The terminal view: per arm and concurrency, the mean throughput with its interval, the
+    speedup with its interval and verdict, and validity; then acceptance and latency; then the
+    results sentence."""
+    from rich.console import Group
     from rich.table import Table
 
-    t = Table(title=f"dspark bench: {summary.protocol} (baseline: {summary.baseline})")
+    pct = f"{stats.CONFIDENCE:.0%}"
+    t = Table(title=f"dspark bench: {summary.protocol} (baseline: {summary.baseline}; "
+              f"{summary.repeats} repeat{'s' if summary.repeats != 1 else ''}; equivalence "
+              f"margin {summary.equivalence_margin:.0%})")
     t.add_column("concurrency", justify="right")
     t.add_column("arm")
-    t.add_column("output tok/s", justify="right")
-    t.add_column("speedup", justify="right")
-    t.add_column("accept len", justify="right")
+    t.add_column("n", justify="right")
+    t.add_column(f"output tok/s [{pct}]", justify="right")
+    t.add_column(f"speedup [{pct}]", justify="right")
+    t.add_column("verdict")
     t.add_column("valid")
-    for cell in summary.cells:
-        verdict = "[green]yes[/]" if cell.valid else f"[red]NO[/]: {escape(cell.reasons[0])}"
-        if len(cell.reasons) > 1:
-            verdict += f" (+{len(cell.reasons) - 1} more)"
+    lat = Table(title="acceptance and latency (means over valid repeats)")
+    lat.add_column("concurrency", justify="right")
+    lat.add_column("arm")
+    lat.add_column("accept len", justify="right")
+    lat.add_column("acc/draft", justify="right")
+    for metric in ("TTFT", "TPOT", "ITL"):
+        lat.add_column(f"{metric} p50/p99 ms", justify="right")
+    for result in summary.results:
+        sp = summary.speedup(result.arm, result.concurrency)
+        ratio = sp.result.ratio if sp and sp.result else None
+        verdict = "baseline" if result.arm == summary.baseline else \
+            "-" if sp is None else str(sp.verdict)
         t.add_row(
-            str(cell.concurrency),
-            cell.arm,
-            _num(cell.output_throughput, ".1f") if cell.valid else "[dim]"
-            + _num(cell.output_throughput, ".1f")
-            + "[/]",
-            _num(cell.speedup, ".3f") + ("x" if cell.speedup is not None else ""),
-            _num(cell.acceptance_length, ".2f"),
+            str(result.concurrency),
+            result.arm,
+            str(len(result.throughputs)),
+            _interval(result.throughput, ".1f") if result.throughputs else
+            "[dim]" + _num(_raw_throughput(summary, result), ".1f") + "[/]",
+            _interval(ratio, ".3f", "x"),
             verdict,
+            _validity(summary, result),
         )
-    return t
+        lat.add_row(
+            str(result.concurrency),
+            result.arm,
+            _num(result.acceptance_length, ".2f"),
+            _num(result.accepted_per_draft, ".2f"),
+            *(_latency(result, m) for m in ("ttft", "tpot", "itl")),
+        )
+    return Group(t, lat, summary.results_sentence)
+
+
+def _raw_throughput(summary: Summary, result: ArmResult) -> float | None:
+    """An all-invalid cell's measured number (dimmed: it counts nowhere)."""
+    raw = [c.output_throughput for c in summary.cells
+           if (c.arm, c.concurrency) == (result.arm, result.concurrency)
+           and c.output_throughput is not None]
+    return sum(raw) / len(raw) if raw else None

@@ -33,14 +33,16 @@ def _ordered_union(lists: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
 
 def summarize_records(records: Sequence[CellRecord]) -> Summary:
     """One summary for the records of one protocol (retries included: the best record of each
-    cell counts); UsageError if they mix protocols or baselines."""
+    cell counts); UsageError if they mix protocols, baselines or equivalence margins."""
     protocols = [r.protocol for r in records]
     names = {p.name for p in protocols}
     baselines = {p.baseline for p in protocols}
-    if len(names) > 1 or len(baselines) > 1:
+    margins = {p.equivalence_margin for p in protocols}
+    if len(names) > 1 or len(baselines) > 1 or len(margins) > 1:
         raise UsageError(
-            f"The cell records mix protocols {sorted(names)} / baselines {sorted(baselines)}; "
-            "a summary compares cells of one protocol only.",
+            f"The cell records mix protocols {sorted(names)} / baselines {sorted(baselines)} / "
+            f"equivalence margins {sorted(margins)}; a summary compares cells of one protocol "
+            "only.",
             hint="Report each protocol's directory separately.",
         )
     return summarize(
@@ -49,6 +51,8 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
         arms=_ordered_union([p.arms for p in protocols]),
         baseline=baselines.pop(),
         concurrencies=_ordered_union([p.concurrencies for p in protocols]),
+        repeats=max(p.repeats for p in protocols),
+        equivalence_margin=margins.pop(),
     )
 
 

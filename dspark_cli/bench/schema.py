@@ -56,9 +56,14 @@ class BenchConf:
     dataset: DatasetConf = field(default_factory=DatasetConf)
     warmups: list[WarmupConf] = field(default_factory=list)
     measured_prompts: int = MISSING
-    # Run one arm and/or one concurrency only (a multirun job's cell); null: all of them.
+    # Each repeat of a cell is its own cold boot; two or more give intervals and verdicts.
+    repeats: int = 1
+    # A speedup within this fraction of 1 (0.05: +-5%) is called comparable.
+    equivalence_margin: float = 0.05
+    # Run one arm, concurrency and/or repeat only (a multirun job's cell); null: all of them.
     arm: str | None = None
     concurrency: int | None = None
+    repeat: int | None = None
     phase_timeout_s: float = 7200.0
     metrics_timeout_s: float = 10.0
 

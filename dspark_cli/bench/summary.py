@@ -1,8 +1,9 @@
-"""Turn cell records into the protocol's summary: cells, speedups, JSON and CSV (`render.py`
-draws it for the terminal).
+"""Turn cell records into the protocol's summary: per repeat, per arm and concurrency (the
+repeats aggregated: mean throughput with its interval, acceptance, latency percentiles), the
+speedups with their intervals and verdicts, JSON and CSV (`render.py` draws it for the terminal).
 
-Only valid cells enter a speedup or an average; an invalid cell is listed with its reasons and
-its raw number, so a reader sees what was measured and why it does not count.
+Only valid cells (repeats) enter a speedup or an average; an invalid one is listed with its
+reasons and its raw number, so a reader sees what was measured and why it does not count.
 """
 
 from __future__ import annotations
@@ -11,48 +12,116 @@ import csv
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
+from dspark_cli.bench import stats
 from dspark_cli.bench.cell import CellRecord
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
+# The latency percentiles the CSV and the table show (the summary.json keeps all recorded).
+SHOWN_LATENCY = tuple((m, p) for m in ("ttft", "tpot", "itl") for p in ("p50", "p99"))
 CSV_COLUMNS = (
     "arm",
     "concurrency",
+    "repeat",
     "valid",
     "output_throughput",
     "speedup",
     "request_throughput",
     "total_output_tokens",
     "acceptance_length",
+    "accepted_per_draft",
+    *(f"{m}_{p}_ms" for m, p in SHOWN_LATENCY),
     "boot_s",
     "reasons",
 )
 
+Latency = Mapping[str, Mapping[str, float]]
+
 
 @dataclass(frozen=True)
 class CellRow:
+    """One cell record: one repeat of one arm at one concurrency."""
+
     arm: str
     concurrency: int
+    repeat: int
+    cell_id: str
     valid: bool
     reasons: tuple[str, ...]
     output_throughput: float | None
     request_throughput: float | None
     total_output_tokens: int | None
     acceptance_length: float | None
+    accepted_per_draft: float | None
+    latency_ms: Latency
     boot_s: float | None
-    speedup: float | None  # over the baseline arm at this concurrency; None unless both valid
+    speedup: float | None  # its arm's ratio of means over the baseline at this concurrency
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"arm": self.arm, "concurrency": self.concurrency, "repeat": self.repeat,
+                "cell_id": self.cell_id, "valid": self.valid, "reasons": list(self.reasons),
+                "output_throughput": self.output_throughput,
+                "request_throughput": self.request_throughput,
+                "total_output_tokens": self.total_output_tokens,
+                "acceptance_length": self.acceptance_length,
+                "accepted_per_draft": self.accepted_per_draft,
+                "latency_ms": _plain(self.latency_ms), "boot_s": self.boot_s,
+                "speedup": self.speedup}
 
 
 @dataclass(frozen=True)
-class Speedup:
+class ArmResult:
+    """One arm at one concurrency over its valid repeats."""
+
     arm: str
     concurrency: int
-    speedup: float | None
-    note: str  # why there is no number, or "" when there is
+    repeats: tuple[int, ...]  # the repeats recorded, valid or not
+    throughputs: tuple[float, ...]  # the valid repeats' output throughput, in repeat order
+    invalid: int  # how many recorded repeats are invalid
+    throughput: stats.Interval | None  # None: no valid repeat
+    acceptance_length: float | None  # means over the valid repeats
+    accepted_per_draft: float | None
+    latency_ms: Latency  # each percentile's mean over the valid repeats
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"arm": self.arm, "concurrency": self.concurrency,
+                "repeats": list(self.repeats), "throughputs": list(self.throughputs),
+                "invalid_repeats": self.invalid,
+                "throughput": None if self.throughput is None else self.throughput.to_dict(),
+                "acceptance_length": self.acceptance_length,
+                "accepted_per_draft": self.accepted_per_draft,
+                "latency_ms": _plain(self.latency_ms)}
+
+
+@dataclass(frozen=True)
+class SpeedupRow:
+    """A non-baseline arm at one concurrency: its speedup, or why there is none."""
+
+    arm: str
+    baseline: str
+    concurrency: int
+    result: stats.Speedup | None
+    note: str  # why there is no speedup, or what it leaves out; "" when nothing to say
+
+    @property
+    def speedup(self) -> float | None:
+        return None if self.result is None else self.result.ratio.estimate
+
+    @property
+    def verdict(self) -> stats.Verdict:
+        return stats.Verdict.CANNOT_TELL if self.result is None else self.result.verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.result is not None:
+            return {**self.result.to_dict(), "speedup": self.speedup, "note": self.note}
+        return {"arm": self.arm, "baseline": self.baseline, "concurrency": self.concurrency,
+                "ratio": None, "verdict": str(self.verdict), "margin": None,
+                "speedup": None, "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -61,48 +130,113 @@ class Summary:
     arms: tuple[str, ...]
     baseline: str
     concurrencies: tuple[int, ...]
+    repeats: int
+    equivalence_margin: float
     cells: tuple[CellRow, ...]
-    speedups: tuple[Speedup, ...]
+    results: tuple[ArmResult, ...]  # per arm and concurrency, in the protocol's order
+    speedups: tuple[SpeedupRow, ...]
     mean_speedup: Mapping[str, float | None]  # geometric mean over valid pairs, per arm
 
+    @property
+    def results_sentence(self) -> str:
+        return stats.results_sentence([s.result for s in self.speedups if s.result])
+
+    def result(self, arm: str, concurrency: int) -> ArmResult | None:
+        return next((r for r in self.results if (r.arm, r.concurrency) == (arm, concurrency)),
+                    None)
+
+    def speedup(self, arm: str, concurrency: int) -> SpeedupRow | None:
+        return next((s for s in self.speedups if (s.arm, s.concurrency) == (arm, concurrency)),
+                    None)
+
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["mean_speedup"] = dict(self.mean_speedup)
-        out["counts"] = {
-            "cells": len(self.cells),
-            "valid": sum(c.valid for c in self.cells),
-            "invalid": sum(not c.valid for c in self.cells),
+        return {
+            "protocol": self.protocol, "arms": list(self.arms), "baseline": self.baseline,
+            "concurrencies": list(self.concurrencies), "repeats": self.repeats,
+            "equivalence_margin": self.equivalence_margin,
+            "cells": [c.to_dict() for c in self.cells],
+            "results": [r.to_dict() for r in self.results],
+            "speedups": [s.to_dict() for s in self.speedups],
+            "mean_speedup": dict(self.mean_speedup),
+            "results_sentence": self.results_sentence,
+            "counts": {
+                "cells": len(self.cells),
+                "valid": sum(c.valid for c in self.cells),
+                "invalid": sum(not c.valid for c in self.cells),
+            },
         }
-        return out
+
+
+def _plain(latency: Latency) -> dict[str, dict[str, float]]:
+    return {m: dict(ps) for m, ps in latency.items()}
 
 
 def _row(record: CellRecord) -> CellRow:
     return CellRow(
         arm=record.arm,
         concurrency=record.concurrency,
+        repeat=record.repeat,
+        cell_id=record.cell_id,
         valid=record.valid,
         reasons=record.reasons,
         output_throughput=record.output_throughput,
         request_throughput=record.request_throughput,
         total_output_tokens=record.total_output_tokens,
         acceptance_length=record.acceptance_length,
+        accepted_per_draft=record.accepted_per_draft,
+        latency_ms=record.latency_ms,
         boot_s=record.boot_s,
         speedup=None,
     )
 
 
-def _speedup(cell: CellRow | None, base: CellRow | None) -> tuple[float | None, str]:
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(fmean(present), 4) if present else None
+
+
+def _mean_latency(rows: Sequence[CellRow]) -> dict[str, dict[str, float]]:
+    """Each recorded percentile averaged over the repeats that have it."""
+    out: dict[str, dict[str, float]] = {}
+    for metric in dict.fromkeys(m for r in rows for m in r.latency_ms):
+        for p in dict.fromkeys(p for r in rows for p in r.latency_ms.get(metric, {})):
+            values = [r.latency_ms[metric][p] for r in rows if p in r.latency_ms.get(metric, {})]
+            out.setdefault(metric, {})[p] = round(fmean(values), 3)
+    return out
+
+
+def aggregate(arm: str, concurrency: int, rows: Sequence[CellRow]) -> ArmResult:
+    """One arm at one concurrency from its repeats' rows (invalid ones only counted)."""
+    rows = sorted(rows, key=lambda r: r.repeat)
+    valid = [r for r in rows if r.valid]
+    tps = tuple(float(r.output_throughput) for r in valid if r.output_throughput is not None)
+    return ArmResult(
+        arm=arm, concurrency=concurrency, repeats=tuple(r.repeat for r in rows),
+        throughputs=tps, invalid=len(rows) - len(valid),
+        throughput=stats.mean_interval(tps) if tps else None,
+        acceptance_length=_mean([r.acceptance_length for r in valid]),
+        accepted_per_draft=_mean([r.accepted_per_draft for r in valid]),
+        latency_ms=_mean_latency(valid),
+    )
+
+
+def _speedup(cell: ArmResult | None, base: ArmResult | None, baseline: str,
+             margin: float) -> tuple[stats.Speedup | None, str]:
     if cell is None:
         return None, "cell not run"
     if base is None:
         return None, "baseline cell not run"
-    if not cell.valid:
-        return None, "cell invalid"
-    if not base.valid:
-        return None, "baseline cell invalid"
-    if not base.output_throughput or cell.output_throughput is None:
+    if not cell.throughputs:
+        return None, "cell invalid" if cell.invalid else "no throughput"
+    if not base.throughputs:
+        return None, "baseline cell invalid" if base.invalid else "no throughput"
+    if fmean(base.throughputs) <= 0:
         return None, "no throughput"
-    return cell.output_throughput / base.output_throughput, ""
+    result = stats.speedup(cell.arm, cell.throughputs, baseline, base.throughputs,
+                           cell.concurrency, margin)
+    left_out = [f"{r.invalid} of {len(r.repeats)} {what} repeats invalid"
+                for r, what in ((cell, "arm"), (base, "baseline")) if r.invalid]
+    return result, "; ".join(left_out)
 
 
 def summarize(
@@ -112,23 +246,32 @@ def summarize(
     arms: Sequence[str],
     baseline: str,
     concurrencies: Sequence[int],
+    repeats: int = 1,
+    equivalence_margin: float = 0.05,
 ) -> Summary:
-    """Order cells as the protocol does (concurrency-major) and compute every speedup."""
-    by_key = {(r.arm, r.concurrency): r for r in map(_row, records)}
-    speedups = []
-    rows = []
-    for c in concurrencies:
-        base = by_key.get((baseline, c))
-        for arm in arms:
-            cell = by_key.get((arm, c))
-            value, note = _speedup(cell, base)
-            if arm != baseline:
-                speedups.append(Speedup(arm, c, value, note))
-            if cell is not None:
-                rows.append(replace(cell, speedup=value))
-    # Cells of arms or concurrencies the protocol does not list still show (after the rest).
-    listed = {(r.arm, r.concurrency) for r in rows}
-    rows.extend(r for k, r in by_key.items() if k not in listed)
+    """Order cells as the protocol does (concurrency-major, then repeat), aggregate the repeats
+    of each arm and concurrency, and compute every speedup with its verdict."""
+    rows_by_key: dict[tuple[str, int], list[CellRow]] = {}
+    for row in map(_row, records):
+        rows_by_key.setdefault((row.arm, row.concurrency), []).append(row)
+    results = {key: aggregate(*key, rows) for key, rows in rows_by_key.items()}
+    # Arms or concurrencies the protocol does not list still show (after the rest).
+    order = [(a, c) for c in concurrencies for a in arms]
+    order += [k for k in results if k not in order]
+    speedups, ratio = [], {}
+    for arm, c in order:
+        if c not in concurrencies or arm not in arms:
+            continue
+        base = results.get((baseline, c))
+        if arm == baseline:
+            ratio[(arm, c)] = 1.0 if base and base.throughputs else None
+            continue
+        result, note = _speedup(results.get((arm, c)), base, baseline, equivalence_margin)
+        speedups.append(SpeedupRow(arm, baseline, c, result, note))
+        ratio[(arm, c)] = None if result is None else result.ratio.estimate
+    cells = tuple(replace(r, speedup=ratio.get(key))
+                  for key in order for r in sorted(rows_by_key.get(key, ()),
+                                                   key=lambda r: r.repeat))
     mean = {}
     for arm in arms:
         if arm == baseline:
@@ -140,10 +283,21 @@ def summarize(
         arms=tuple(arms),
         baseline=baseline,
         concurrencies=tuple(concurrencies),
-        cells=tuple(rows),
+        repeats=repeats,
+        equivalence_margin=equivalence_margin,
+        cells=cells,
+        results=tuple(results[k] for k in order if k in results),
         speedups=tuple(speedups),
         mean_speedup=mean,
     )
+
+
+def _csv_row(cell: CellRow) -> dict[str, Any]:
+    row = cell.to_dict()
+    row["reasons"] = "; ".join(cell.reasons)
+    for m, p in SHOWN_LATENCY:
+        row[f"{m}_{p}_ms"] = cell.latency_ms.get(m, {}).get(p)
+    return {k: row[k] for k in CSV_COLUMNS}
 
 
 def write(summary: Summary, directory: Path) -> tuple[Path, Path]:
@@ -154,8 +308,5 @@ def write(summary: Summary, directory: Path) -> tuple[Path, Path]:
     with csv_path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         writer.writeheader()
-        for cell in summary.cells:
-            row = asdict(cell)
-            row["reasons"] = "; ".join(cell.reasons)
-            writer.writerow({k: row[k] for k in CSV_COLUMNS})
+        writer.writerows(_csv_row(cell) for cell in summary.cells)
     return json_path, csv_path

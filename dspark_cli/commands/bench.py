@@ -157,7 +157,7 @@ def _render(rep: Any, opts: argparse.Namespace) -> int:
         print(rep.directory)
     invalid = [c for c in summary.cells if not c.valid]
     if invalid:
-        names = ", ".join(f"{c.arm}-c{c.concurrency}" for c in invalid)
+        names = ", ".join(c.cell_id for c in invalid)
         print(f"dspark: {len(invalid)} of {len(summary.cells)} cells invalid ({names}); their "
               "reasons are in summary.json and excluded from every speedup", file=sys.stderr)
         return int(ExitCode.CHECK_FAILED)
