@@ -56,12 +56,30 @@ def test_the_dry_run_plan_as_json(tmp_path: Path) -> None:
     assert set(plan["preflight"]) == {"none", "dspark_fixed", "dspark_adaptive"}
 
 
+def test_repeats_plan_a_cold_boot_per_repeat(tmp_path: Path) -> None:
+    done = run_dspark(*SEED, "--dry-run", "--json", "bench.concurrency=4", "bench.repeats=2",
+                      "bench.equivalence_margin=0.1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert (plan["protocol"]["repeats"], plan["protocol"]["equivalence_margin"]) == (2, 0.1)
+    assert [(c["id"], c["repeat"]) for c in plan["cells"]] == [
+        ("none-c4-r1", 1), ("dspark_fixed-c4-r1", 1), ("dspark_adaptive-c4-r1", 1),
+        ("none-c4-r2", 2), ("dspark_fixed-c4-r2", 2), ("dspark_adaptive-c4-r2", 2)]
+    results = [c["phases"][-1]["argv"] for c in plan["cells"]]
+    dirs = {a[a.index("--result-dir") + 1] for a in results}
+    assert len(dirs) == 6 and all(d.endswith(("-r1", "-r2")) for d in dirs)
+
+
 @pytest.mark.parametrize(("overrides", "fragment"), [
     (("serving.args.max_num_seqs=128",), "runs up to 256 concurrent requests"),
     (("bench.baseline=ngram",), "bench.baseline 'ngram' is not one of"),
     (("bench.arm=ngram",), "bench.arm=ngram is not one of"),
     (("bench.concurrencies=[8,8]",), "lists 8 twice"),
     (("bench.measured_prompts=lots",), "'lots' of type 'str' could not be converted to Integer"),
+    (("bench.repeats=0",), "bench.repeats must be a positive integer"),
+    (("bench.repeats=two",), "'two' of type 'str' could not be converted to Integer"),
+    (("bench.equivalence_margin=1.5",), "bench.equivalence_margin must be a fraction in [0, 1)"),
+    (("bench.repeats=2", "bench.repeat=3"), "bench.repeat=3 is not one of the repeats 1..2"),
 ])
 def test_config_errors_exit_2_without_a_traceback(
         tmp_path: Path, overrides: tuple[str, ...], fragment: str) -> None:

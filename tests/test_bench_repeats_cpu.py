@@ -39,7 +39,7 @@ def test_two_repeats_give_intervals_verdicts_acceptance_and_latency(tmp_path: Pa
             assert rec["cell_id"] == f"{arm}-c2-r{r}"
             for metric in ("ttft", "tpot", "itl"):
                 p = rec["latency_ms"][metric]
-                assert 0 < p["p50"] <= p["p99"], (arm, r, metric, p)
+                assert 0 <= p["p50"] <= p["p90"] <= p["p99"] and p["p99"] > 0, (arm, r, p)
                 assert p["p99"] == rec["loadgen"][f"p99_{metric}_ms"]
             recs[(arm, r)] = rec
     # Each repeat booted its own server: four server logs, four boots.

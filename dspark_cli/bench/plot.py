@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dspark_cli.bench import stats
 from dspark_cli.bench.stats import Interval
 from dspark_cli.bench.summary import Summary
 
@@ -28,6 +29,7 @@ def plot(summary: Summary, directory: Path) -> Path:
 
     fig, (ax_tp, ax_sp) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     invalid_label = "invalid cell"
+    colour = {arm: f"C{i}" for i, arm in enumerate(summary.arms)}  # one per arm, both panels
     for arm in summary.arms:
         results = sorted((r for r in summary.results if r.arm == arm and r.throughput),
                          key=lambda r: r.concurrency)
@@ -37,6 +39,7 @@ def plot(summary: Summary, directory: Path) -> Path:
             yerr=_errors([r.throughput for r in results if r.throughput]),
             marker="o",
             capsize=3,
+            color=colour[arm],
             label=arm + (" (baseline)" if arm == summary.baseline else ""),
         )
         bad = [c for c in summary.cells
@@ -60,7 +63,8 @@ def plot(summary: Summary, directory: Path) -> Path:
             key=lambda p: p[0],
         )
         ax_sp.errorbar([p[0] for p in points], [p[1].estimate for p in points],
-                       yerr=_errors([p[1] for p in points]), marker="o", capsize=3, label=arm)
+                       yerr=_errors([p[1] for p in points]), marker="o", capsize=3,
+                       color=colour[arm], label=arm)
     ax_sp.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax_tp.set(
         title="Output throughput",
@@ -80,7 +84,9 @@ def plot(summary: Summary, directory: Path) -> Path:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
-    fig.suptitle(f"dspark bench: {summary.protocol}")
+    bars = f"; error bars: {stats.CONFIDENCE:.0%} intervals" if summary.repeats > 1 else ""
+    fig.suptitle(f"dspark bench: {summary.protocol} ({summary.repeats} repeat"
+                 f"{'s' if summary.repeats != 1 else ''} per cell{bars})")
     path = directory / PLOT_PNG
     fig.savefig(path, dpi=110)
     plt.close(fig)

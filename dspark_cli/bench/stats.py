@@ -12,8 +12,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from itertools import groupby
-from statistics import fmean, variance
+from statistics import NormalDist, fmean, variance
 from typing import Any
 
 CONFIDENCE = 0.95
@@ -81,21 +82,42 @@ def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+@lru_cache(maxsize=256)
 def t_quantile(p: float, df: float) -> float:
-    """Student t's p-quantile (p in (0.5, 1)) for any real df > 0, through the regularized
-    incomplete beta function: P(T > t) = I_{df/(df+t^2)}(df/2, 1/2) / 2."""
+    """Student t's p-quantile (p in (0.5, 1)) for any real df > 0: safeguarded Newton on the
+    upper tail P(T > t) = I_{df/(df+t^2)}(df/2, 1/2) / 2 (mpmath's regularized incomplete
+    beta), started from the Cornish-Fisher expansion and kept inside a bracket."""
     if not 0.5 < p < 1 or not df > 0:
         raise ValueError(f"t_quantile needs 0.5 < p < 1 and df > 0, got p={p}, df={df}")
     import mpmath
 
-    def upper_tail(t: float) -> Any:
-        return mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True) / 2
-
     q = 1 - p
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def excess(t: float) -> float:  # upper tail minus q: positive while t is too small
+        return float(mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True)) / 2 - q
+
+    def density(t: float) -> float:
+        return math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+
     lo, hi = 0.0, 1.0
-    while upper_tail(hi) > q:
+    while excess(hi) > 0:
         lo, hi = hi, hi * 2
-    return float(mpmath.findroot(lambda t: upper_tail(t) - q, (lo, hi), solver="illinois"))
+    z = NormalDist().inv_cdf(p)
+    t = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    t = t if lo < t < hi else (lo + hi) / 2
+    for _ in range(200):
+        f = excess(t)
+        if f == 0:
+            return t
+        lo, hi = (t, hi) if f > 0 else (lo, t)
+        new = t + f / density(t)
+        if not lo < new < hi:
+            new = (lo + hi) / 2
+        if abs(new - t) <= 1e-12 * t:
+            return new
+        t = new
+    return t
 
 
 def _check(values: Sequence[float], what: str) -> list[float]:
