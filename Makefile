@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup serve smoke test lint bench-scripts clean
+.PHONY: setup slurm serve smoke test lint bench-scripts clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,15 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed
 
+# The Slurm test cluster's packages (Debian's slurm-wlm and munge, as Debian pins them), when
+# missing and when we are root; tests/slurm_cluster.py starts the daemons itself.
+slurm:
+	@if command -v slurmctld >/dev/null && command -v munged >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends slurm-wlm munge >/dev/null; \
+	else echo "make slurm: not root or no apt-get; the Slurm tests will be skipped" >&2; fi
+
 serve: setup
 	$(BIN)/dspark serve
 
@@ -25,7 +34,7 @@ smoke: setup
 lint: setup
 	$(BIN)/ruff check .
 
-test: setup lint
+test: setup slurm lint
 	$(BIN)/pytest -q
 
 clean:

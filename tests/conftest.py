@@ -109,3 +109,17 @@ def run_dspark(*args: str, env: dict[str, str] | None = None, timeout: float = 1
     return subprocess.run([sys.executable, "-m", "dspark_cli.cli", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd or REPO,
                           env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():  # type: ignore[no-untyped-def]
+    """A real two-node Slurm (n1, n2) on this host for the session (tests/slurm_cluster.py);
+    skips with the reason when this host cannot run it (not root, packages missing)."""
+    from tests.slurm_cluster import SlurmCluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    root = Path(tempfile.mkdtemp(prefix="slurm-", dir=session_root()))
+    with SlurmCluster.start(root) as cluster:
+        yield cluster
