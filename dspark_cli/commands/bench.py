@@ -11,8 +11,10 @@ and report only numbers that kept the validity rules.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +66,30 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
     protocol = build_protocol(plain(cfg.bench))
     dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
-    arms = compose_arms(cfg, protocol)
     if opts.dry_run:
-        return _dry_run(protocol, dataset, arms, _run_dir(), opts)
-    return _run(cfg, protocol, dataset, arms, _run_dir(), opts)
+        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(), opts)
+    with _job_port(cfg):
+        return _run(cfg, protocol, dataset, compose_arms(cfg, protocol), _run_dir(), opts)
+
+
+@contextlib.contextmanager
+def _job_port(cfg: DictConfig) -> Iterator[None]:
+    """A sweep's jobs may run side by side on one host (submitit_local, Slurm jobs sharing a
+    node): each claims its own port, from `server.port` up, for as long as it runs. A single
+    run keeps `server.port` as given (a busy port is refused as before)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if (cfg.server.url is not None or not HydraConfig.initialized()
+            or HydraConfig.get().mode != RunMode.MULTIRUN):
+        yield
+        return
+    from dspark_cli.launch.plan import client_host
+    from dspark_cli.server.port_claim import claimed_port
+
+    with claimed_port(client_host(cfg.server.host), int(cfg.server.port)) as port:
+        cfg.server.port = port
+        yield
 
 
 def _run_dir() -> Path:

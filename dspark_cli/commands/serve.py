@@ -28,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     plan = build_plan(cfg)
+    if str(cfg.deploy.target) != "local":  # a cluster engine runs it: Slurm, Kubernetes
+        from dspark_cli.deploy.command import run as run_on_cluster
+
+        return run_on_cluster(cfg, plan, opts)
     if opts.dry_run:
         findings = checks.check(cfg, plan, machine=None, validate=opts.validate)
         if opts.json:

@@ -13,6 +13,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dspark_cli.deploy.schema import K8sConf, SlurmConf
+
 
 class Platform(StrEnum):
     rocm = "rocm"
@@ -186,6 +188,8 @@ class DeployConf:
     """Where the plan runs (`deploy=local|slurm|k8s`); each target's file adds its own keys."""
 
     target: str = "local"
+    slurm: SlurmConf = field(default_factory=SlurmConf)  # deploy=slurm (dspark_cli/deploy)
+    k8s: K8sConf = field(default_factory=K8sConf)  # deploy=k8s
 
 
 @dataclass

@@ -1,0 +1,207 @@
+"""A node layout as Kubernetes objects: a LeaderWorkerSet for more than one node, a Deployment
+for one node per replica, and a Service in front of the API server(s). Pure: dicts in the API's
+own field names, validated by `k8s_validate` and rendered as YAML by `k8s_render`.
+
+The pods run the layout's rank dispatch in bash: LWS injects `LWS_LEADER_ADDRESS`,
+`LWS_WORKER_INDEX` and `LWS_GROUP_SIZE` into every container, so the rank and the head address
+come from the engine at run time and the group size is checked against the layout.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dspark_cli.deploy.node_script import HEAD_VAR, command_text, dispatch
+from dspark_cli.errors import UsageError
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.render import is_secret
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+RANK_VAR = "LWS_WORKER_INDEX"
+GPU_RESOURCE = {"rocm": "amd.com/gpu", "cuda": "nvidia.com/gpu"}
+DIGEST = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+SHM_PATH = "/dev/shm"
+
+
+@dataclass(frozen=True)
+class K8sSpec:
+    """`deploy.k8s` plus the plan's facts the pods need."""
+
+    name: str
+    image: str
+    platform: str  # rocm | cuda | cpu: which GPU resource, if any
+    model_path: str
+    model_pvc: str | None = None
+    model_host_path: str | None = None
+    namespace: str | None = None
+    replicas: int = 1
+    shm_size: str = "64Gi"
+    secret_name: str = "dspark-secrets"
+    probe_period_s: int = 10
+    startup_failure_threshold: int = 360
+    readiness_failure_threshold: int = 3
+    liveness_period_s: int = 30
+    liveness_failure_threshold: int = 5
+    probe_timeout_s: int = 10
+    node_selector: Mapping[str, str] | None = None
+
+
+def check_spec(spec: K8sSpec) -> None:
+    """Refuse what a cluster would refuse late or run wrong: an image without a digest, a name
+    that is no DNS label, two model volumes, non-positive counts."""
+    if not spec.image:
+        raise UsageError("deploy=k8s needs the image, pinned by digest: "
+                         "deploy.k8s.image=REGISTRY/REPO@sha256:<64 hex digits>")
+    if not DIGEST.match(spec.image):
+        raise UsageError(f"deploy.k8s.image={spec.image!r} is not pinned by digest; a tag can "
+                         "move under a running deployment. Give REPO@sha256:<64 hex digits> "
+                         "(`docker inspect --format '{{index .RepoDigests 0}}' IMAGE` shows it).")
+    if not DNS_LABEL.match(spec.name) or len(spec.name) > 50:
+        raise UsageError(f"deploy.k8s.name={spec.name!r} must be a DNS label of at most 50 "
+                         "characters (lower-case letters, digits, '-'), e.g. dspark-v4")
+    if spec.model_pvc and spec.model_host_path:
+        raise UsageError("set one model volume: deploy.k8s.model_pvc or "
+                         "deploy.k8s.model_host_path, not both")
+    for key in ("replicas", "probe_period_s", "startup_failure_threshold",
+                "readiness_failure_threshold", "liveness_period_s",
+                "liveness_failure_threshold", "probe_timeout_s"):
+        if getattr(spec, key) < 1:
+            raise UsageError(f"deploy.k8s.{key} must be at least 1 (got {getattr(spec, key)})")
+
+
+def _labels(spec: K8sSpec) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "dspark", "app.kubernetes.io/instance": spec.name}
+
+
+def _metadata(spec: K8sSpec, name: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name or spec.name, "labels": _labels(spec)}
+    if spec.namespace:
+        meta["namespace"] = spec.namespace
+    return meta
+
+
+def _env(env: Sequence[tuple[str, str]], spec: K8sSpec) -> list[dict[str, Any]]:
+    """The plan's environment as container env; a secret-named variable refers to the Secret."""
+    out: list[dict[str, Any]] = []
+    for name, value in env:
+        if is_secret(name):
+            out.append({"name": name, "valueFrom": {"secretKeyRef": {
+                "name": spec.secret_name, "key": name}}})
+        else:
+            out.append({"name": name, "value": value})
+    return out
+
+
+def _probe(period: int, threshold: int, timeout: int) -> dict[str, Any]:
+    return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period,
+            "failureThreshold": threshold, "timeoutSeconds": timeout}
+
+
+def _volumes(spec: K8sSpec) -> list[dict[str, Any]]:
+    shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
+    if spec.model_pvc:
+        model: dict[str, Any] = {"name": "model", "persistentVolumeClaim": {
+            "claimName": spec.model_pvc, "readOnly": True}}
+    else:
+        model = {"name": "model", "hostPath": {
+            "path": spec.model_host_path or spec.model_path, "type": "Directory"}}
+    return [shm, model]
+
+
+def container_script(layout: NodeLayout, group_env: bool,
+                     common_env: Mapping[str, str] | None = None) -> str:
+    """What every pod's container runs: one node's command (a Deployment), or the head address
+    and rank from LWS, then the rank dispatch."""
+    if not group_env:
+        return "exec " + command_text(layout.head.argv, "") + "\n"
+    size = layout.nodes
+    return "\n".join([
+        "set -euo pipefail",
+        f'if [ "${{LWS_GROUP_SIZE:-}}" != "{size}" ]; then',
+        f'  echo "dspark: LWS_GROUP_SIZE=${{LWS_GROUP_SIZE:-unset}}, the layout has {size} '
+        'nodes" >&2',
+        "  exit 64",
+        "fi",
+        f'export {HEAD_VAR}="$LWS_LEADER_ADDRESS"',
+        "",
+        dispatch(layout, f"${RANK_VAR}", common_env=common_env),
+    ])
+
+
+def pod_spec(layout: NodeLayout, spec: K8sSpec, env: Sequence[tuple[str, str]],
+             api_port: int | None, group_env: bool) -> dict[str, Any]:
+    """One pod: the vLLM container with GPUs, /dev/shm, the model, and probes on /health
+    where it serves the API (a headless node has no HTTP to probe)."""
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/bash", "-c", container_script(layout, group_env, dict(env))],
+        "env": _env(env, spec),
+        "volumeMounts": [{"name": "dshm", "mountPath": SHM_PATH},
+                         {"name": "model", "mountPath": spec.model_path, "readOnly": True}],
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+    }
+    resource = GPU_RESOURCE.get(spec.platform)
+    if resource and layout.gpus_per_node > 0:
+        gpus = str(layout.gpus_per_node)
+        container["resources"] = {"limits": {resource: gpus}, "requests": {resource: gpus}}
+    if api_port is not None:
+        container["ports"] = [{"name": "http", "containerPort": api_port, "protocol": "TCP"}]
+        container["startupProbe"] = _probe(spec.probe_period_s, spec.startup_failure_threshold,
+                                           spec.probe_timeout_s)
+        container["readinessProbe"] = _probe(spec.probe_period_s,
+                                             spec.readiness_failure_threshold,
+                                             spec.probe_timeout_s)
+        container["livenessProbe"] = _probe(spec.liveness_period_s,
+                                            spec.liveness_failure_threshold, spec.probe_timeout_s)
+    pod: dict[str, Any] = {"containers": [container], "volumes": _volumes(spec)}
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    return pod
+
+
+def _service(spec: K8sSpec, selector: dict[str, str], port: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(spec),
+            "spec": {"type": "ClusterIP", "selector": selector,
+                     "ports": [{"name": "http", "port": port, "targetPort": "http",
+                                "protocol": "TCP"}]}}
+
+
+def manifests(layout: NodeLayout, spec: K8sSpec,
+              env: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The objects to apply, in order: the workload, then its Service."""
+    check_spec(spec)
+    head_port = layout.head.api_port
+    if head_port is None:
+        raise UsageError("the layout's head serves no API port; nothing to put a Service on")
+    labels = _labels(spec)
+    if layout.nodes == 1:
+        template = {"metadata": {"labels": labels},
+                    "spec": pod_spec(layout, spec, env, head_port, group_env=False)}
+        deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                      "metadata": _metadata(spec),
+                      "spec": {"replicas": spec.replicas, "selector": {"matchLabels": labels},
+                               "template": template}}
+        return [deployment, _service(spec, labels, head_port)]
+    worker_port = next((w.api_port for w in layout.launches[1:] if w.serves_api), None)
+    leader = {"metadata": {"labels": {**labels, "role": "leader"}},
+              "spec": pod_spec(layout, spec, env, head_port, group_env=True)}
+    worker = {"metadata": {"labels": {**labels, "role": "worker"}},
+              "spec": pod_spec(layout, spec, env, worker_port, group_env=True)}
+    lws = {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": _metadata(spec),
+           "spec": {"replicas": spec.replicas,
+                    "startupPolicy": "LeaderCreated",
+                    "leaderWorkerTemplate": {"size": layout.nodes,
+                                             "restartPolicy": "RecreateGroupOnPodRestart",
+                                             "leaderTemplate": leader,
+                                             "workerTemplate": worker}}}
+    # Hybrid load balancing serves the API on every node: the Service spreads over all pods.
+    selector = ({LWS_NAME_LABEL: spec.name} if worker_port is not None
+                else {LWS_NAME_LABEL: spec.name, "role": "leader"})
+    return [lws, _service(spec, selector, head_port)]

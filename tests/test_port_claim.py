@@ -1,0 +1,57 @@
+"""Ports claimed per job on one host: two claims never get the same port, a port something
+listens on is skipped, and a claim is free again once its holder ends (even by SIGKILL)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from dspark_cli.errors import ServerError
+from dspark_cli.server.port_claim import claimed_port
+from tests.conftest import REPO, wait_until
+from tests.doubles.fake_vllm import free_port
+
+
+def test_two_claims_get_two_ports_and_a_listener_is_skipped():
+    first = free_port()
+    with claimed_port("127.0.0.1", first) as a, claimed_port("127.0.0.1", first) as b:
+        assert a == first and b > a
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with claimed_port("127.0.0.1", port) as c:
+            assert c != port
+    with claimed_port("127.0.0.1", first) as again:
+        assert again == first  # released at the end of the block
+
+
+def test_a_killed_holder_releases_its_port(tmp_path):
+    first = free_port()
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import pathlib, time\n"
+        "from dspark_cli.server.port_claim import claimed_port\n"
+        f"with claimed_port('127.0.0.1', {first}) as p:\n"
+        f"    pathlib.Path({str(ready)!r}).write_text(str(p))\n"
+        "    time.sleep(600)\n")], cwd=REPO)
+    try:
+        wait_until(ready.exists, 30, "the holder to claim its port")
+        with claimed_port("127.0.0.1", first) as other:
+            assert other != first
+    finally:
+        holder.kill()
+        holder.wait(10)
+    with claimed_port("127.0.0.1", first) as mine:
+        assert mine == first
+
+
+def test_all_ports_taken_is_a_clear_error():
+    first = free_port()
+    with (claimed_port("127.0.0.1", first, span=1),
+          pytest.raises(ServerError, match="held"),
+          claimed_port("127.0.0.1", first, span=1)):
+        pass
