@@ -7,6 +7,8 @@ import math
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dspark_cli.bench.stats import (
     Interval,
@@ -96,6 +98,9 @@ def test_fieller_is_unbounded_when_the_baseline_may_be_zero() -> None:
     iv = ratio_interval([100.0, 102.0], [10.0, 100.0])
     assert iv.estimate == pytest.approx(101 / 55)
     assert (iv.low, iv.high) == (None, None)
+    # ... and when the arm may be zero: the inverse ratio would be unbounded.
+    assert not ratio_interval([10.0, 100.0], [100.0, 102.0]).bounded
+    assert not ratio_interval([50.0, 59.0], [50.0, 50.0]).bounded
 
 
 def test_fieller_covers_the_true_ratio_about_95_percent_of_the_time() -> None:
@@ -188,3 +193,24 @@ def test_results_sentence_says_why_it_cannot_tell() -> None:
 
 def test_results_sentence_of_nothing_says_so() -> None:
     assert results_sentence([]).startswith("No speedup was measured")
+
+
+samples = st.lists(st.floats(50.0, 5000.0), min_size=2, max_size=5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples, samples, st.sampled_from([0.0, 0.05, 0.2]))
+def test_property_swapping_arm_and_baseline_inverts_the_ratio_and_the_verdict(
+        arm: list[float], base: list[float], margin: float) -> None:
+    there = speedup("a", arm, "b", base, 8, margin)
+    back = speedup("b", base, "a", arm, 8, margin)
+    assert back.ratio.estimate == pytest.approx(1 / there.ratio.estimate)
+    if there.ratio.bounded and back.ratio.bounded:
+        assert there.ratio.low <= there.ratio.estimate <= there.ratio.high
+        assert back.ratio.low == pytest.approx(1 / there.ratio.high)
+        assert back.ratio.high == pytest.approx(1 / there.ratio.low)
+    flipped = {Verdict.FASTER: Verdict.SLOWER, Verdict.SLOWER: Verdict.FASTER}
+    if there.verdict in flipped and abs(1 / there.ratio.estimate - 1) > margin:
+        assert back.verdict is flipped[there.verdict]
+    if there.verdict is Verdict.COMPARABLE and there.ratio.low <= 1 <= there.ratio.high:
+        assert back.verdict is Verdict.COMPARABLE

@@ -142,8 +142,9 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
 def ratio_interval(num: Sequence[float], den: Sequence[float],
                    confidence: float = CONFIDENCE) -> Interval:
     """mean(num) / mean(den) with Fieller's interval for independent samples, with Welch's
-    degrees of freedom at the estimate. Unbounded (None, None) when the denominator's mean is
-    not significantly above zero: then no finite interval holds the ratio."""
+    degrees of freedom at the estimate. Unbounded (None, None) when either mean is not
+    significantly above zero: no finite interval then holds the ratio (the denominator) or its
+    inverse (the numerator), and a throughput ratio is only read between positive rates."""
     a_xs, b_xs = _check(num, "ratio numerator"), _check(den, "ratio denominator")
     a, b = fmean(a_xs), fmean(b_xs)
     if b <= 0:
@@ -158,7 +159,7 @@ def ratio_interval(num: Sequence[float], den: Sequence[float],
     t2 = t_quantile((1 + confidence) / 2, df) ** 2
     # (a - R b)^2 <= t^2 (va + R^2 vb)  <=>  A R^2 - 2ab R + C <= 0
     big_a, c = b * b - t2 * vb, a * a - t2 * va
-    if big_a <= 0:
+    if big_a <= 0 or c <= 0:
         return Interval(r, None, None, n, confidence)
     root = math.sqrt(max(a * a * b * b - big_a * c, 0.0))
     return Interval(r, (a * b - root) / big_a, (a * b + root) / big_a, n, confidence)
