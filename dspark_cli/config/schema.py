@@ -193,6 +193,36 @@ class DeployConf:
 
 
 @dataclass
+class RuntimePins:
+    """Pinned software a result is measured with (`dspark_cli/launch/runtime_pins.py`); a null
+    pin is not checked. Commits match by prefix."""
+
+    vllm_version: str | None = None
+    vllm_commit: str | None = None
+    torch: str | None = None
+    aiter_version: str | None = None
+    aiter_commit: str | None = None
+    aiter_wheel_sha256: str | None = None
+    cuda: str | None = None
+    rocm: str | None = None
+
+
+@dataclass
+class ImageConf:
+    """The container image, which a container cannot see: from config or the environment."""
+
+    tag: str | None = "${oc.env:DSPARK_IMAGE_TAG,null}"
+    id: str | None = "${oc.env:DSPARK_IMAGE_ID,null}"
+    base_digest: str | None = "${oc.env:DSPARK_BASE_DIGEST,null}"
+
+
+@dataclass
+class RuntimeConf:
+    expected: RuntimePins = field(default_factory=RuntimePins)
+    image: ImageConf = field(default_factory=ImageConf)
+
+
+@dataclass
 class LaunchConf:
     """What every command that launches (or plans) a vLLM server composes."""
 
@@ -205,6 +235,7 @@ class LaunchConf:
     checks: ChecksConf = field(default_factory=ChecksConf)
     logs: LogsConf = field(default_factory=LogsConf)
     deploy: DeployConf = field(default_factory=DeployConf)
+    runtime: RuntimeConf = field(default_factory=RuntimeConf)
 
 
 def register() -> None:

