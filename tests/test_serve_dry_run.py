@@ -144,10 +144,11 @@ def test_json_plan_matches_the_shell_plan() -> None:
     _, positional, _ = parse_script(SEED.read_text())
     assert data["argv"][:3] == positional
     assert data["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
-    # No hardware and no local checkpoint in a dry run here: those checks are skipped.
+    # No hardware, no local checkpoint and not this machine's software in a dry run here:
+    # those checks are skipped.
     machine_rules = {r.id for r in RULES if r.needs_machine}
     assert {f["rule"] for f in data["preflight"] if f["status"] == "skipped"} == {
-        *machine_rules, "checkpoint-structure", "checkpoint-confidence-head"}
+        *machine_rules, "checkpoint-structure", "checkpoint-confidence-head", "runtime-pins"}
     assert "aiter-importable" in machine_rules
 
 
