@@ -31,7 +31,7 @@ from dspark_cli.hydra_app import (
 @dataclass(frozen=True)
 class Command:
     module: str
-    config: str
+    config: str | None  # None: the command composes no config
     help: str
 
 
@@ -44,6 +44,10 @@ COMMANDS: dict[str, Command] = {
                      "boot the planned server, check it live, give a verdict"),
     "bench": Command("dspark_cli.commands.bench", "bench",
                      "run a benchmark protocol over arms x concurrencies"),
+    "validate": Command("dspark_cli.commands.validate", "validate",
+                        "checkpoint, focused tests, smoke, bench and the report, in one run"),
+    "report": Command("dspark_cli.commands.report", None,
+                      "render the validation report from existing run directories"),
 }
 
 _HW_OVERRIDE = re.compile(r"^(\+{0,2})hw=")
@@ -111,10 +115,23 @@ def split_hydra_args(name: str, rest: list[str]) -> tuple[list[str], list[str]]:
     return plain, flags
 
 
+def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str]) -> int:
+    """A command without config: its own flags only."""
+    if {"--help", "-h"} & set(rest):
+        print(_parser(name, module.add_arguments).format_help(), end="")
+        return 0
+    if rest:
+        raise UsageError(f"unknown argument {rest[0]!r} for `dspark {name}`; "
+                         f"`dspark {name} --help` lists them")
+    return int(module.run(None, opts) or 0)
+
+
 def run_command(name: str, argv: list[str]) -> int:
     command = COMMANDS[name]
     module = importlib.import_module(command.module)
     opts, rest = _parser(name, module.add_arguments).parse_known_args(argv)
+    if command.config is None:  # composes no config (`report`): no Hydra at all
+        return run_plain(name, module, opts, rest)
     plain, flags = split_hydra_args(name, rest)
     if COMPLETION & set(flags):
         return shell_completion(name, command.config, module, plain, flags)

@@ -31,6 +31,7 @@ from dspark_cli.launch.render import plan_dict, shell_script
 from dspark_cli.machine.profiles import profile_patterns
 from dspark_cli.paths import conf_dir
 from dspark_cli.smoke import schema as smoke_schema
+from dspark_cli.validate import schema as validate_schema
 from tests.conftest import compose_config, run_dspark
 
 CONF = conf_dir()
@@ -78,7 +79,7 @@ def test_rendered_deployment_matches_its_golden(profile: str,
 # --- the options of each group, read from conf/ -------------------------------------------------
 
 LAUNCH_GROUPS = ("model", "speculative", "compilation", "serving")
-LAUNCHING = ("serve", "smoke", "bench")  # primaries that plan a launch on a hw profile
+LAUNCHING = ("serve", "smoke", "bench", "validate")  # primaries that plan a launch on a hw
 PRIMARIES = (*LAUNCHING, "verify-checkpoint")
 CHECKPOINT_DIR = "/ckpt/DeepSeek-V4-Local"  # not a local directory: the dry run skips its checks
 
@@ -107,6 +108,7 @@ def needs_path(option: str) -> list[str]:
 def _command_schemas(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     smoke_schema.register()
     bench_schema.register()
+    validate_schema.register()
     # The CLI's compose cache and the tiny model's home: private to each test.
     monkeypatch.setenv("DSPARK_CACHE_DIR", str(tmp_path / "cache"))
 
@@ -212,6 +214,7 @@ def test_every_yaml_file_under_conf_is_composed_by_these_tests() -> None:
     base some option lists: nothing is left that no test composes."""
     composed_groups = {*LAUNCH_GROUPS, "hw", "bench", "logs", "deploy", "hydra/hydra_logging"}
     covered = {CONF / f"{p}.yaml" for p in PRIMARIES} | {CONF / "launch.yaml"}
+    covered |= {CONF / "bases" / "smoke.yaml"}  # smoke's and validate's: composed above
     covered |= {p for g in composed_groups for p in (CONF / g).glob("*.yaml")}
     for group in ("hw", "model"):
         for option in (CONF / group).glob("*.yaml"):

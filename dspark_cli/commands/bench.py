@@ -69,7 +69,8 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     if opts.dry_run:
         return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(), opts)
     with _job_port(cfg):
-        return _run(cfg, protocol, dataset, compose_arms(cfg, protocol), _run_dir(), opts)
+        return _render(_run(cfg, protocol, dataset, compose_arms(cfg, protocol), _run_dir(),
+                            opts.stop_on_failure), opts)
 
 
 @contextlib.contextmanager
@@ -90,6 +91,19 @@ def _job_port(cfg: DictConfig) -> Iterator[None]:
     with claimed_port(client_host(cfg.server.host), int(cfg.server.port)) as port:
         cfg.server.port = port
         yield
+
+
+def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool) -> Any:
+    """Run the protocol of `cfg.bench` into `directory` and summarize it (the bench Report):
+    `dspark bench`'s work, callable as a stage of `dspark validate`."""
+    from dspark_cli.bench.arms import compose_arms
+    from dspark_cli.bench.dataset import dataset_spec
+    from dspark_cli.bench.protocol import build_protocol
+    from dspark_cli.config.plain import plain
+
+    protocol = build_protocol(plain(cfg.bench))
+    dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
+    return _run(cfg, protocol, dataset, compose_arms(cfg, protocol), directory, stop_on_failure)
 
 
 def _run_dir() -> Path:
@@ -132,7 +146,7 @@ def _report_findings(findings: dict[str, Any]) -> None:
 
 
 def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
-         opts: argparse.Namespace) -> int:
+         stop_on_failure: bool) -> Any:
     from dspark_cli.bench import report
     from dspark_cli.bench.dataset import verify
     from dspark_cli.bench.runner import CellContext, run_cells
@@ -149,8 +163,8 @@ def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], dir
         return prepare(arm.cfg, arm.plan, directory / "arms" / arm.name)
 
     with sigterm_as_interrupt():
-        run_cells(protocol.cells, arms, prepare_arm, ctx, opts.stop_on_failure)
-    return _render(report.build(directory), opts)
+        run_cells(protocol.cells, arms, prepare_arm, ctx, stop_on_failure)
+    return report.build(directory)
 
 
 def _report(directory: Path, opts: argparse.Namespace) -> int:

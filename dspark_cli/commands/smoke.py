@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the command imports its machinery lazily, when it runs
     from dspark_cli.server.session import ServerSession
     from dspark_cli.smoke.background import BackgroundCheck
     from dspark_cli.smoke.expectations import Expectations
+    from dspark_cli.smoke.report import SmokeReport
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -87,10 +88,11 @@ def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations, directory: Pa
             collect(plan.model_path, prepared.machine))
 
 
-def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
+    """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
+    callable as a stage of `dspark validate`."""
     from dspark_cli.console import progress
     from dspark_cli.launch.plan import build_plan
-    from dspark_cli.launch.record import run_dir
     from dspark_cli.server.process import sigterm_as_interrupt
     from dspark_cli.smoke import report
     from dspark_cli.smoke.expectations import expectations
@@ -98,7 +100,6 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
     exp = expectations(cfg)
     plan = build_plan(cfg)
-    directory = run_dir()
     session, validation, provenance = _session(cfg, plan, exp, directory)
     progress(f"run directory {directory}")
     with sigterm_as_interrupt():
@@ -107,6 +108,15 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
                        base_url=plan.base_url, log_path=session.target.log_path,
                        profiles=_profiles(cfg), provenance=provenance)
     doc.write(directory / "smoke.json")
+    return doc
+
+
+def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    from dspark_cli.console import progress
+    from dspark_cli.launch.record import run_dir
+
+    directory = run_dir()
+    doc = smoke_in(cfg, directory)
     if opts.json:
         print(json.dumps(doc.to_dict(), indent=2))
     else:
@@ -116,4 +126,4 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
         Console().print(render(doc))
     progress(f"report: {directory / 'smoke.json'}")
-    return int(smoke.verdict.exit_code)
+    return int(doc.verdict.exit_code)

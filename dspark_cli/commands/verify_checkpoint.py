@@ -56,7 +56,7 @@ def checkpoint_root(cfg: DictConfig) -> Path:
     return root
 
 
-def _content_request(root: Path, opts: argparse.Namespace) -> Any:
+def content_request(root: Path, opts: argparse.Namespace) -> Any:
     from dspark_cli.checkpoint.manifest import (
         ManifestError,
         blob_expectation,
@@ -122,7 +122,7 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     from dspark_cli.checkpoint.verify import verify_checkpoint
 
     root = checkpoint_root(cfg)
-    content = _content_request(root, opts)
+    content = content_request(root, opts)
     expected = OmegaConf.to_container(cfg.model.expected, resolve=True) if "expected" in (
         cfg.model) else {}
     report = verify_checkpoint(root, expected, content)

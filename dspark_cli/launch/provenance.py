@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata as metadata
 import importlib.util
+import json
 import platform
 import re
 import socket
@@ -54,7 +55,36 @@ def checkpoint_identity(model_path: str) -> dict[str, Any]:
                       ("index_sha256", "model.safetensors.index.json")):
         file = root / name
         found[key] = sha256_file(file) if file.is_file() else None
-    return found
+    return {**found, **checkpoint_facts(root)}
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def checkpoint_facts(root: Path) -> dict[str, Any]:
+    """What the report states about a checkpoint: architecture and quantization from
+    config.json, and the size of its safetensors shards (stat only, nothing hashed)."""
+    config = _json(root / "config.json")
+    architectures = config.get("architectures")
+    quant = config.get("quantization_config")
+    weight_map = _json(root / "model.safetensors.index.json").get("weight_map")
+    names = (sorted(set(weight_map.values())) if isinstance(weight_map, dict)
+             else sorted(p.name for p in root.glob("*.safetensors")) if root.is_dir() else [])
+    shards = [root / n for n in names if (root / n).is_file()]
+    return {
+        "architecture": architectures[0] if isinstance(architectures, list) and architectures
+        else None,
+        "quantization": {k: v for k, v in sorted(quant.items())
+                         if isinstance(v, str | int | float | bool)}
+        if isinstance(quant, dict) else None,
+        "num_shards": len(shards) if shards else None,
+        "total_bytes": sum(p.stat().st_size for p in shards) if shards else None,
+    }
 
 
 def collect(model_path: str, machine: Machine | None) -> dict[str, Any]:

@@ -1,0 +1,134 @@
+"""`dspark validate`: verify-checkpoint -> focused tests -> smoke -> bench -> the report, from
+one composed config, into one run directory.
+
+    dspark validate                         # CPU default: tiny model, smoke, bench=cpu
+    dspark validate +hw=mi350x --dry-run    # the plan of every stage
+    dspark validate validate.bench=null --keep-going
+
+Each stage calls the owning command's code; records go under the stage's folder of the run
+directory (checkpoint/, tests/, smoke/, bench/), `validate.json` lists the stages, and the
+report (report.md, report.json) is written last, also after a failure or Ctrl-C. Exit code: the
+worst stage's (130 when interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from dspark_cli.errors import DsparkError, ExitCode
+
+
+def needs_machine(opts: argparse.Namespace) -> bool:
+    """Plans a launch on this machine: with no `+hw`, the profile is detected."""
+    return True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan of every stage; start nothing")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="run the later stages after a failed one")
+    parser.add_argument("--json", action="store_true",
+                        help="print report.json (or, with --dry-run, nothing else) on stdout")
+
+
+def register() -> None:
+    from dspark_cli.validate import schema
+
+    schema.register()
+
+
+def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    if opts.dry_run:
+        return _dry_run(cfg)
+    from dspark_cli.launch.record import run_dir
+
+    return _run(cfg, run_dir(), opts)
+
+
+def _dry_run(cfg: DictConfig) -> int:
+    from dspark_cli.bench.arms import compose_arms
+    from dspark_cli.bench.dataset import dataset_spec
+    from dspark_cli.bench.dry_run import plan_text as bench_plan
+    from dspark_cli.bench.protocol import build_protocol
+    from dspark_cli.config.plain import plain
+    from dspark_cli.launch import checks
+    from dspark_cli.launch.plan import build_plan
+    from dspark_cli.launch.render import shell_script
+    from dspark_cli.validate.plan import plan_text
+
+    directory = Path.cwd() / "runs" / "validate" / "<time>"
+    plan = build_plan(cfg)
+    findings = list(checks.check(cfg, plan, None, validate=False))
+    bench_text = None
+    if cfg.validate.bench is not None:
+        protocol = build_protocol(plain(cfg.bench))
+        dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
+        arms = compose_arms(cfg, protocol)
+        for name, arm in arms.items():
+            failed = [f for f in checks.check(arm.cfg, arm.plan, None, validate=False)
+                      if f.failed]
+            checks.report(failed, label=name)
+            findings += failed
+        bench_text = bench_plan(protocol, dataset, arms, directory / "bench")
+    sys.stdout.write(plan_text(cfg, directory, shell_script(plan), bench_text))
+    checks.report(findings)
+    return checks.exit_code(findings)
+
+
+def _stage_runner(cfg: DictConfig, directory: Path) -> list[tuple[str, Callable[[], object]]]:
+    from dspark_cli.validate import stages
+
+    return [("checkpoint", lambda: stages.checkpoint(cfg, directory / "checkpoint")),
+            ("tests", lambda: stages.tests(cfg, directory / "tests")),
+            ("smoke", lambda: stages.smoke(cfg, directory / "smoke")),
+            ("bench", lambda: stages.bench(cfg, directory / "bench"))]
+
+
+def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
+    from dspark_cli.console import progress
+    from dspark_cli.launch.record import redacted
+    from dspark_cli.report.files import REPORT_MD, write_report
+    from dspark_cli.status import Status
+    from dspark_cli.validate.stages import StageResult, summarize_interrupted_bench
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.yaml").write_text(json.dumps(redacted(cfg), indent=2) + "\n")
+    progress(f"run directory {directory}")
+    results: list[StageResult] = []
+    ended = ""  # why the remaining stages do not run
+    for name, call in _stage_runner(cfg, directory):
+        if ended:
+            results.append(StageResult(name, Status.not_run, 0, f"not run: {ended}"))
+            continue
+        progress(f"stage {name}")
+        try:
+            result = call()
+        except KeyboardInterrupt:
+            result = StageResult(name, Status.failed, int(ExitCode.INTERRUPTED), "interrupted")
+            if name == "bench":
+                summarize_interrupted_bench(directory / "bench")
+        except DsparkError as e:
+            result = StageResult(name, Status.failed, int(e.exit_code), e.message)
+        results.append(result)
+        progress(f"stage {name}: {result.status.value}: {result.detail}")
+        if result.exit_code == ExitCode.INTERRUPTED:
+            ended = "interrupted"
+        elif result.status is Status.failed and not opts.keep_going:
+            ended = f"stage {name} failed (--keep-going runs the rest)"
+    code = max((r.exit_code for r in results), default=0)
+    (directory / "validate.json").write_text(json.dumps(
+        {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n")
+    report, text = write_report([directory], directory)
+    if opts.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(text)
+    progress(f"report: {directory / REPORT_MD}")
+    return code

@@ -1,0 +1,35 @@
+"""Writing the report next to the records: report.md and report.json, each replaced atomically
+(a reader sees the old file or the new one, never half of one)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from dspark_cli.report import markdown, model, sources
+
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[model.Report, str]:
+    """Build the report of the records under `run_dirs` and write it into `out_dir`; returns
+    the report and its Markdown."""
+    out = out_dir.resolve()
+    report = model.build(sources.collect(run_dirs), str(out))
+    text = markdown.render(report)
+    out.mkdir(parents=True, exist_ok=True)
+    _write(out / REPORT_MD, text)
+    _write(out / REPORT_JSON, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
+    return report, text

@@ -1,0 +1,180 @@
+"""The report as GitHub-flavoured Markdown, in the seed report's sections and order. Pure and
+deterministic: the same `Report` gives the same bytes (no time of rendering, fixed float
+formats, rows in the records' order)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dspark_cli.report.model import (
+    NOT_RUN,
+    Environment,
+    Focused,
+    Methodology,
+    Provenance,
+    Report,
+    ResultRow,
+    Results,
+    Serving,
+    Smoke,
+)
+
+SECTIONS = ("Summary", "Focused Validation", "Serving Smoke Validation",
+            "Reproduction Environment", "Container Provenance", "Serving Configuration",
+            "Throughput Methodology", "Results")
+
+
+def _cell(text: object) -> str:
+    """A table cell: pipes escaped, newlines folded."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def _num(value: float | None, places: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{places}f}"
+
+
+def _summary(report: Report) -> list[str]:
+    lines = ["## Summary", ""]
+    if report.stages:
+        rows = [(s.name, s.status, s.detail) for s in report.stages]
+        lines += [*table(("stage", "result", "detail"), rows), ""]
+    sentence = report.results.sentence if report.results else (
+        "No benchmark results: the bench stage was not run.")
+    return [*lines, f"**Results:** {sentence}"]
+
+
+def _focused(f: Focused) -> list[str]:
+    lines = ["## Focused Validation", ""]
+    if f.status == NOT_RUN:
+        return [*lines, f"Not run: {f.detail}."]
+    lines += [f"Run in `{f.source}`:", "", "```", *f.tests, "```", ""]
+    counts = ", ".join(f"{n} {k}" for k, n in f.counts.items()) or "no tests collected"
+    lines.append(f"Result: **{f.status}** ({counts}).")
+    if f.detail:
+        lines += ["", f.detail]
+    return lines
+
+
+def _smoke(s: Smoke | None) -> list[str]:
+    lines = ["## Serving Smoke Validation", ""]
+    if s is None:
+        return [*lines, "Not run: no smoke record in the given run directories."]
+    word = "passed" if s.passed else "FAILED"
+    lines += [f"A live serving smoke test ({s.mode}) {word}: {s.verdict}.", ""]
+    lines += table(("check", "result", "evidence"),
+                   [(c.name, c.status, c.evidence) for c in s.checks])
+    lines += [""]
+    if s.counters is None:
+        lines.append("No speculative-decoding counters were recorded (speculative decoding "
+                     "off, or /metrics unreadable).")
+    else:
+        c = s.counters
+        width = len(str(max(c.drafts, c.draft_tokens, c.accepted)))
+        lines += ["Observed speculative-decoding counters during the smoke request:", "",
+                  "```",
+                  f"num_drafts_total:       {c.drafts:>{width}}",
+                  f"num_draft_tokens_total: {c.draft_tokens:>{width}}  # {c.relation}",
+                  f"num_accepted_tokens:    {c.accepted:>{width}}",
+                  "```"]
+    return [*lines, "", s.limits, "", f"Record: `{s.record}`"]
+
+
+def _environment(e: Environment) -> list[str]:
+    return ["## Reproduction Environment", "", "### Hardware", "",
+            f"- {e.hardware}", f"- Tensor parallel size: {e.tensor_parallel_size}",
+            f"- Data parallel size: {e.data_parallel_size}", "", "### Model", "",
+            f"- Model: {e.model}", f"- Local validation path: {e.model_path}",
+            f"- Architecture: {e.architecture}", f"- Quantization: {e.quantization}",
+            f"- Checkpoint size: {e.checkpoint_size}",
+            f"- config.json SHA256: {e.config_sha256}",
+            f"- model.safetensors.index.json SHA256: {e.index_sha256}", "",
+            f"Record: `{e.record}`"]
+
+
+def _provenance(p: Provenance) -> list[str]:
+    rows = (("Image tag", p.image_tag), ("Image ID", p.image_id),
+            ("Base digest", p.base_digest), ("vLLM", p.vllm_version),
+            ("vLLM commit", p.vllm_commit), ("AITER", p.aiter_version),
+            ("AITER commit", p.aiter_commit), ("AITER wheel SHA256", p.aiter_wheel_sha256),
+            ("PyTorch", p.pytorch), ("ROCm (HIP)", p.rocm), ("CUDA", p.cuda))
+    width = max(len(k) for k, _ in rows) + 1
+    return ["## Container Provenance", "", "```",
+            *(f"{k + ':':<{width}} {v}" for k, v in rows), "```", "",
+            "The image tag, ID and base digest come from `runtime.image.*` "
+            "(DSPARK_IMAGE_TAG, DSPARK_IMAGE_ID, DSPARK_BASE_DIGEST): a container cannot see "
+            "its own image.", "", f"Record: `{p.record}`"]
+
+
+def _serving(s: Serving | None) -> list[str]:
+    lines = ["## Serving Configuration", ""]
+    if s is None:
+        return [*lines, "Not recorded: no run record with a launch (an attached smoke only)."]
+    return [*lines, "```bash", s.script, "```", "", f"Record: `{s.record}`"]
+
+
+def _methodology(m: Methodology | None) -> list[str]:
+    lines = ["## Throughput Methodology", ""]
+    if m is None:
+        return [*lines, "Not run: no bench record in the given run directories."]
+    lines += [f"Protocol `{m.protocol}`: {m.requests}, arms {', '.join(m.arms)}, speedups over "
+              f"`{m.baseline}`.", "",
+              f"- Dataset: {m.dataset}", f"- Dataset SHA256: {m.dataset_sha256}",
+              f"- Sampling: {m.sampling}",
+              f"- Concurrency order: {', '.join(map(str, m.concurrency_order))}",
+              f"- Repeats per cell: {m.repeats}", f"- Cold boot: {m.cold_boot}", "",
+              "Warmup and measurement, per cell:", ""]
+    lines += [f"{i}. {w}" for i, w in enumerate(m.warmups, 1)]
+    lines += ["", "A result is valid only when:", ""]
+    return [*lines, *(f"- {r}" for r in m.validity_rules)]
+
+
+def _throughput(r: ResultRow) -> str:
+    if r.throughput is None:
+        return "-"
+    if r.low is None or r.high is None:
+        return f"{_num(r.throughput)} (n={r.n})"
+    return f"{_num(r.throughput)} [{_num(r.low)}, {_num(r.high)}] (n={r.n})"
+
+
+def _speedup(r: ResultRow) -> str:
+    if r.speedup is None:
+        return "-"
+    if r.speedup_low is None or r.speedup_high is None:
+        return f"{r.speedup:.3f}x"
+    return f"{r.speedup:.3f}x [{r.speedup_low:.3f}, {r.speedup_high:.3f}]"
+
+
+def _results(r: Results | None) -> list[str]:
+    lines = ["## Results", ""]
+    if r is None:
+        return [*lines, "Not run: no bench summary in the given run directories."]
+    lines += [r.sentence, ""]
+    for t in r.tables:
+        lines += [f"### Concurrency {t.concurrency}", ""]
+        lines += table(("arm", "output tok/s (95% CI)", "acceptance length",
+                        f"speedup over {r.baseline} (95% CI)", "verdict", "valid"),
+                       [(row.arm, _throughput(row), _num(row.acceptance_length, 3),
+                         _speedup(row), row.verdict,
+                         "yes" if row.valid else "no: " + "; ".join(row.reasons))
+                        for row in t.rows])
+        lines.append("")
+    if r.plot:
+        lines += [f"![throughput and speedup vs concurrency]({r.plot})", ""]
+    return [*lines, f"Record: `{r.record}`"]
+
+
+def render(report: Report) -> str:
+    parts = [
+        ["# Validation report", "", "Built by `dspark report` from the run records in:", "",
+         *(f"- `{s}`" for s in report.sources)],
+        _summary(report), _focused(report.focused), _smoke(report.smoke),
+        _environment(report.environment), _provenance(report.provenance),
+        _serving(report.serving), _methodology(report.methodology), _results(report.results),
+    ]
+    return "\n\n".join("\n".join(p).rstrip("\n") for p in parts) + "\n"

@@ -1,0 +1,54 @@
+"""The `dspark validate` primary schema: the launch, the smoke's and the bench's settings, and
+the `validate` section that says which stages run and how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+
+from dspark_cli.bench.schema import BenchConf
+from dspark_cli.config.schema import LaunchConf
+from dspark_cli.smoke.schema import SmokeConf
+
+
+@dataclass
+class CheckpointStage:
+    """Structure and heads always; content hashes when asked (a manifest, or `hash` for Hugging
+    Face cache blobs, which carry their hash in their names)."""
+
+    manifest: str | None = None
+    hash: bool = False
+
+
+@dataclass
+class TestsStage:
+    """Focused tests: pytest node ids run in a vLLM source tree; empty: the stage is not run."""
+
+    source: str | None = None
+    node_ids: list[str] = field(default_factory=list)
+    python: str | None = None  # the interpreter that runs pytest (null: dspark's own)
+    timeout_s: float = 3600.0
+
+
+@dataclass
+class BenchStage:
+    stop_on_failure: bool = False
+
+
+@dataclass
+class ValidateConf:
+    checkpoint: CheckpointStage = field(default_factory=CheckpointStage)
+    tests: TestsStage = field(default_factory=TestsStage)
+    bench: BenchStage | None = field(default_factory=BenchStage)  # null: no bench stage
+
+
+@dataclass
+class ValidatePrimary(LaunchConf):
+    smoke: SmokeConf = field(default_factory=SmokeConf)
+    bench: BenchConf = field(default_factory=BenchConf)
+    validate: ValidateConf = field(default_factory=ValidateConf)
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="validate_schema", node=ValidatePrimary)

@@ -1,0 +1,147 @@
+"""The stages of `dspark validate`, each a thin call into the command that owns the work
+(verify-checkpoint, smoke, bench), writing its records under its own folder of the run
+directory and returning a frozen `StageResult`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from dspark_cli.errors import ExitCode, UsageError
+from dspark_cli.status import Status
+
+STAGES = ("checkpoint", "tests", "smoke", "bench")
+
+
+@dataclass(frozen=True)
+class StageResult:
+    name: str
+    status: Status
+    exit_code: int
+    detail: str
+    directory: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status.value, "exit_code": self.exit_code,
+                "detail": self.detail, "directory": self.directory}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:
+    """verify-checkpoint's structure, pins and heads (and hashes when asked) on model.path."""
+    from omegaconf import OmegaConf
+
+    from dspark_cli.checkpoint.verify import verify_checkpoint
+    from dspark_cli.commands.verify_checkpoint import checkpoint_root, content_request
+    from dspark_cli.launch.prepare import ensure_model
+
+    ensure_model(cfg)  # the tiny model is made before it can be verified
+    if not Path(str(cfg.model.path)).expanduser().is_dir():
+        return StageResult("checkpoint", Status.skipped, 0, f"model.path {cfg.model.path} is "
+                           "not a local directory (a hub id is checked by vLLM at load)")
+    stage = cfg.validate.checkpoint
+    root = checkpoint_root(cfg)
+    opts = argparse.Namespace(hash=stage.hash, workers=None, write_manifest=None,
+                              manifest=Path(stage.manifest) if stage.manifest else None)
+    expected = OmegaConf.to_container(cfg.model.expected, resolve=True)
+    report = verify_checkpoint(root, expected, content_request(root, opts))
+    _write_json(directory / "checkpoint.json", report.to_dict())
+    hashed = (f", {report.content.hashed_files} files hashed" if report.content else "")
+    if report.ok:
+        return StageResult("checkpoint", Status.passed, 0,
+                           f"{report.num_shards} shard(s), {report.total_bytes:,} bytes, "
+                           f"every check passed{hashed}", str(directory))
+    problems = "; ".join(f"{p.subject}: {p.code}" for p in report.problems[:5])
+    return StageResult("checkpoint", Status.failed, int(ExitCode.CHECK_FAILED),
+                       f"{len(report.problems)} problems: {problems}", str(directory))
+
+
+def junit_counts(path: Path) -> dict[str, int]:
+    """passed/failed/errors/skipped from pytest's JUnit XML."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = {k: sum(int(s.get(k, 0)) for s in suites)
+             for k in ("tests", "failures", "errors", "skipped")}
+    return {"passed": total["tests"] - total["failures"] - total["errors"] - total["skipped"],
+            "failed": total["failures"], "errors": total["errors"], "skipped": total["skipped"]}
+
+
+def tests_argv(cfg: DictConfig, junit: Path) -> list[str]:
+    stage = cfg.validate.tests
+    python = str(stage.python) if stage.python else sys.executable
+    return [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+            *map(str, stage.node_ids)]
+
+
+def tests(cfg: DictConfig, directory: Path) -> StageResult:
+    """The focused tests (pytest node ids) in the vLLM source tree; counts from JUnit XML."""
+    stage = cfg.validate.tests
+    if not stage.node_ids:
+        return StageResult("tests", Status.not_run, 0, "no focused tests configured "
+                           "(validate.tests.node_ids)")
+    source = Path(str(stage.source or "")).expanduser()
+    if not stage.source or not source.is_dir():
+        raise UsageError(f"validate.tests.source={stage.source} is not a directory; give the "
+                         "vLLM source tree the focused tests run in.")
+    directory.mkdir(parents=True, exist_ok=True)
+    junit, log = directory / "junit.xml", directory / "pytest.log"
+    argv = tests_argv(cfg, junit)
+    with log.open("wb") as out:
+        try:
+            done = subprocess.run(argv, cwd=source, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=float(stage.timeout_s), check=False)
+            code: int | None = done.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    counts = junit_counts(junit) if junit.is_file() else {}
+    passed = code == 0 and counts.get("passed", 0) > 0
+    detail = (f"timed out after {stage.timeout_s} s" if code is None else
+              f"pytest exit {code}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    _write_json(directory / "tests.json", {
+        "status": "passed" if passed else "failed", "source": str(source),
+        "node_ids": list(stage.node_ids), "command": argv, "returncode": code,
+        "counts": counts, "detail": detail, "log": str(log)})
+    return StageResult("tests", Status.passed if passed else Status.failed,
+                       0 if passed else int(ExitCode.CHECK_FAILED), detail, str(directory))
+
+
+def smoke(cfg: DictConfig, directory: Path) -> StageResult:
+    from dspark_cli.commands.smoke import smoke_in
+
+    doc = smoke_in(cfg, directory)
+    code = int(doc.verdict.exit_code)
+    return StageResult("smoke", Status.passed if code == 0 else Status.failed, code,
+                       doc.verdict.summary, str(directory))
+
+
+def bench(cfg: DictConfig, directory: Path) -> StageResult:
+    from dspark_cli.commands.bench import bench_in
+
+    if cfg.validate.bench is None:
+        return StageResult("bench", Status.skipped, 0, "validate.bench=null")
+    summary = bench_in(cfg, directory, bool(cfg.validate.bench.stop_on_failure)).summary
+    invalid = [f"{c.arm}-c{c.concurrency}" for c in summary.cells if not c.valid]
+    detail = f"{len(summary.cells) - len(invalid)} of {len(summary.cells)} cells valid" + (
+        f" (invalid: {', '.join(invalid)})" if invalid else "")
+    return StageResult("bench", Status.failed if invalid else Status.passed,
+                       int(ExitCode.CHECK_FAILED) if invalid else 0, detail, str(directory))
+
+
+def summarize_interrupted_bench(directory: Path) -> None:
+    """After Ctrl-C: the summary of the cells that finished, so the report shows them."""
+    from dspark_cli.bench import records, report
+
+    if directory.is_dir() and records.collect(directory):
+        report.build(directory)

@@ -1,0 +1,154 @@
+"""A synthetic run directory in the real record format, for the report's tests and its
+rendering benchmark: the seed's protocol (3 arms x 7 concurrencies) with N repeats per cell,
+each cell a real `CellRecord` (cell.json), the arms' run records (config.yaml, launch.sh,
+provenance.json), a smoke record and summary.json as `dspark bench` writes it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from dspark_cli.bench import stats
+from dspark_cli.bench.cell import CellRecord, ProtocolInfo
+from dspark_cli.bench.report import summarize_records
+from dspark_cli.bench.summary import write
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.launch.record import write_record
+
+ARMS = ("none", "dspark_fixed", "dspark_adaptive")
+BASELINE = "dspark_fixed"
+DATASET_FILE = "/data/speed-bench/throughput_1k.jsonl"
+CONCURRENCIES = (256, 128, 64, 32, 16, 8, 4)
+# Output throughput per arm at concurrency 256 (tokens/s); lower concurrencies scale down.
+BASE_TPUT = {"none": 5200.0, "dspark_fixed": 6100.0, "dspark_adaptive": 7300.0}
+SEED_CHECKPOINT = {
+    "path": "/models/DeepSeek-V4-Flash-DSpark", "exists": True,
+    "config_sha256": "6c8f3d2d3b48707541b88f32f22ef3f0f8a6b57d8523281e2b8d3cdb0ae9a023",
+    "index_sha256": "98efab455cf08dfbbbaaba6f570e1bf10bf927d2b4c3c453a59c2f6f0e3be92b",
+    "architecture": "DeepseekV4ForCausalLM",
+    "quantization": {"fmt": "e4m3", "quant_method": "fp8"},
+    "num_shards": 48, "total_bytes": 166878536440,
+}
+SEED_RUNTIME = {
+    "vllm_version": "0.1.dev1+g2a02f6efe", "vllm_commit": "2a02f6efe",
+    "torch": "2.12.0+rocm10.0.0", "aiter_version": "0.1.21.post2.dev2+g804648bcb",
+    "aiter_commit": "804648bcbf87646ddef4b7add10da9c3b322567c",
+    "aiter_wheel_sha256": "30360d15819a9c8e3ec8e4ae665683abf4c5358d5be1f49a9aa2f7962c0032db",
+    "cuda": None, "rocm": "10.0.0",
+}
+
+
+def provenance() -> dict[str, Any]:
+    gpus = [{"index": i, "name": "AMD Instinct MI350X", "arch": "gfx950"} for i in range(8)]
+    return {"dspark": "0.1.0", "packages": {"torch": SEED_RUNTIME["torch"]},
+            "torch_backends": {"cuda": None, "hip": "10.0.0"}, "runtime": SEED_RUNTIME,
+            "python": "3.11.7", "platform": "Linux", "host": "mi350x-node",
+            "time": "2026-01-01T00:00:00+00:00",
+            "hardware": {"platform": "rocm", "gpus": gpus}, "checkpoint": SEED_CHECKPOINT}
+
+
+def throughputs(arm: str, concurrency: int, repeats: int, rng: random.Random) -> list[float]:
+    scale = (concurrency / 256) ** 0.6
+    return [round(BASE_TPUT[arm] * scale * rng.uniform(0.98, 1.02), 3) for _ in range(repeats)]
+
+
+def cell_record(arm: str, concurrency: int, value: float, info: ProtocolInfo,
+                sha256: str) -> CellRecord:
+    k = None if arm == "none" else 7
+    spec = None if k is None else {"drafts": 1000, "draft_tokens": 7000, "accepted": 2600,
+                                   "accepted_per_position": [900, 600, 400, 300, 200, 120, 80],
+                                   "acceptance_rate": 0.3714, "mean_acceptance_length": 3.6}
+    return CellRecord(
+        arm=arm, concurrency=concurrency, valid=True, reasons=(), protocol=info,
+        output_throughput=value, request_throughput=value / 1024, total_output_tokens=901120,
+        acceptance_length=None if spec is None else spec["mean_acceptance_length"],
+        boot_s=412.5, finished_at="2026-01-01T00:00:00+00:00",
+        evidence={"completed": 880, "failed": 0, "spec_decode": spec,
+                  "dataset": {"kind": "speed_bench", "file": DATASET_FILE, "sha256": sha256,
+                              "rows": 880, "seed": 0, "input_tokens": None}})
+
+
+def _with_statistics(summary: dict[str, Any], values: dict[tuple[str, int], list[float]],
+                     margin: float) -> dict[str, Any]:
+    """summary.json's statistics (the contract of `dspark_cli/bench/stats.py`): each cell's
+    repeats and throughput interval, each speedup's ratio interval and verdict."""
+    for cell in summary["cells"]:
+        repeats = values[(cell["arm"], cell["concurrency"])]
+        cell["repeats"] = repeats
+        cell["throughput"] = stats.mean_interval(repeats).to_dict()
+    summary["speedups"] = [
+        stats.speedup(arm, values[(arm, c)], summary["baseline"], values[(summary["baseline"], c)],
+                      c, margin).to_dict()
+        for c in summary["concurrencies"] for arm in summary["arms"] if arm != summary["baseline"]]
+    return summary
+
+
+def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02) -> Path:
+    """A finished run of the seed's protocol under `root` (arms, cells, summary.json)."""
+    from dspark_cli.bench import schema
+    from dspark_cli.bench.arms import arm_config
+    from tests.conftest import compose_config
+
+    schema.register()
+
+    cfg = compose_config(["+hw=mi350x", "bench=speed_bench_throughput_1k",
+                          "bench.dataset.sha256=" + "5" * 64], config="bench")
+    for arm in ARMS:
+        arm_cfg = arm_config(cfg, arm)
+        plan = build_plan(arm_cfg)
+        write_record(root / "arms" / arm, arm_cfg, plan, list(plan.argv), provenance(), [])
+    info = ProtocolInfo("speed_bench_throughput_1k", ARMS, BASELINE, CONCURRENCIES)
+    rng = random.Random(seed)
+    values = {(a, c): throughputs(a, c, repeats, rng) for c in CONCURRENCIES for a in ARMS}
+    records = []
+    for (arm, c), vs in values.items():
+        record = cell_record(arm, c, sum(vs) / len(vs), info, "5" * 64)
+        path = root / "cells" / record.cell_id / "cell.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
+        records.append(record)
+    json_path, _ = write(summarize_records(records), root)
+    summary = _with_statistics(json.loads(json_path.read_text()), values, margin)
+    json_path.write_text(json.dumps(summary, indent=2) + "\n")
+    return root
+
+
+def smoke_run(root: Path) -> Path:
+    """A passed smoke of the seed's deployment (K=7) under `root`, as `dspark smoke` writes it."""
+    from dspark_cli.smoke import schema
+    from tests.conftest import compose_config
+
+    schema.register()
+    cfg = compose_config(["+hw=mi350x"], config="smoke")
+    plan = build_plan(cfg)
+    write_record(root, cfg, plan, list(plan.argv), provenance(), [])
+    spec = {"drafts": 18, "draft_tokens": 126, "accepted": 29,
+            "accepted_per_position": [10, 7, 5, 3, 2, 1, 1], "acceptance_rate": 0.2302,
+            "mean_acceptance_length": 2.6111}
+    checks = [
+        ("vllm_accepts_command", "passed", "vLLM's parser and engine config accept it", {}),
+        ("health", "passed", "/health 200 after 391.2 s", {"seconds": 391.2}),
+        ("server_alive", "passed", "the process group was alive until teardown", {}),
+        ("startup_lines", "passed", "seen: 'Application startup complete' (line 900)", {}),
+        ("draft_params", "passed", "DSpark draft loaded 97 params (pinned 97)", {"params": 97}),
+        ("no_fatal_lines", "passed", "no fatal line in 1200 log lines", {"lines": 1200}),
+        ("request", "passed", "HTTP 200 in 1.41 s", {"latency_s": 1.41}),
+        ("generation", "passed", "48 tokens (usage 48, vllm:generation_tokens +48)", {}),
+        ("spec_decode", "passed", "18 drafts, 126 draft tokens (= 18 x K=7), 29 accepted",
+         {**spec, "k": 7, "rule": "exact"}),
+        ("teardown", "passed", "SIGTERM: no process left, port free after 9.2 s", {}),
+    ]
+    smoke = {
+        "verdict": {"passed": True, "exit_code": 0, "summary": "10 checks, none failed"},
+        "mode": "managed", "base_url": "http://127.0.0.1:8000", "log": str(root / "server.log"),
+        "profiles": {"hw": "mi350x"},
+        "checks": [{"name": n, "status": s, "evidence": e, "data": d} for n, s, e, d in checks],
+        "timings": {}, "decided_at": 0.0,
+        "request": {"state": "ok", "latency_s": 1.41, "completion_tokens": 48},
+        "counters": {"generation_tokens": 48, "spec_decode": spec},
+        "versions": {"server": "0.1.dev1+g2a02f6efe", **provenance()},
+    }
+    (root / "smoke.json").write_text(json.dumps(smoke, indent=2) + "\n")
+    return root
