@@ -10,7 +10,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.bench import stats
 from dspark_cli.bench.cell import CellRecord, ProtocolInfo
 from dspark_cli.bench.report import summarize_records
 from dspark_cli.bench.summary import write
@@ -54,64 +53,53 @@ def throughputs(arm: str, concurrency: int, repeats: int, rng: random.Random) ->
     return [round(BASE_TPUT[arm] * scale * rng.uniform(0.98, 1.02), 3) for _ in range(repeats)]
 
 
-def cell_record(arm: str, concurrency: int, value: float, info: ProtocolInfo,
+def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: ProtocolInfo,
                 sha256: str) -> CellRecord:
     k = None if arm == "none" else 7
     spec = None if k is None else {"drafts": 1000, "draft_tokens": 7000, "accepted": 2600,
                                    "accepted_per_position": [900, 600, 400, 300, 200, 120, 80],
                                    "acceptance_rate": 0.3714, "mean_acceptance_length": 3.6}
+    latency = {"ttft": {"p50": 812.5 + concurrency, "p99": 1990.0 + concurrency},
+               "tpot": {"p50": 21.5, "p99": 30.25}, "itl": {"p50": 20.0, "p99": 61.0}}
     return CellRecord(
         arm=arm, concurrency=concurrency, valid=True, reasons=(), protocol=info,
         output_throughput=value, request_throughput=value / 1024, total_output_tokens=901120,
         acceptance_length=None if spec is None else spec["mean_acceptance_length"],
-        boot_s=412.5, finished_at="2026-01-01T00:00:00+00:00",
+        boot_s=412.5, finished_at="2026-01-01T00:00:00+00:00", repeat=repeat,
+        accepted_per_draft=None if spec is None else 2.6, latency_ms=latency,
         evidence={"completed": 880, "failed": 0, "spec_decode": spec,
                   "dataset": {"kind": "speed_bench", "file": DATASET_FILE, "sha256": sha256,
                               "rows": 880, "seed": 0, "input_tokens": None}})
 
 
-def _with_statistics(summary: dict[str, Any], values: dict[tuple[str, int], list[float]],
-                     margin: float) -> dict[str, Any]:
-    """summary.json's statistics (the contract of `dspark_cli/bench/stats.py`): each cell's
-    repeats and throughput interval, each speedup's ratio interval and verdict."""
-    for cell in summary["cells"]:
-        repeats = values[(cell["arm"], cell["concurrency"])]
-        cell["repeats"] = repeats
-        cell["throughput"] = stats.mean_interval(repeats).to_dict()
-    summary["speedups"] = [
-        stats.speedup(arm, values[(arm, c)], summary["baseline"], values[(summary["baseline"], c)],
-                      c, margin).to_dict()
-        for c in summary["concurrencies"] for arm in summary["arms"] if arm != summary["baseline"]]
-    return summary
-
-
 def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02) -> Path:
-    """A finished run of the seed's protocol under `root` (arms, cells, summary.json)."""
+    """A finished run of the seed's protocol under `root`: the arms' run records, every
+    repeat's cell.json, and summary.json as `dspark bench` summarizes them."""
     from dspark_cli.bench import schema
     from dspark_cli.bench.arms import arm_config
     from tests.conftest import compose_config
 
     schema.register()
-
     cfg = compose_config(["+hw=mi350x", "bench=speed_bench_throughput_1k",
+                          f"bench.repeats={repeats}", f"bench.equivalence_margin={margin}",
                           "bench.dataset.sha256=" + "5" * 64], config="bench")
     for arm in ARMS:
         arm_cfg = arm_config(cfg, arm)
         plan = build_plan(arm_cfg)
         write_record(root / "arms" / arm, arm_cfg, plan, list(plan.argv), provenance(), [])
-    info = ProtocolInfo("speed_bench_throughput_1k", ARMS, BASELINE, CONCURRENCIES)
+    info = ProtocolInfo("speed_bench_throughput_1k", ARMS, BASELINE, CONCURRENCIES, repeats,
+                        margin)
     rng = random.Random(seed)
-    values = {(a, c): throughputs(a, c, repeats, rng) for c in CONCURRENCIES for a in ARMS}
     records = []
-    for (arm, c), vs in values.items():
-        record = cell_record(arm, c, sum(vs) / len(vs), info, "5" * 64)
-        path = root / "cells" / record.cell_id / "cell.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
-        records.append(record)
-    json_path, _ = write(summarize_records(records), root)
-    summary = _with_statistics(json.loads(json_path.read_text()), values, margin)
-    json_path.write_text(json.dumps(summary, indent=2) + "\n")
+    for c in CONCURRENCIES:
+        for arm in ARMS:
+            for repeat, value in enumerate(throughputs(arm, c, repeats, rng), 1):
+                record = cell_record(arm, c, repeat, value, info, "5" * 64)
+                path = root / "cells" / record.cell_id / "cell.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
+                records.append(record)
+    write(summarize_records(records), root)
     return root
 
 

@@ -60,18 +60,26 @@ def test_numbers_are_the_records(records: Path, tmp_path: Path) -> None:
     summary = json.loads((records / "bench" / "summary.json").read_text())
     smoke = json.loads((records / "smoke" / "smoke.json").read_text())
     speedups = {(s["arm"], s["concurrency"]): s for s in summary["speedups"]}
-    for cell in summary["cells"]:
-        row = next(r for r in tables(text, f"Concurrency {cell['concurrency']}")
-                   if r[0] == cell["arm"])
-        t = cell["throughput"]
+    assert len(summary["cells"]) == 63 and len(summary["results"]) == 21
+    for result in summary["results"]:
+        row = next(r for r in tables(text, f"Concurrency {result['concurrency']}")
+                   if r[0] == result["arm"])
+        t = result["throughput"]
         assert row[1] == f"{t['estimate']:,.2f} [{t['low']:,.2f}, {t['high']:,.2f}] (n=3)"
-        if cell["arm"] == BASELINE:
-            assert row[3:5] == ["-", "baseline"]
+        ttft = result["latency_ms"]["ttft"]
+        assert row[4] == f"{ttft['p50']:,.1f} / {ttft['p99']:,.1f}"
+        if result["arm"] != "none":  # no drafts, no acceptance
+            assert row[2:4] == [f"{result['acceptance_length']:.3f}",
+                                f"{result['accepted_per_draft']:.3f}"]
+        if result["arm"] == BASELINE:
+            assert row[6:8] == ["-", "baseline"]
         else:
-            s = speedups[(cell["arm"], cell["concurrency"])]
+            s = speedups[(result["arm"], result["concurrency"])]
             r = s["ratio"]
-            assert row[3] == f"{r['estimate']:.3f}x [{r['low']:.3f}, {r['high']:.3f}]"
-            assert row[4] == s["verdict"]
+            assert row[6] == f"{r['estimate']:.3f}x [{r['low']:.3f}, {r['high']:.3f}]"
+            assert row[7] == s["verdict"]
+        assert row[8] == "yes"
+    assert summary["results_sentence"] in text
     spec = smoke["counters"]["spec_decode"]
     assert f"num_drafts_total:       {spec['drafts']:>3}" in text
     assert f"num_draft_tokens_total: {spec['draft_tokens']}  # 126 = 18 x K=7" in text

@@ -127,7 +127,11 @@ def _methodology(m: Methodology | None) -> list[str]:
               f"- Dataset: {m.dataset}", f"- Dataset SHA256: {m.dataset_sha256}",
               f"- Sampling: {m.sampling}",
               f"- Concurrency order: {', '.join(map(str, m.concurrency_order))}",
-              f"- Repeats per cell: {m.repeats}", f"- Cold boot: {m.cold_boot}", "",
+              f"- Repeats per cell: {m.repeats}" + (
+                  f"; equivalence margin {m.equivalence_margin:.1%} (a speedup within it, or "
+                  "whose 95% interval holds 1, is comparable)"
+                  if m.equivalence_margin is not None else ""),
+              f"- Cold boot: {m.cold_boot}", "",
               "Warmup and measurement, per cell:", ""]
     lines += [f"{i}. {w}" for i, w in enumerate(m.warmups, 1)]
     lines += ["", "A result is valid only when:", ""]
@@ -136,7 +140,7 @@ def _methodology(m: Methodology | None) -> list[str]:
 
 def _throughput(r: ResultRow) -> str:
     if r.throughput is None:
-        return "-"
+        return "- (no valid repeat)"
     if r.low is None or r.high is None:
         return f"{_num(r.throughput)} (n={r.n})"
     return f"{_num(r.throughput)} [{_num(r.low)}, {_num(r.high)}] (n={r.n})"
@@ -150,19 +154,33 @@ def _speedup(r: ResultRow) -> str:
     return f"{r.speedup:.3f}x [{r.speedup_low:.3f}, {r.speedup_high:.3f}]"
 
 
+def _latency(r: ResultRow, metric: str) -> str:
+    ps = r.latency_ms.get(metric) or {}
+    if "p50" not in ps or "p99" not in ps:
+        return "-"
+    return f"{ps['p50']:,.1f} / {ps['p99']:,.1f}"
+
+
+def _verdict(r: ResultRow) -> str:
+    return f"{r.verdict} ({r.note})" if r.note else r.verdict
+
+
 def _results(r: Results | None) -> list[str]:
     lines = ["## Results", ""]
     if r is None:
         return [*lines, "Not run: no bench summary in the given run directories."]
     lines += [r.sentence, ""]
+    header = ("arm", "output tok/s, mean [95% CI] (n)", "acceptance length",
+              "accepted per draft", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
+              f"speedup over {r.baseline} [95% CI]", "verdict", "valid")
     for t in r.tables:
         lines += [f"### Concurrency {t.concurrency}", ""]
-        lines += table(("arm", "output tok/s (95% CI)", "acceptance length",
-                        f"speedup over {r.baseline} (95% CI)", "verdict", "valid"),
-                       [(row.arm, _throughput(row), _num(row.acceptance_length, 3),
-                         _speedup(row), row.verdict,
-                         "yes" if row.valid else "no: " + "; ".join(row.reasons))
-                        for row in t.rows])
+        lines += table(header, [
+            (row.arm, _throughput(row), _num(row.acceptance_length, 3),
+             _num(row.accepted_per_draft, 3), _latency(row, "ttft"), _latency(row, "tpot"),
+             _speedup(row), _verdict(row),
+             "yes" if row.valid else "no: " + "; ".join(row.reasons))
+            for row in t.rows])
         lines.append("")
     if r.plot:
         lines += [f"![throughput and speedup vs concurrency]({r.plot})", ""]

@@ -122,6 +122,7 @@ class Methodology:
     arms: tuple[str, ...]
     baseline: str
     repeats: int
+    equivalence_margin: float | None
     cold_boot: str
     warmups: tuple[str, ...]
     validity_rules: tuple[str, ...]
@@ -129,18 +130,23 @@ class Methodology:
 
 @dataclass(frozen=True)
 class ResultRow:
+    """One arm at one concurrency over its repeats (bench/summary.py's result and speedup)."""
+
     arm: str
-    throughput: float | None
+    throughput: float | None  # mean output tokens/s over the valid repeats
     low: float | None
     high: float | None
-    n: int
+    n: int  # valid repeats
     acceptance_length: float | None
+    accepted_per_draft: float | None
+    latency_ms: Mapping[str, Mapping[str, float]]  # ttft/tpot/itl: p50, p99, ...
     speedup: float | None
     speedup_low: float | None
     speedup_high: float | None
     verdict: str  # "baseline" for the baseline arm
-    valid: bool
-    reasons: tuple[str, ...]
+    note: str  # why there is no speedup, or which repeats it leaves out
+    valid: bool  # every repeat valid
+    reasons: tuple[str, ...]  # each invalid repeat's reasons
 
 
 @dataclass(frozen=True)
@@ -362,11 +368,8 @@ def _protocol_config(bench: BenchRecords) -> Mapping[str, Any]:
 
 
 def _repeats(proto: Mapping[str, Any], summary: Mapping[str, Any] | None) -> int:
-    """The protocol's repeats per cell, else the most repeats a summarized cell has."""
-    if proto.get("repeats"):
-        return int(proto["repeats"])
-    ns = [int(_get(c, "throughput", "n") or 1) for c in (summary or {}).get("cells") or ()]
-    return max(ns, default=1)
+    """The protocol's repeats per cell (1 in records from before repeats existed)."""
+    return int(proto.get("repeats") or (summary or {}).get("repeats") or 1)
 
 
 def _methodology(bench: BenchRecords | None) -> Methodology | None:
@@ -402,17 +405,22 @@ def _methodology(bench: BenchRecords | None) -> Methodology | None:
         arms=tuple(proto.get("arms") or _get(info, "arms") or ()),
         baseline=_known(proto.get("baseline") or _get(info, "baseline")),
         repeats=_repeats(proto, bench.summary),
+        equivalence_margin=_round(proto.get("equivalence_margin",
+                                            (bench.summary or {}).get("equivalence_margin")), 4),
         cold_boot="each cell (and each repeat) boots its own cold server from the arm's launch",
         warmups=(*warmups, f"{measured} measured requests at the cell concurrency"),
         validity_rules=VALIDITY_RULES,
     )
 
 
-def _interval(data: Any) -> tuple[float | None, float | None, float | None, int]:
-    if isinstance(data, Mapping):
-        return (_round(data.get("estimate"), 2), _round(data.get("low"), 2),
-                _round(data.get("high"), 2), int(data.get("n") or 1))
-    return _round(data, 2), None, None, 1 if data is not None else 0
+def _legacy_results(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A summary written before repeats: each cell is its arm's only repeat."""
+    return [{"arm": c["arm"], "concurrency": c["concurrency"], "repeats": [1],
+             "invalid_repeats": 0 if c.get("valid") else 1,
+             "throughput": {"estimate": c["output_throughput"], "low": None, "high": None,
+                            "n": 1} if c.get("valid") and c.get("output_throughput") else None,
+             "acceptance_length": c.get("acceptance_length"), "accepted_per_draft": None,
+             "latency_ms": {}} for c in summary.get("cells") or ()]
 
 
 def _speedups(summary: Mapping[str, Any]) -> dict[tuple[str, int], Mapping[str, Any]]:
@@ -421,31 +429,34 @@ def _speedups(summary: Mapping[str, Any]) -> dict[tuple[str, int], Mapping[str, 
     out = {}
     for s in summary.get("speedups") or ():
         if "ratio" not in s:
-            if s.get("speedup") is None:
-                continue
-            s = {"arm": s["arm"], "baseline": summary["baseline"],
-                 "concurrency": s["concurrency"], "verdict": "cannot tell",
-                 "ratio": {"estimate": s["speedup"], "low": None, "high": None, "n": 1}}
+            ratio = None if s.get("speedup") is None else {
+                "estimate": s["speedup"], "low": None, "high": None, "n": 1}
+            s = {"arm": s["arm"], "baseline": summary["baseline"], "ratio": ratio,
+                 "concurrency": s["concurrency"], "verdict": "cannot tell", "margin": 0.0,
+                 "note": s.get("note") or ""}
         out[(str(s["arm"]), int(s["concurrency"]))] = s
     return out
 
 
-def _row(cell: Mapping[str, Any], speedup: Mapping[str, Any] | None, baseline: str) -> ResultRow:
-    est, low, high, n = _interval(cell.get("throughput", cell.get("output_throughput")))
-    if cell["arm"] == baseline:
-        s_est = s_low = s_high = None
-        verdict = "baseline"
+def _row(result: Mapping[str, Any], speedup: Mapping[str, Any] | None, baseline: str,
+         reasons: tuple[str, ...]) -> ResultRow:
+    t = result.get("throughput") or {}
+    ratio = (speedup or {}).get("ratio") or {}
+    if result["arm"] == baseline:
+        verdict, note = "baseline", ""
     elif speedup is None:
-        s_est = s_low = s_high = None
-        verdict = "no speedup: " + ("cell invalid" if not cell.get("valid") else
-                                    "baseline cell invalid or not run")
+        verdict, note = "cannot tell", "no speedup recorded"
     else:
-        s_est, s_low, s_high = (_round(_get(speedup, "ratio", k), 3)
-                                for k in ("estimate", "low", "high"))
-        verdict = str(speedup["verdict"])
-    return ResultRow(str(cell["arm"]), est, low, high, n,
-                     _round(cell.get("acceptance_length"), 3), s_est, s_low, s_high, verdict,
-                     bool(cell.get("valid")), tuple(cell.get("reasons") or ()))
+        verdict, note = str(speedup["verdict"]), str(speedup.get("note") or "")
+    latency = {m: {p: _round(v, 1) for p, v in sorted(ps.items())}
+               for m, ps in sorted((result.get("latency_ms") or {}).items())}
+    return ResultRow(
+        str(result["arm"]), _round(t.get("estimate"), 2), _round(t.get("low"), 2),
+        _round(t.get("high"), 2), int(t.get("n") or 0),
+        _round(result.get("acceptance_length"), 3), _round(result.get("accepted_per_draft"), 3),
+        latency, _round(ratio.get("estimate"), 3), _round(ratio.get("low"), 3),
+        _round(ratio.get("high"), 3), verdict, note,
+        not result.get("invalid_repeats") and bool(t), reasons)
 
 
 def results_sentence(speedups: Mapping[tuple[str, int], Mapping[str, Any]]) -> str:
@@ -453,7 +464,15 @@ def results_sentence(speedups: Mapping[tuple[str, int], Mapping[str, Any]]) -> s
     from dspark_cli.bench import stats
 
     return stats.results_sentence([stats.Speedup.from_dict(dict(s))
-                                   for _, s in sorted(speedups.items())])
+                                   for _, s in sorted(speedups.items()) if s.get("ratio")])
+
+
+def _reasons(summary: Mapping[str, Any], arm: str, concurrency: int) -> tuple[str, ...]:
+    cells = [c for c in summary.get("cells") or ()
+             if (c["arm"], int(c["concurrency"])) == (arm, concurrency) and not c.get("valid")]
+    many = len({c.get("repeat", 1) for c in summary.get("cells") or ()}) > 1
+    return tuple((f"repeat {c.get('repeat', 1)}: " if many else "") + r
+                 for c in cells for r in c.get("reasons") or ())
 
 
 def _results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
@@ -462,13 +481,15 @@ def _results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
     summary = bench.summary
     baseline = str(summary["baseline"])
     speedups = _speedups(summary)
+    results = summary.get("results") or _legacy_results(summary)
+    order = {a: i for i, a in enumerate(summary.get("arms") or ())}
     tables = []
     for c in summary.get("concurrencies") or ():
-        cells = [cell for cell in summary.get("cells") or () if int(cell["concurrency"]) == c]
-        order = {a: i for i, a in enumerate(summary.get("arms") or ())}
-        cells.sort(key=lambda cell: order.get(cell["arm"], len(order)))
+        mine = sorted((r for r in results if int(r["concurrency"]) == c),
+                      key=lambda r: order.get(r["arm"], len(order)))
         tables.append(ResultTable(int(c), tuple(
-            _row(cell, speedups.get((str(cell["arm"]), int(c))), baseline) for cell in cells)))
+            _row(r, speedups.get((str(r["arm"]), int(c))), baseline,
+                 _reasons(summary, str(r["arm"]), int(c))) for r in mine)))
     plot = None
     if bench.plot is not None:
         plot = os.path.relpath(bench.plot, out_dir) if out_dir else str(bench.plot)

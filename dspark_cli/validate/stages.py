@@ -132,7 +132,7 @@ def bench(cfg: DictConfig, directory: Path) -> StageResult:
     if cfg.validate.bench is None:
         return StageResult("bench", Status.skipped, 0, "validate.bench=null")
     summary = bench_in(cfg, directory, bool(cfg.validate.bench.stop_on_failure)).summary
-    invalid = [f"{c.arm}-c{c.concurrency}" for c in summary.cells if not c.valid]
+    invalid = [c.cell_id for c in summary.cells if not c.valid]
     detail = f"{len(summary.cells) - len(invalid)} of {len(summary.cells)} cells valid" + (
         f" (invalid: {', '.join(invalid)})" if invalid else "")
     return StageResult("bench", Status.failed if invalid else Status.passed,

