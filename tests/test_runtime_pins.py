@@ -100,7 +100,7 @@ def test_image_facts_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     assert image.id == "sha256:49067946" and image.tag is None
 
 
-@pytest.mark.parametrize("command", ["serve", "smoke", "bench"])
+@pytest.mark.parametrize("command", ["serve", "smoke", "bench", "validate"])
 def test_a_mismatched_pin_fails_preflight_with_expected_vs_actual(tmp_path: Path,
                                                                   command: str) -> None:
     done = run_dspark(command, "+hw=cpu", "runtime.expected.torch=1.0.0",

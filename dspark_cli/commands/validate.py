@@ -18,10 +18,14 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from dspark_cli.errors import DsparkError, ExitCode
+
+if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
+    from dspark_cli.validate.stages import StageResult
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -35,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-going", action="store_true",
                         help="run the later stages after a failed one")
     parser.add_argument("--json", action="store_true",
-                        help="print report.json (or, with --dry-run, nothing else) on stdout")
+                        help="print report.json instead of report.md on stdout")
 
 
 def register() -> None:
@@ -82,7 +86,8 @@ def _dry_run(cfg: DictConfig) -> int:
     return checks.exit_code(findings)
 
 
-def _stage_runner(cfg: DictConfig, directory: Path) -> list[tuple[str, Callable[[], object]]]:
+def _stage_runner(cfg: DictConfig, directory: Path,
+                  ) -> list[tuple[str, Callable[[], StageResult]]]:
     from dspark_cli.validate import stages
 
     return [("checkpoint", lambda: stages.checkpoint(cfg, directory / "checkpoint")),
@@ -95,12 +100,32 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     from dspark_cli.console import progress
     from dspark_cli.launch.record import redacted
     from dspark_cli.report.files import REPORT_MD, write_report
+    from dspark_cli.server.process import sigterm_as_interrupt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
+    progress(f"run directory {directory}")
+    with sigterm_as_interrupt():  # SIGTERM (a scheduler's limit) ends the run as Ctrl-C does
+        results = _stages(cfg, directory, keep_going=opts.keep_going)
+    code = max((r.exit_code for r in results), default=0)
+    (directory / "validate.json").write_text(json.dumps(
+        {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n")
+    report, text = write_report([directory], directory)
+    if opts.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(text)
+    progress(f"report: {directory / REPORT_MD}")
+    return code
+
+
+def _stages(cfg: DictConfig, directory: Path, keep_going: bool) -> list[StageResult]:
+    """Every stage's result, in order; after Ctrl-C or a failure (unless `keep_going`) the
+    remaining stages are "not run"."""
+    from dspark_cli.console import progress
     from dspark_cli.status import Status
     from dspark_cli.validate.stages import StageResult, summarize_interrupted_bench
 
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.yaml").write_text(json.dumps(redacted(cfg), indent=2) + "\n")
-    progress(f"run directory {directory}")
     results: list[StageResult] = []
     ended = ""  # why the remaining stages do not run
     for name, call in _stage_runner(cfg, directory):
@@ -120,15 +145,6 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
         progress(f"stage {name}: {result.status.value}: {result.detail}")
         if result.exit_code == ExitCode.INTERRUPTED:
             ended = "interrupted"
-        elif result.status is Status.failed and not opts.keep_going:
+        elif result.status is Status.failed and not keep_going:
             ended = f"stage {name} failed (--keep-going runs the rest)"
-    code = max((r.exit_code for r in results), default=0)
-    (directory / "validate.json").write_text(json.dumps(
-        {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n")
-    report, text = write_report([directory], directory)
-    if opts.json:
-        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
-    else:
-        sys.stdout.write(text)
-    progress(f"report: {directory / REPORT_MD}")
-    return code
+    return results

@@ -18,8 +18,6 @@ from omegaconf import DictConfig
 from dspark_cli.errors import ExitCode, UsageError
 from dspark_cli.status import Status
 
-STAGES = ("checkpoint", "tests", "smoke", "bench")
-
 
 @dataclass(frozen=True)
 class StageResult:
