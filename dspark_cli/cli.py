@@ -137,11 +137,12 @@ def run_command(name: str, argv: list[str]) -> int:
         return shell_completion(name, command.config, module, plain, flags)
     plain = with_hardware(plain, detect=module.needs_machine(opts))
 
-    from dspark_cli.config.strict import check_known_keys
+    from dspark_cli.config.strict import check_known_keys, check_ranges
 
     def task(cfg: Any) -> int:
         try:
             check_known_keys(cfg)
+            check_ranges(cfg)
             return int(module.run(cfg, opts) or 0)
         except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
             return exit_code_for(e, opts.debug)

@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dspark_cli.config.domain import PORT, POSITIVE, between, nonempty
 from dspark_cli.deploy.schema import K8sConf, SlurmConf
 
 
@@ -47,9 +48,9 @@ class DraftTokensRule(StrEnum):
 
 @dataclass
 class HwArgs:
-    tensor_parallel_size: int | None = None
-    data_parallel_size: int | None = None
-    pipeline_parallel_size: int | None = None
+    tensor_parallel_size: int | None = field(default=None, metadata=POSITIVE)
+    data_parallel_size: int | None = field(default=None, metadata=POSITIVE)
+    pipeline_parallel_size: int | None = field(default=None, metadata=POSITIVE)
     distributed_executor_backend: str | None = None
     moe_backend: str | None = None
     dtype: str | None = None
@@ -57,9 +58,9 @@ class HwArgs:
 
 @dataclass
 class HardwareConf:
-    name: str = MISSING
+    name: str = field(default=MISSING, metadata=nonempty())
     platform: Platform = MISSING
-    num_gpus: int = MISSING
+    num_gpus: int = field(default=MISSING, metadata=between(0))
     # Case-insensitive regexes matched against detected device names and GPU architectures.
     detect: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -68,17 +69,18 @@ class HardwareConf:
     expect_log: list[str] = field(default_factory=list)
     # More than one node (launch/layout.py): `args` describe one node; in the dp layouts the
     # data parallel size is per node (vLLM's DP size = nodes x it), in tp the sizes are totals.
-    nodes: int = 1
+    nodes: int = field(default=1, metadata=POSITIVE)
     layout: Layout = Layout.dp
     head_address: str | None = None  # null: the deploy target gives it at run time
-    dp_rpc_port: int = 29550  # --data-parallel-rpc-port (vLLM's default)
-    master_port: int = 29501  # --master-port of the tp layout (vLLM's default)
+    # --data-parallel-rpc-port and the tp layout's --master-port (vLLM's defaults)
+    dp_rpc_port: int = field(default=29550, metadata=PORT)
+    master_port: int = field(default=29501, metadata=PORT)
 
 
 @dataclass
 class ModelArgs:
-    served_model_name: str | None = None
-    max_model_len: int | None = None
+    served_model_name: str | None = field(default=None, metadata=nonempty())
+    max_model_len: int | None = field(default=None, metadata=POSITIVE)
     kv_cache_dtype: str | None = None
     trust_remote_code: bool | None = None
     tokenizer_mode: str | None = None
@@ -91,16 +93,16 @@ class ExpectedFacts:
 
     config_sha256: str | None = None
     index_sha256: str | None = None
-    num_shards: int | None = None
-    total_bytes: int | None = None
+    num_shards: int | None = field(default=None, metadata=POSITIVE)
+    total_bytes: int | None = field(default=None, metadata=between(0))
     architecture: str | None = None
-    draft_params: int | None = None
+    draft_params: int | None = field(default=None, metadata=between(0))
 
 
 @dataclass
 class ModelConf:
-    name: str = MISSING
-    path: str = MISSING
+    name: str = field(default=MISSING, metadata=nonempty())
+    path: str = field(default=MISSING, metadata=nonempty())
     # "deepseek_v4": sparse MLA and DSpark-in-checkpoint rules apply.
     family: str | None = None
     # "tiny": dspark builds this model locally on first use (no hub access needed).
@@ -116,8 +118,8 @@ class SpeculativeConf:
     name: str = MISSING
     method: str | None = None
     # Draft model path for method=draft_model (vLLM's `model` key).
-    model: str | None = None
-    num_speculative_tokens: int | None = None
+    model: str | None = field(default=None, metadata=nonempty())
+    num_speculative_tokens: int | None = field(default=None, metadata=POSITIVE)
     enable_adaptive_verification: bool | None = None
     # Any other `--speculative-config` key, passed through as JSON.
     extra: dict[str, Any] = field(default_factory=dict)
@@ -129,9 +131,9 @@ class SpeculativeConf:
 @dataclass
 class CompilationConf:
     name: str = MISSING
-    mode: int | None = None
+    mode: int | None = field(default=None, metadata=between(0, 3))  # vLLM's CompilationMode 0-3
     cudagraph_mode: CudagraphMode | None = None
-    max_cudagraph_capture_size: int | None = None
+    max_cudagraph_capture_size: int | None = field(default=None, metadata=POSITIVE)
     enforce_eager: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
@@ -140,9 +142,10 @@ class CompilationConf:
 class ServingArgs:
     async_scheduling: bool | None = None
     enable_prefix_caching: bool | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = field(default=None, metadata=POSITIVE)
+    max_num_batched_tokens: int | None = field(default=None, metadata=POSITIVE)
+    gpu_memory_utilization: float | None = field(default=None,
+                                                 metadata=between(0, 1, low_open=True))
     enable_lora: bool | None = None
 
 
@@ -159,13 +162,14 @@ class ServingConf:
 class ServerConf:
     """Where the server listens, or which running server to attach to."""
 
-    host: str | None = None  # null: vLLM's default (all interfaces); clients use 127.0.0.1
-    port: int = 8000
+    # null: vLLM's default (all interfaces); clients use 127.0.0.1
+    host: str | None = field(default=None, metadata=nonempty())
+    port: int = field(default=8000, metadata=PORT)
     url: str | None = None  # attach to a running server instead of launching one
     command: list[str] | None = None  # replaces the launched argv (wrapper, test double)
     log: str | None = None  # the log of an attached server, for log checks
-    ready_timeout_s: float = 1200.0
-    stop_grace_s: float = 15.0
+    ready_timeout_s: float = field(default=1200.0, metadata=between(0, low_open=True))
+    stop_grace_s: float = field(default=15.0, metadata=between(0))
 
 
 @dataclass
@@ -180,7 +184,7 @@ class LogsConf:
     """Server log patterns every command judges logs by (name -> regex; null: switched off)."""
 
     fatal: dict[str, str | None] = field(default_factory=dict)
-    context_lines: int = 10
+    context_lines: int = field(default=10, metadata=between(0))
 
 
 @dataclass

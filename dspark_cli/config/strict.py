@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from dspark_cli.errors import UsageError
 
@@ -39,3 +40,38 @@ def check_known_keys(cfg: DictConfig) -> None:
                  for k, m in problems]
         raise UsageError(f"unknown config key {', '.join(parts)}: the schema has no such "
                          "setting. Free-form settings live under env, extra and extra_args.")
+
+
+def out_of_range(node: DictConfig, prefix: str = "") -> list[str]:
+    """`key=value` and its allowed range, for each schema field whose value is outside the
+    domain declared in the schema (`metadata=between(...)`)."""
+    found = []
+    kind = OmegaConf.get_type(node)
+    domains = ({f.name: f.metadata["domain"] for f in dataclasses.fields(kind)
+                if "domain" in f.metadata}
+               if kind is not None and dataclasses.is_dataclass(kind) else {})
+    for key in node:
+        child = node._get_node(key)
+        if child is None or child._is_missing():
+            continue
+        if isinstance(child, DictConfig):
+            if not child._is_none():
+                found += out_of_range(child, f"{prefix}{key}.")
+            continue
+        if key not in domains:
+            continue
+        try:
+            value = node[key]
+        except OmegaConfBaseException:
+            continue  # an unresolvable interpolation: reported where it is used
+        problem = domains[key].problem(value)
+        if problem:
+            found.append(f"`{prefix}{key}={value}` {problem}: allowed {domains[key].describe()}")
+    return found
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    """Raise a UsageError naming every value outside its field's allowed range."""
+    problems = out_of_range(cfg)
+    if problems:
+        raise UsageError("; ".join(problems) + ". Nothing was started.")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dspark_cli.config.domain import POSITIVE, between
+
 
 @dataclass
 class SlurmConf:
@@ -19,8 +21,10 @@ class SlurmConf:
     sbatch: list[str] = field(default_factory=list)
     # Shell lines run in the batch script before `srun` (module load, a venv's activate).
     setup: list[str] = field(default_factory=list)
-    poll_s: float = 2.0  # how often squeue and /health are asked while waiting
-    cancel_timeout_s: float = 60.0  # how long to wait for a cancelled job to leave the queue
+    # how often squeue and /health are asked while waiting
+    poll_s: float = field(default=2.0, metadata=between(0, low_open=True))
+    # how long to wait for a cancelled job to leave the queue
+    cancel_timeout_s: float = field(default=60.0, metadata=between(0))
 
 
 @dataclass
@@ -31,7 +35,7 @@ class K8sConf:
     namespace: str | None = None
     # Pinned by digest (`repo@sha256:<64 hex>`): a tag alone is refused.
     image: str | None = None
-    replicas: int = 1  # LWS groups, or Deployment replicas for one node
+    replicas: int = field(default=1, metadata=POSITIVE)  # LWS groups, or Deployment replicas for one node
     # The model volume, mounted at `model.path`: a PVC by name, or a host path (default:
     # `model.path` on the node itself).
     model_pvc: str | None = None
@@ -39,12 +43,12 @@ class K8sConf:
     shm_size: str = "64Gi"  # /dev/shm, an in-memory emptyDir
     # Environment variables whose names look like secrets come from this Secret, key = name.
     secret_name: str = "dspark-secrets"
-    probe_period_s: int = 10
+    probe_period_s: int = field(default=10, metadata=POSITIVE)
     # Startup budget = period x threshold: 360 x 10 s = 1 h, for a large checkpoint's load.
-    startup_failure_threshold: int = 360
-    readiness_failure_threshold: int = 3
+    startup_failure_threshold: int = field(default=360, metadata=POSITIVE)
+    readiness_failure_threshold: int = field(default=3, metadata=POSITIVE)
     # Tolerant: one liveness failure on an LWS leader recreates the whole group.
-    liveness_period_s: int = 30
-    liveness_failure_threshold: int = 5
-    probe_timeout_s: int = 10
+    liveness_period_s: int = field(default=30, metadata=POSITIVE)
+    liveness_failure_threshold: int = field(default=5, metadata=POSITIVE)
+    probe_timeout_s: int = field(default=10, metadata=POSITIVE)
     node_selector: dict[str, str] = field(default_factory=dict)

@@ -159,13 +159,8 @@ def _free_form_arg(where: str, key: str, value: Any) -> tuple[str, Any]:
     if owner:
         raise UsageError(f"`{where}` sets vLLM's {option.flag}, which dspark sets from "
                          f"`{owner}`; set it there, so the checks judge what vLLM runs.")
-    vllm_options.check_value(where, value)
-    if option is not None and option.negated:
-        if not isinstance(value, bool):
-            raise UsageError(f"`{where}` is the `--no-` form of {option.flag}; give true or "
-                             f"false, or set `serving.extra_args.{dest}` instead.")
-        value = not value
-    return dest, value
+    vllm_options.check_value(where, value, option)
+    return dest, (not value if option.negated else value)  # a `--no-x` key takes a bool
 
 
 def _collect_env(cfg: DictConfig) -> tuple[tuple[str, str], ...]:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from dspark_cli.config.domain import Domain
 from dspark_cli.errors import UsageError
 
 TABLE = Path(__file__).with_name("vllm_serve_options.json")
@@ -108,14 +111,76 @@ def owner(dest: str) -> str | None:
     return _schema_owned().get(dest) or OWNED.get(dest)
 
 
-def check_value(key: str, value: object) -> None:
-    """Refuse a free-form value that vLLM's parser would read as another option."""
+# The domain of numeric vLLM options by name, for values set through a free-form map.
+DOMAINS: tuple[tuple[re.Pattern[str], Domain], ...] = (
+    # vLLM's own meanings of 0 or -1 ("off", "no cap") first
+    (re.compile(r"^(ubatch_size|offload_group_size|offload_num_in_group)$"), Domain(0)),
+    (re.compile(r"^max_logprobs$"), Domain(-1)),
+    (re.compile(r"_rank$"), Domain(0)),
+    (re.compile(r"^nnodes$"), Domain(1)),
+    (re.compile(r"_port$"), Domain(1, 65535)),
+    (re.compile(r"utilization$"), Domain(0, 1, low_open=True)),
+    (re.compile(r"(^max_|^num_|_size$|_tokens$|_len$|_workers$|_count$|^max$)"), Domain(1)),
+    (re.compile(r"(_gb$|_bytes$|_s$|_seconds$|timeout|interval|threshold)"), Domain(0)),
+)
+_HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgG]?$")
+
+
+def check_value(key: str, value: object, option: Option | None = None) -> None:
+    """Refuse a free-form value that vLLM's parser would read as another option, or that is
+    not of the option's type, choices or range."""
     items = value if isinstance(value, list | tuple) else [value]
     for item in items:
         if isinstance(item, str) and item.lstrip().startswith("-") and not _numeric(item):
             raise UsageError(f"`{key}`: the value {item.strip()!r} starts with '-', so vLLM "
                              "would read it as another option; set each option under its own "
                              "key.")
+    if option is None or value is None:
+        return
+    problem = _typed_problem(option, value)
+    if problem:
+        raise UsageError(f"`{key}={value}`: {option.flag} {problem}.")
+
+
+def _typed_problem(option: Option, value: object) -> str | None:
+    if option.kind in ("bool", "flag"):
+        if not isinstance(value, bool):
+            return "takes true or false"
+        return None if value or option.kind == "bool" else "can only be switched on (true)"
+    for item in (value if isinstance(value, list | tuple) else [value]):
+        problem = _item_problem(option, item)
+        if problem:
+            return problem
+    return None
+
+
+def _item_problem(option: Option, item: object) -> str | None:
+    if isinstance(item, dict | list | tuple):
+        return None  # JSON-valued options: vLLM's own validation reads them
+    if option.choices is not None and item not in option.choices and str(item) not in [
+            str(c) for c in option.choices]:
+        return f"takes one of {', '.join(map(str, option.choices))}"
+    number: float | None = None
+    if option.type == "int":
+        if isinstance(item, bool) or not isinstance(item, int):
+            return "takes an integer"
+        number = item
+    elif option.type == "int_or_auto":
+        if isinstance(item, bool) or not (isinstance(item, int) or item == "auto"
+                                          or _HUMAN_INT.match(str(item))):
+            return "takes an integer (or auto)"
+        number = item if isinstance(item, int) else None
+    elif option.type == "float":
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            return "takes a number"
+        number = item
+    if number is None:
+        return None
+    domain = next((d for pattern, d in DOMAINS if pattern.search(option.dest)), None)
+    if option.dest == "seed" or domain is None:
+        return None if math.isfinite(number) else "takes a finite number"
+    problem = domain.problem(number)
+    return f"{problem}: allowed {domain.describe()}" if problem else None
 
 
 def _numeric(text: str) -> bool:

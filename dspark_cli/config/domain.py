@@ -1,0 +1,52 @@
+"""The allowed values of a schema field, declared beside the field (`metadata=between(1, 65535)`)
+and checked for every composed config before anything runs (`config.strict.check_ranges`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Domain:
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # (low, high]: the low end itself is not allowed
+    nonempty: bool = False  # a string that is set must hold more than blanks
+
+    def describe(self) -> str:
+        if self.nonempty:
+            return "a non-empty string"
+        low = "" if self.low is None else f"{'>' if self.low_open else '>='} {self.low:g}"
+        high = "" if self.high is None else f"<= {self.high:g}"
+        return " and ".join(p for p in (low, high) if p)
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is outside the domain, or None; None (unset) is always allowed."""
+        if value is None:
+            return None
+        if self.nonempty:
+            return None if str(value).strip() else "is empty"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None  # the schema's type check owns this
+        if not math.isfinite(value):
+            return "is not a finite number"
+        too_low = self.low is not None and (value <= self.low if self.low_open
+                                            else value < self.low)
+        too_high = self.high is not None and value > self.high
+        return "is out of range" if too_low or too_high else None
+
+
+def between(low: float | None = None, high: float | None = None, *,
+            low_open: bool = False) -> dict[str, Domain]:
+    """Field metadata: a number in [low, high] ((low, high] with `low_open`)."""
+    return {"domain": Domain(low, high, low_open)}
+
+
+def nonempty() -> dict[str, Domain]:
+    return {"domain": Domain(nonempty=True)}
+
+
+PORT = between(1, 65535)
+POSITIVE = between(1)
