@@ -126,6 +126,17 @@ def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str])
     return int(module.run(None, opts) or 0)
 
 
+def hide_secrets(overrides: list[str], flags: list[str]) -> list[str]:
+    """Secrets out of the overrides before Hydra writes them (config/secret_overrides.py)."""
+    from dspark_cli.config.secret_overrides import hide
+
+    overrides, hidden = hide(overrides)
+    if hidden and "--resolve" in flags:
+        raise UsageError("--resolve would print the secrets these overrides carry; leave it out "
+                         "(the config shows them as ${oc.env:...} references).")
+    return overrides
+
+
 def run_command(name: str, argv: list[str]) -> int:
     command = COMMANDS[name]
     module = importlib.import_module(command.module)
@@ -136,11 +147,14 @@ def run_command(name: str, argv: list[str]) -> int:
     if COMPLETION & set(flags):
         return shell_completion(name, command.config, module, plain, flags)
     plain = with_hardware(plain, detect=module.needs_machine(opts))
+    plain = hide_secrets(plain, flags)
 
     from dspark_cli.config.strict import check_known_keys, check_ranges
+    from dspark_cli.launch.secrets import learn
 
     def task(cfg: Any) -> int:
         try:
+            learn(cfg)  # its secrets are scrubbed from everything printed from here on
             check_known_keys(cfg)
             check_ranges(cfg)
             return int(module.run(cfg, opts) or 0)
@@ -209,12 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" Did you mean `dspark {close[0]}`?" if close else ""
         err(f"unknown command {name!r}.{hint} Commands: {', '.join(COMMANDS)}.")
         return int(ExitCode.USAGE)
-    try:
-        code = run_command(name, rest)
-        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
-        return code
-    except (Exception, KeyboardInterrupt) as e:
-        return exit_code_for(e, "--debug" in rest)
+    from dspark_cli.launch.secrets import scrubbed_output
+
+    with scrubbed_output():  # no secret is ever printed, whoever prints
+        try:
+            code = run_command(name, rest)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+            return code
+        except (Exception, KeyboardInterrupt) as e:
+            return exit_code_for(e, "--debug" in rest)
 
 
 def entry() -> None:

@@ -26,6 +26,7 @@ from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
 from dspark_cli.launch.prepare import Prepared
 from dspark_cli.launch.render import plan_dict
+from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.logscan import Pattern
 from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.session import ServerSession
@@ -143,7 +144,7 @@ def run_cell(cell: Cell, arm: Arm, prepared: Prepared, ctx: CellContext) -> Cell
         progress(f"{cell.id}: earlier attempt kept in {moved}")
     record = _CellRun(cell, arm, prepared, ctx).run()
     path = records.cell_dir(ctx.run_dir, cell.id) / records.CELL_JSON
-    path.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
+    path.write_text(SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
 
 

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import vllm_options
+from dspark_cli.launch.secrets import SECRET_OPTIONS, is_secret_name
 
 VLLM_DEFAULT_PORT = 8000
 CLIENT_DEFAULT_HOST = "127.0.0.1"
@@ -112,9 +113,12 @@ def compilation_config(comp: DictConfig) -> dict[str, Any] | None:
     return _non_null(fields) or None
 
 
-def _collect_args(cfg: DictConfig) -> dict[str, Any]:
+def _collect_args(cfg: DictConfig) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """vLLM's options by dest, in the seed's order, and the secrets among the free-form options
+    as (variable, value, key): vLLM reads those from its environment, never from the argv."""
     owners: dict[str, str] = {}
     args: dict[str, Any] = {}
+    secret_env: list[tuple[str, str, str]] = []
 
     def put(dest: str, value: Any, key: str) -> None:
         if value is None:
@@ -137,10 +141,23 @@ def _collect_args(cfg: DictConfig) -> dict[str, Any]:
     put("host", host, "server.host")
     put("port", port if port != VLLM_DEFAULT_PORT else None, "server.port")
     for key, value in plain(cfg.serving.extra_args).items():
-        dest, value = _free_form_arg(f"serving.extra_args.{key}", key, value)
-        put(dest, value, f"serving.extra_args.{key}")
+        where = f"serving.extra_args.{key}"
+        dest, value = _free_form_arg(where, key, value)
+        if dest in SECRET_OPTIONS and value is not True and value is not None:
+            secret_env.append((SECRET_OPTIONS[dest], _one_secret(where, dest, value), where))
+            continue
+        put(dest, value, where)
     order = {d: i for i, d in enumerate(FLAG_ORDER)}
-    return dict(sorted(args.items(), key=lambda kv: order.get(kv[0], len(order))))
+    return dict(sorted(args.items(), key=lambda kv: order.get(kv[0], len(order)))), secret_env
+
+
+def _one_secret(where: str, dest: str, value: Any) -> str:
+    """The one value of a secret option (vLLM's environment variable holds one)."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    if len(items) != 1 or isinstance(items[0], bool | dict | list):
+        raise UsageError(f"`{where}` must be one value: dspark passes it to vLLM as "
+                         f"{SECRET_OPTIONS[dest]} in its environment, which holds one.")
+    return str(items[0])
 
 
 def _free_form_arg(where: str, key: str, value: Any) -> tuple[str, Any]:
@@ -163,26 +180,27 @@ def _free_form_arg(where: str, key: str, value: Any) -> tuple[str, Any]:
     return dest, (not value if option.negated else value)  # a `--no-x` key takes a bool
 
 
-def _collect_env(cfg: DictConfig) -> tuple[tuple[str, str], ...]:
+def _collect_env(cfg: DictConfig, secret_env: list[tuple[str, str, str]]
+                 ) -> tuple[tuple[str, str], ...]:
     env: dict[str, str] = {}
     owners: dict[str, str] = {}
-    for group in ENV_GROUPS:
-        for name, value in plain(cfg[group].env).items():
-            key = f"{group}.env.{name}"
-            if not _ENV_NAME.match(name):
-                raise UsageError(f"`{key}`: {name!r} is not a valid environment variable name.")
-            if name in env and env[name] != str(value):
-                raise UsageError(
-                    f"`{key}={value}` conflicts with `{owners[name]}={env[name]}`; "
-                    "set the variable in one group."
-                )
-            env[name], owners[name] = str(value), key
+    entries = [(name, str(value), f"{group}.env.{name}")
+               for group in ENV_GROUPS for name, value in plain(cfg[group].env).items()]
+    for name, value, key in entries + secret_env:
+        if not _ENV_NAME.match(str(name)):
+            raise UsageError(f"`{key}`: the name is not a valid environment variable name.")
+        if name in env and env[name] != value:
+            shown = (lambda k, v: f"`{k}`") if is_secret_name(name) else (
+                lambda k, v: f"`{k}={v}`")
+            raise UsageError(f"{shown(key, value)} conflicts with "
+                             f"{shown(owners[name], env[name])}; set the variable in one place.")
+        env[name], owners[name] = value, key
     return tuple(env.items())
 
 
 def build_plan(cfg: DictConfig) -> LaunchPlan:
     """The launch plan of a composed LaunchConf; raises UsageError on a contradictory config."""
-    args = _collect_args(cfg)
+    args, secret_env = _collect_args(cfg)
     path = str(cfg.model.path)
     served = args.get("served_model_name") or path
     argv = ["vllm", "serve", path]
@@ -191,7 +209,7 @@ def build_plan(cfg: DictConfig) -> LaunchPlan:
     host, port = cfg.server.host, int(cfg.server.port)
     base_url = cfg.server.url or f"http://{client_host(host)}:{port}"
     return LaunchPlan(
-        env=_collect_env(cfg),
+        env=_collect_env(cfg, secret_env),
         argv=tuple(argv),
         args=tuple(args.items()),
         model_path=path,

@@ -10,8 +10,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.render import is_secret, shell_script
+from dspark_cli.launch.render import shell_script
 
 
 def run_dir() -> Path:
@@ -22,31 +23,21 @@ def run_dir() -> Path:
 
 
 def redacted(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config with secret-named variables of every `env` map masked."""
-    data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "env" and isinstance(value, dict):
-                    node[key] = {k: ("<redacted>" if is_secret(k) else v) for k, v in value.items()}
-                else:
-                    walk(value)
-
-    walk(data)
-    return data
+    """The resolved config with every secret masked (launch/secrets.py says what one is)."""
+    return secrets.redact(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
 
 
 def write_record(directory: Path, cfg: DictConfig, plan: LaunchPlan, argv: list[str],
                  provenance: dict[str, Any], notes: list[str]) -> None:
     """Write config.yaml, launch.sh and provenance.json; `notes` records explicit overrides."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
+    scrub = secrets.SCRUB
+    (directory / "config.yaml").write_text(scrub(OmegaConf.to_yaml(redacted(cfg))))
     header = "#!/usr/bin/env bash\n# Written by dspark: the exact environment and command.\n"
     header += "".join(f"# NOTE: {n}\n" for n in notes)
     script = directory / "launch.sh"
-    script.write_text(header + "set -euo pipefail\n" + shell_script(plan, argv))
+    script.write_text(scrub(header + "set -euo pipefail\n" + shell_script(plan, argv)))
     script.chmod(0o755)
     data = {**provenance, "notes": notes, "argv": argv,
             "command": " ".join(shlex.quote(a) for a in argv)}
-    (directory / "provenance.json").write_text(json.dumps(data, indent=2) + "\n")
+    (directory / "provenance.json").write_text(scrub(json.dumps(data, indent=2) + "\n"))

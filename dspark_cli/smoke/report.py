@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.metrics import GENERATION_TOKENS, SpecDecode, spec_decode
 from dspark_cli.smoke.checks import CheckResult, RequestOutcome
 from dspark_cli.smoke.runner import SmokeRun, Timings
@@ -62,7 +63,7 @@ class SmokeReport:
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        path.write_text(SCRUB(json.dumps(self.to_dict(), indent=2) + "\n"))
 
 
 def _round(value: float | None) -> float | None:

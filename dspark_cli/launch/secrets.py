@@ -1,0 +1,177 @@
+"""What a secret is, and how dspark refers to one instead of writing or printing it.
+
+A secret is the value of an environment variable whose name holds TOKEN, KEY, SECRET, PASSWORD
+or CREDENTIAL (any case), of a vLLM option that carries one (`--api-key`, `--hf-token`: vLLM's
+parser has no other), or the password of a URL (`scheme://user:password@host`). dspark passes a
+secret to vLLM through the child's environment only, and everything it writes or prints refers
+to the variable instead (`export HF_TOKEN="${HF_TOKEN:?...}"`, `user:${DSPARK_URL_PASSWORD_1}@`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+# vLLM options that carry a secret -> the environment variable vLLM reads it from instead.
+SECRET_OPTIONS = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
+# scheme://user:password@ (the password is group 2; an empty user is allowed); a reference to
+# a variable (`${VAR}`, `${oc.env:VAR}`) is what dspark writes instead, not a password
+URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\$\{)([^/\s@]+)(?=@)")
+REDACTED = "<redacted>"
+MIN_SCRUBBED = 4  # shorter values are not searched for in free text (too many false hits)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(str(name)))
+
+
+def url_passwords(text: str) -> list[str]:
+    return [m.group(2) for m in URL_PASSWORD.finditer(str(text))]
+
+
+def redact_urls(text: str) -> str:
+    """URL passwords replaced by a marker: `https://me:<redacted>@host`."""
+    return URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED, str(text))
+
+
+def env_value(name: str, value: str) -> str:
+    """An environment value as dspark may show it."""
+    return REDACTED if is_secret_name(name) else redact_urls(value)
+
+
+def secret_key(key: Any, parent: Any) -> bool:
+    """A config key whose value is a secret: a secret-named variable of an `env` map, or a
+    secret vLLM option (`api_key`, `--hf-token`, any spelling) wherever it appears."""
+    name = str(key).strip().lstrip("-").lower().replace("-", "_")
+    return (parent == "env" and is_secret_name(str(key))) or name in SECRET_OPTIONS
+
+
+def values_in(data: Any, secret: bool = False, parent: Any = None) -> Iterator[str]:
+    """Every secret value in plain config data: secret keys' values (and everything under
+    them) and URL passwords anywhere."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from values_in(value, secret or secret_key(key, parent), key)
+    elif isinstance(data, list | tuple):
+        for item in data:
+            yield from values_in(item, secret, parent)
+    elif data is not None and not isinstance(data, bool):
+        if secret:
+            yield str(data)
+        yield from url_passwords(str(data))
+
+
+def redact(data: Any, secret: bool = False, parent: Any = None) -> Any:
+    """Plain config data with every secret replaced by `<redacted>` (URL passwords in place)."""
+    if isinstance(data, dict):
+        return {k: redact(v, secret or secret_key(k, parent), k) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [redact(item, secret, parent) for item in data]
+    if data is None or isinstance(data, bool):
+        return data
+    if secret:
+        return REDACTED
+    return redact_urls(data) if isinstance(data, str) else data
+
+
+class Scrubber:
+    """Removes known secret values from free text (messages, logs, files dspark writes)."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self.values: set[str] = set()
+        self.add(values)
+
+    def add(self, values: Iterable[str]) -> None:
+        self.values |= {v for v in values if len(v) >= MIN_SCRUBBED}
+
+    def __call__(self, text: str) -> str:
+        text = redact_urls(text)
+        for value in sorted(self.values, key=len, reverse=True):
+            text = text.replace(value, REDACTED)
+        return text
+
+
+SCRUB = Scrubber()  # this process's known secrets, filled as configs are composed
+
+
+class ShellRefs:
+    """Shell words that refer to URL passwords by variable (`$DSPARK_URL_PASSWORD_1`), and the
+    export lines that make a script demand those variables."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}  # password -> variable
+
+    def word(self, text: str) -> str:
+        """`text` quoted for the shell, its URL passwords as `${VAR}` references."""
+        parts, last = [], 0
+        for m in URL_PASSWORD.finditer(text):
+            var = self.names.setdefault(m.group(2), f"DSPARK_URL_PASSWORD_{len(self.names) + 1}")
+            parts += [_dq(text[last:m.start(2)]), "${" + var + "}"]
+            last = m.end(2)
+        if not parts:
+            return shlex.quote(text)
+        return '"' + "".join(parts) + _dq(text[last:]) + '"'
+
+    def exports(self) -> list[str]:
+        return [f'export {v}="${{{v}:?set {v} to the URL password}}"'
+                for v in self.names.values()]
+
+
+def _dq(text: str) -> str:
+    """Text escaped for the inside of a double-quoted shell word."""
+    return re.sub(r'([\\"$`])', r"\\\1", text)
+
+
+class _ScrubbedStream(io.TextIOBase):
+    """A text stream that writes through `SCRUB`: nothing dspark prints holds a secret."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(SCRUB(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._stream.encoding
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def scrubbed_output() -> Iterator[None]:
+    """stdout and stderr through `SCRUB` for the block (restored after)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ScrubbedStream(sys.stdout), _ScrubbedStream(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def learn(cfg: Any) -> None:
+    """Add a composed config's secrets to `SCRUB`."""
+    from omegaconf import OmegaConf
+
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # an unresolvable interpolation: the error surfaces where it is used
+        data = OmegaConf.to_container(cfg, resolve=False)
+    SCRUB.add(values_in(data))
