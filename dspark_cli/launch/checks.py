@@ -25,7 +25,9 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     from dspark_cli.config.plain import plain
     from dspark_cli.launch import runtime_pins
     from dspark_cli.launch.checkpoint_findings import checkpoint_findings
+    from dspark_cli.launch.model_family import check_family
 
+    check_family(cfg.model)  # the checkpoint's config.json decides the family
     ctx = Context(cfg, plan, machine)
     findings = list(run_rules(ctx))
     # The rendered speculative config decides whether the confidence head is needed.
