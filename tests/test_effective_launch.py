@@ -82,6 +82,9 @@ def test_a_free_form_map_cannot_set_what_a_group_owns(overrides: list[str], name
     "+serving.extra_args.no_enable_chunked_prefill=maybe",
     "+serving.extra_args.not_an_option=1",
     "+serving.extra_args.en=1",  # ambiguous abbreviation
+    "model.args.served_model_name=--enforce-eager",  # a group's own string field
+    "model.path=--enforce-eager",
+    "hw.args.moe_backend='-O0'",
 ])
 def test_a_free_form_value_cannot_smuggle_another_option(override: str) -> None:
     with pytest.raises(UsageError):

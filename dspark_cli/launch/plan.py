@@ -123,6 +123,7 @@ def _collect_args(cfg: DictConfig) -> tuple[dict[str, Any], list[tuple[str, str,
     def put(dest: str, value: Any, key: str) -> None:
         if value is None:
             return
+        vllm_options.check_value(key, value)  # no value may smuggle in another option
         if dest in owners:
             raise UsageError(
                 f"`{key}` sets the vLLM option --{dest.replace('_', '-')} that `{owners[dest]}` "
@@ -202,6 +203,7 @@ def build_plan(cfg: DictConfig) -> LaunchPlan:
     """The launch plan of a composed LaunchConf; raises UsageError on a contradictory config."""
     args, secret_env = _collect_args(cfg)
     path = str(cfg.model.path)
+    vllm_options.check_value("model.path", path)
     served = args.get("served_model_name") or path
     argv = ["vllm", "serve", path]
     for dest, value in args.items():
