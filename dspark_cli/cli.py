@@ -22,6 +22,7 @@ from dspark_cli.hydra_app import (
     COMPLETION,
     compose_once,
     hydra_settings,
+    redact_hydra_files,
     register_schemas,
     run_hydra_app,
     shell_completion,
@@ -155,6 +156,7 @@ def run_command(name: str, argv: list[str]) -> int:
     def task(cfg: Any) -> int:
         try:
             learn(cfg)  # its secrets are scrubbed from everything printed from here on
+            redact_hydra_files(cfg)
             check_known_keys(cfg)
             check_ranges(cfg)
             return int(module.run(cfg, opts) or 0)

@@ -9,6 +9,7 @@ import io
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dspark_cli.errors import ExitCode, UsageError
@@ -121,3 +122,29 @@ def completion_line(line: str) -> str:
     words = line.split()
     kept = [w for w in words[2:] if not w.startswith("-")]
     return " ".join(words[:1] + kept) + (" " if line.endswith(" ") else "")
+
+
+def redact_hydra_files(cfg: Any) -> None:
+    """Hydra saves the job's config (`.hydra/config.yaml`, and a multirun's `multirun.yaml`)
+    before the job runs, unresolved. Secrets given as overrides are references by then
+    (config/secret_overrides.py); one typed into a config file is rewritten there as redacted."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from dspark_cli.launch import secrets
+
+    if not HydraConfig.initialized():
+        return
+    hydra = HydraConfig.get()
+    data = OmegaConf.to_container(cfg, resolve=False)
+    if not any(True for _ in secrets.values_in(data)):
+        return
+    written = []
+    if hydra.output_subdir is not None:
+        written.append(Path(hydra.runtime.output_dir) / hydra.output_subdir / "config.yaml")
+    if str(hydra.mode) == "RunMode.MULTIRUN":
+        written.append(Path(hydra.sweep.dir) / "multirun.yaml")
+    for path in written:
+        if path.is_file():
+            saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+            path.write_text(OmegaConf.to_yaml(secrets.redact(saved)))

@@ -180,3 +180,24 @@ def test_a_multirun_writes_no_secret(tmp_path: Path) -> None:
     assert any(p.name == "multirun.yaml" for p in written)
     assert sum(p.name == "smoke.json" for p in written) == 2
     assert {str(p): leaks(t) for p, t in written.items() if leaks(t)} == {}
+
+
+def test_a_secret_typed_into_a_config_file_is_redacted_in_hydras_copies(tmp_path: Path) -> None:
+    confdir = tmp_path / "myconf" / "hw"
+    confdir.mkdir(parents=True)
+    cpu = (Path(__file__).resolve().parents[1] / "conf" / "hw" / "cpu.yaml").read_text()
+    space = 'VLLM_CPU_KVCACHE_SPACE: "1"'
+    (confdir / "mine.yaml").write_text(cpu.replace(space,
+                                                   f"{space}\n    FILE_TOKEN: filetok-31415926"))
+    port = free_port()
+    argv = smoke_argv(port, ["--scenario", "healthy", "--k", "3"], "-cd",
+                      str(tmp_path / "myconf"), "-m", "logs.context_lines=10,11")
+    argv[argv.index("+hw=cpu")] = "+hw=mine"
+    done = subprocess.run(argv, cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "filetok-31415926" not in done.stdout + done.stderr
+    written = files_under(tmp_path / "runs")
+    assert [p.name for p, t in written.items() if "filetok-31415926" in t] == []
+    configs = [t for p, t in written.items() if p.name == "config.yaml"]
+    assert configs and all("FILE_TOKEN: <redacted>" in t for t in configs)

@@ -45,6 +45,9 @@ def env_value(name: str, value: str) -> str:
     return REDACTED if is_secret_name(name) else redact_urls(value)
 
 
+_REFERENCE = re.compile(r"^\$\{[^{}]*\}$")  # `${oc.env:VAR}`: where a secret is, not one
+
+
 def secret_key(key: Any, parent: Any) -> bool:
     """A config key whose value is a secret: a secret-named variable of an `env` map, or a
     secret vLLM option (`api_key`, `--hf-token`, any spelling) wherever it appears."""
@@ -62,7 +65,7 @@ def values_in(data: Any, secret: bool = False, parent: Any = None) -> Iterator[s
         for item in data:
             yield from values_in(item, secret, parent)
     elif data is not None and not isinstance(data, bool):
-        if secret:
+        if secret and not _REFERENCE.match(str(data)):
             yield str(data)
         yield from url_passwords(str(data))
 
@@ -75,7 +78,7 @@ def redact(data: Any, secret: bool = False, parent: Any = None) -> Any:
         return [redact(item, secret, parent) for item in data]
     if data is None or isinstance(data, bool):
         return data
-    if secret:
+    if secret and not _REFERENCE.match(str(data)):
         return REDACTED
     return redact_urls(data) if isinstance(data, str) else data
 
