@@ -201,3 +201,12 @@ def test_a_secret_typed_into_a_config_file_is_redacted_in_hydras_copies(tmp_path
     assert [p.name for p, t in written.items() if "filetok-31415926" in t] == []
     configs = [t for p, t in written.items() if p.name == "config.yaml"]
     assert configs and all("FILE_TOKEN: <redacted>" in t for t in configs)
+
+
+def test_the_child_gets_secrets_only_under_their_real_names(monkeypatch) -> None:
+    from dspark_cli.launch.prepare import child_environ
+
+    monkeypatch.setenv("DSPARK_SECRET_HW_ENV_HF_TOKEN", "moved-12345678")
+    monkeypatch.setenv("PATH_LIKE_THING", "kept")
+    env = child_environ()
+    assert "DSPARK_SECRET_HW_ENV_HF_TOKEN" not in env and env["PATH_LIKE_THING"] == "kept"

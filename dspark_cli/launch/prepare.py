@@ -39,6 +39,14 @@ class Prepared:
                       self.env, fatal, watch, context_lines, metrics_timeout_s)
 
 
+def child_environ() -> dict[str, str]:
+    """This process's environment without the secrets dspark moved out of its overrides
+    (config/secret_overrides.py): the child gets those only under their real names."""
+    from dspark_cli.config.secret_overrides import PREFIX
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+
+
 def ensure_model(cfg: DictConfig) -> None:
     """Build the synthetic model the profile names, if it is not cached yet."""
     if cfg.model.synthetic == "tiny":
@@ -86,8 +94,8 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, record_dir: Path | None,
         raise CheckFailed("preflight failed; nothing was started (details above).")
     ensure_model(cfg)
     argv, validation = _argv(cfg, plan, validate)
-    prepared = Prepared(argv, {**os.environ, **plan.env_map}, machine, findings + validation,
-                        cfg.server.command is not None)
+    prepared = Prepared(argv, {**child_environ(), **plan.env_map}, machine,
+                        findings + validation, cfg.server.command is not None)
     if record_dir is not None:
         write(prepared, cfg, plan, record_dir)
     return prepared
