@@ -62,6 +62,8 @@ def failed_rules(cfg, plan) -> set[str]:
     (["+serving.extra_args.cudagraph_capture_sizes=[1,2]"], "compilation"),
     (["+serving.extra_args.config=/tmp/more.yaml"], "config groups"),
     (["+serving.extra_args.headless=true"], "hw.nodes"),
+    (["+serving.extra_args.hf_overrides={architectures:[LlamaForCausalLM]}"], "model.path"),
+    (["+serving.extra_args.hf-config-path=/other"], "model.path"),
     (["+speculative.extra.Method=ngram"], "speculative.method"),
     (["+speculative.extra.num-speculative-tokens=2"], "speculative.num_speculative_tokens"),
     (["+speculative.extra.MODEL=/x"], "speculative.model"),

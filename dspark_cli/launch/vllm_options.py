@@ -27,6 +27,9 @@ TABLE = Path(__file__).with_name("vllm_serve_options.json")
 # `hw.args`, `model.args` and `serving.args` schemas is owned by that field as well.
 OWNED: dict[str, str] = {
     "model": "model.path", "model_tag": "model.path",
+    # what the model is: its config.json decides the family and the rules that apply
+    "hf_overrides": "model.path (a checkpoint whose config.json is the model's)",
+    "hf_config_path": "model.path (a checkpoint whose config.json is the model's)",
     "host": "server.host", "port": "server.port",
     "uds": "server.host and server.port (dspark health-checks host:port)",
     "config": "the config groups (vLLM's --config file would set options no check sees)",
