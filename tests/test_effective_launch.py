@@ -152,7 +152,7 @@ def test_eager_means_no_full_cudagraphs() -> None:
 def test_the_head_check_follows_the_rendered_speculative_config(tmp_path: Path) -> None:
     """fixed-K in the config, adaptive in the command: the confidence head is required."""
     root = build_checkpoint(tmp_path / "no-head", with_confidence_head=False)
-    cfg = compose_config(["+hw=mi350x", "speculative=dspark_fixed", "model=local",
+    cfg = compose_config(["+hw=mi350x", "speculative=dspark_fixed", "model=deepseek_v4_local",
                           f"model.path={root}"])
     plan = build_plan(cfg)
     adaptive = {"method": "dspark", "num_speculative_tokens": 7,
