@@ -35,7 +35,8 @@ class K8sConf:
     namespace: str | None = None
     # Pinned by digest (`repo@sha256:<64 hex>`): a tag alone is refused.
     image: str | None = None
-    replicas: int = field(default=1, metadata=POSITIVE)  # LWS groups, or Deployment replicas for one node
+    # LWS groups, or Deployment replicas for one node
+    replicas: int = field(default=1, metadata=POSITIVE)
     # The model volume, mounted at `model.path`: a PVC by name, or a host path (default:
     # `model.path` on the node itself).
     model_pvc: str | None = None
