@@ -210,3 +210,8 @@ def test_the_child_gets_secrets_only_under_their_real_names(monkeypatch) -> None
     monkeypatch.setenv("PATH_LIKE_THING", "kept")
     env = child_environ()
     assert "DSPARK_SECRET_HW_ENV_HF_TOKEN" not in env and env["PATH_LIKE_THING"] == "kept"
+
+
+def test_overrides_without_a_secret_pass_unchanged() -> None:
+    plain = ["+hw=mi350x", "server.port=9000", "serving.args.max_num_batched_tokens=8"]
+    assert hide(plain) == (plain, False)

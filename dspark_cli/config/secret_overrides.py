@@ -57,6 +57,8 @@ def _holds_secret(value: Any, key: str) -> bool:
 def hide(overrides: list[str]) -> tuple[list[str], bool]:
     """The overrides with every secret moved into this process's environment, and whether
     any was. A secret inside a dict or sweep value is refused (give it its own override)."""
+    if not any("://" in line or secrets.is_secret_name(line) for line in overrides):
+        return overrides, False  # nothing to hide: Hydra's parser is not even loaded
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
