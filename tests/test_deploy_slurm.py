@@ -86,3 +86,22 @@ def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_clust
     assert job_processes(job) == []
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert "#SBATCH --nodes=2" in script and Path(tmp_path / "run" / "config.yaml").is_file()
+
+
+def test_without_slurms_clients_serve_exits_2_before_writing_anything(tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "bash").symlink_to("/bin/bash")
+    run = tmp_path / "run"
+    done = run_dspark("serve", *TINY_OVERRIDES, f"hydra.run.dir={run}",
+                      env={"PATH": str(bare)})
+    assert done.returncode == 2, done.stderr
+    assert "`sbatch` is not on PATH" in done.stderr and "Traceback" not in done.stderr
+    assert not (run / "job.sbatch").exists()
+
+
+@pytest.mark.parametrize("command", ["smoke", "bench"])
+def test_smoke_and_bench_refuse_to_start_a_cluster_target_here(command):
+    done = run_dspark(command, *TINY_OVERRIDES)
+    assert done.returncode == 2, done.stderr
+    assert "server.url=" in done.stderr and "Traceback" not in done.stderr

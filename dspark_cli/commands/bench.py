@@ -63,7 +63,9 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     from dspark_cli.bench.dataset import dataset_spec
     from dspark_cli.bench.protocol import build_protocol
     from dspark_cli.config.plain import plain
+    from dspark_cli.deploy.targets import refuse_cluster_target
 
+    refuse_cluster_target(cfg, "bench")
     protocol = build_protocol(plain(cfg.bench))
     dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
     if opts.dry_run:

@@ -92,12 +92,14 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
     callable as a stage of `dspark validate`."""
     from dspark_cli.console import progress
+    from dspark_cli.deploy.targets import refuse_cluster_target
     from dspark_cli.launch.plan import build_plan
     from dspark_cli.server.process import sigterm_as_interrupt
     from dspark_cli.smoke import report
     from dspark_cli.smoke.expectations import expectations
     from dspark_cli.smoke.runner import run_smoke
 
+    refuse_cluster_target(cfg, "smoke")
     exp = expectations(cfg)
     plan = build_plan(cfg)
     session, validation, provenance = _session(cfg, plan, exp, directory)

@@ -20,12 +20,12 @@ from dspark_cli.config.plain import plain
 from dspark_cli.console import progress
 from dspark_cli.deploy.k8s_manifests import K8sSpec, manifests
 from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
+from dspark_cli.deploy.targets import CLUSTER_TARGETS
 from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout import NodeLayout, node_layout
 from dspark_cli.launch.plan import LaunchPlan
 
-TARGETS = ("slurm", "k8s")
 SCRIPT_NAME = "job.sbatch"
 MANIFEST_NAME = "manifests.yaml"
 
@@ -63,7 +63,7 @@ def _text(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
 
 def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
     target = str(cfg.deploy.target)
-    if target not in TARGETS:
+    if target not in CLUSTER_TARGETS:
         raise UsageError(f"deploy.target={target!r} is not a deploy target here; use "
                          "deploy=local, deploy=slurm or deploy=k8s")
     layout = node_layout(cfg, plan)
@@ -81,6 +81,10 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
         checks.report(findings)
         return checks.exit_code(findings)
     checks.report(findings)
+    if target == "slurm":
+        from dspark_cli.deploy.slurm_job import require_clients
+
+        require_clients()  # before anything is written
     from dspark_cli.launch.prepare import ensure_model
     from dspark_cli.launch.record import redacted, run_dir
 

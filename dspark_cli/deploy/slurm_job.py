@@ -33,12 +33,20 @@ class JobState:
         return {"state": self.state, "reason": self.reason, "nodes": self.nodes}
 
 
+CLIENTS = ("sbatch", "squeue", "scontrol", "scancel")
+
+
+def require_clients() -> None:
+    """UsageError naming the first of Slurm's clients that is not on PATH."""
+    for name in CLIENTS:
+        if shutil.which(name) is None:
+            raise UsageError(f"`{name}` is not on PATH: deploy=slurm needs Slurm's clients "
+                             f"({', '.join(CLIENTS)}) where dspark runs; nothing was submitted",
+                             hint="run dspark on a login node of the cluster, or print the "
+                             "script with --dry-run and submit it there")
+
+
 def _client(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    if shutil.which(argv[0]) is None:
-        raise UsageError(f"`{argv[0]}` is not on PATH: deploy=slurm needs Slurm's clients "
-                         "(sbatch, squeue, scontrol, scancel) where dspark runs",
-                         hint="run dspark on a login node of the cluster, or print the script "
-                         "with --dry-run and submit it there")
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True,
                               timeout=CLIENT_TIMEOUT_S)
