@@ -29,8 +29,9 @@ def test_bench_cells_run_as_parallel_slurm_jobs_all_valid(slurm_cluster, tmp_pat
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]
-    jobs = sorted(p.name for p in (sweep / ".submitit").iterdir() if p.name.isdigit())
-    assert len(jobs) == 2  # one Slurm job per cell
+    # One Slurm job per cell, each with its result (submitted as one job array).
+    results = sorted(p.name for p in (sweep / ".submitit").glob("*/*_result.pkl"))
+    assert len(results) == 2, results
     cells = [json.loads(p.read_text()) for p in sorted(sweep.rglob("cell.json"))]
     assert sorted(c["cell_id"] for c in cells) == ["none-c2", "none-c4"]
     assert all(c["valid"] for c in cells), [c["reasons"] for c in cells]

@@ -43,6 +43,27 @@ def test_mi350x_on_two_nodes_is_an_lws_a_rocm_engineer_would_apply():
     assert all("/v1/models" not in str(c) for c in (leader, service))
 
 
+def test_hybrid_lb_serves_on_every_pod_and_the_service_spreads_over_them():
+    lws, service = manifests("+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid")
+    template = lws["spec"]["leaderWorkerTemplate"]
+    worker = template["workerTemplate"]["spec"]["containers"][0]
+    assert worker["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert "--data-parallel-hybrid-lb" in worker["command"][2]
+    assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "dspark"}
+
+
+def test_json_dry_run_gives_the_objects_and_the_layout():
+    import json
+
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "deploy=k8s",
+                      f"deploy.k8s.image={IMAGE}", "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["target"] == "k8s" and out["layout"]["nodes"] == 2
+    assert [o["kind"] for o in out["manifests"]] == ["LeaderWorkerSet", "Service"]
+    assert problems(out["manifests"]) == []
+
+
 def test_one_node_is_a_deployment():
     deployment, service = manifests("+hw=h200", "deploy.k8s.replicas=2")
     assert problems([deployment, service]) == []

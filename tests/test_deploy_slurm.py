@@ -45,6 +45,17 @@ def test_dry_run_prints_the_job_for_two_cpu_nodes():
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
+def test_tp_across_nodes_gives_each_task_its_node_rank_and_the_head_as_master():
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "hw.layout=tp",
+                      "hw.args.tensor_parallel_size=16", "deploy=slurm", "--dry-run")
+    # (the exit code is the layout rules' business: the script is printed either way)
+    text = done.stdout
+    assert text.startswith("#!/bin/bash"), done.stderr
+    assert "#SBATCH --gpus-per-node=8" in text
+    assert text.count('--master-addr "${DSPARK_HEAD_ADDR}"') == 2
+    assert "--node-rank 0" in text and "--node-rank 1" in text and "--nnodes 2" in text
+
+
 @pytest.mark.slurm
 @pytest.mark.vllm
 def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_cluster, tmp_path):

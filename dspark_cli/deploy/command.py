@@ -72,12 +72,13 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
         checks.report(findings)
         raise CheckFailed("preflight failed; nothing was submitted (details above).")
     if opts.dry_run:
-        text = _text(cfg, plan, layout)
         if opts.json:
-            print(json.dumps({"target": target, "text": text,
+            what = ({"manifests": k8s_objects(cfg, plan, layout)} if target == "k8s"
+                    else {"script": _text(cfg, plan, layout)})
+            print(json.dumps({"target": target, "layout": layout.to_dict(), **what,
                               "preflight": [f.to_dict() for f in findings]}, indent=2))
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(_text(cfg, plan, layout))
         checks.report(findings)
         return checks.exit_code(findings)
     checks.report(findings)
