@@ -64,6 +64,16 @@ def test_json_dry_run_gives_the_objects_and_the_layout():
     assert problems(out["manifests"]) == []
 
 
+@pytest.mark.parametrize("target", ["k8s", "slurm"])
+@pytest.mark.parametrize("flag", [(), ("--json",)])
+def test_a_secret_in_the_plans_environment_is_never_printed(target, flag):
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", f"deploy={target}",
+                      f"deploy.k8s.image={IMAGE}", "+hw.env.HF_TOKEN=hf_sekrit_value",
+                      "--dry-run", *flag)
+    assert done.stdout and "HF_TOKEN" in done.stdout, done.stderr
+    assert "hf_sekrit_value" not in done.stdout + done.stderr
+
+
 def test_one_node_is_a_deployment():
     deployment, service = manifests("+hw=h200", "deploy.k8s.replicas=2")
     assert problems([deployment, service]) == []

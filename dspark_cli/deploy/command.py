@@ -25,6 +25,7 @@ from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout import NodeLayout, node_layout
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.render import is_secret
 
 SCRIPT_NAME = "job.sbatch"
 MANIFEST_NAME = "manifests.yaml"
@@ -61,6 +62,15 @@ def _text(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
     return to_yaml(k8s_objects(cfg, plan, layout))
 
 
+def _layout_dict(layout: NodeLayout) -> dict[str, Any]:
+    """The layout for --json, secret-named variables' values left out."""
+    data = layout.to_dict()
+    for launch in data["launches"]:
+        launch["env"] = {k: ("<redacted>" if is_secret(k) else v)
+                         for k, v in launch["env"].items()}
+    return data
+
+
 def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
     target = str(cfg.deploy.target)
     if target not in CLUSTER_TARGETS:
@@ -75,7 +85,7 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
         if opts.json:
             what = ({"manifests": k8s_objects(cfg, plan, layout)} if target == "k8s"
                     else {"script": _text(cfg, plan, layout)})
-            print(json.dumps({"target": target, "layout": layout.to_dict(), **what,
+            print(json.dumps({"target": target, "layout": _layout_dict(layout), **what,
                               "preflight": [f.to_dict() for f in findings]}, indent=2))
         else:
             sys.stdout.write(_text(cfg, plan, layout))
@@ -89,20 +99,20 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
     from dspark_cli.launch.prepare import ensure_model
     from dspark_cli.launch.record import redacted, run_dir
 
+    text = _text(cfg, plan, layout) if target == "k8s" else None  # refused before writing
     directory = run_dir()
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
-    if target == "k8s":
-        return _write_manifests(cfg, plan, layout, directory)
+    if text is not None:
+        return _write_manifests(text, directory)
     ensure_model(cfg)
     return _submit(cfg, plan, layout, directory)
 
 
-def _write_manifests(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
-                     directory: Path) -> int:
+def _write_manifests(text: str, directory: Path) -> int:
     path = directory / MANIFEST_NAME
-    path.write_text(_text(cfg, plan, layout))
-    progress(f"manifests written; apply them with:\n  kubectl apply -f {path}")
+    path.write_text(text)
+    progress("manifests written; apply them with the command on stdout")
     print(f"kubectl apply -f {path}")
     return 0
 

@@ -8,7 +8,6 @@ job's node list (`scontrol show hostnames`), then its `NodeAddr` from slurm.conf
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -83,14 +82,3 @@ def sbatch_script(layout: NodeLayout, spec: SbatchSpec, env: Sequence[tuple[str,
               "export -f dspark_node", "", srun]
     return "\n".join(lines) + "\n"
 
-
-def submit_argv(script: str, output: str | None = None) -> list[str]:
-    """`sbatch --parsable [--output=...] SCRIPT`: prints `jobid[;cluster]`."""
-    argv = ["sbatch", "--parsable"]
-    if output:
-        argv.append(f"--output={output}")
-    return [*argv, script]
-
-
-def quoted(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
