@@ -63,6 +63,11 @@ def test_the_cli_refuses_before_anything_runs(override: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_gpu_detection_patterns_must_be_regular_expressions() -> None:
+    with pytest.raises(UsageError, match=r"`hw.detect` value '\(' is not a regular expression"):
+        check_ranges(compose_config(["+hw=mi350x", "hw.detect=['MI350','(']"]))
+
+
 def test_every_profile_is_in_range() -> None:
     for hw in ("mi350x", "mi355x", "mi300x", "h200", "b200", "cpu"):
         check_ranges(compose_config([f"+hw={hw}"]))

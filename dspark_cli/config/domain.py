@@ -4,6 +4,7 @@ and checked for every composed config before anything runs (`config.strict.check
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +15,11 @@ class Domain:
     high: float | None = None
     low_open: bool = False  # (low, high]: the low end itself is not allowed
     nonempty: bool = False  # a string that is set must hold more than blanks
+    regex: bool = False  # a Python regular expression
 
     def describe(self) -> str:
+        if self.regex:
+            return "a valid regular expression"
         if self.nonempty:
             return "a non-empty string"
         low = "" if self.low is None else f"{'>' if self.low_open else '>='} {self.low:g}"
@@ -25,6 +29,12 @@ class Domain:
     def problem(self, value: Any) -> str | None:
         """Why `value` is outside the domain, or None; None (unset) is always allowed."""
         if value is None:
+            return None
+        if self.regex:
+            try:
+                re.compile(str(value))
+            except (re.error, RecursionError, OverflowError) as e:
+                return f"is not a regular expression ({e})"
             return None
         if self.nonempty:
             return None if str(value).strip() else "is empty"
@@ -46,6 +56,11 @@ def between(low: float | None = None, high: float | None = None, *,
 
 def nonempty() -> dict[str, Domain]:
     return {"domain": Domain(nonempty=True)}
+
+
+def regexes() -> dict[str, Domain]:
+    """Field metadata: a regular expression (or a list of them)."""
+    return {"domain": Domain(regex=True)}
 
 
 PORT = between(1, 65535)

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dspark_cli.config.domain import PORT, POSITIVE, between, nonempty
+from dspark_cli.config.domain import PORT, POSITIVE, between, nonempty, regexes
 from dspark_cli.deploy.schema import K8sConf, SlurmConf
 
 
@@ -62,7 +62,7 @@ class HardwareConf:
     platform: Platform = MISSING
     num_gpus: int = field(default=MISSING, metadata=between(0))
     # Case-insensitive regexes matched against detected device names and GPU architectures.
-    detect: list[str] = field(default_factory=list)
+    detect: list[str] = field(default_factory=list, metadata=regexes())
     env: dict[str, str] = field(default_factory=dict)
     args: HwArgs = field(default_factory=HwArgs)
     # Startup log lines a healthy server on this hardware prints (checked by `dspark smoke`).

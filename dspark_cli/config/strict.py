@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dspark_cli.errors import UsageError
@@ -62,11 +62,15 @@ def out_of_range(node: DictConfig, prefix: str = "") -> list[str]:
             continue
         try:
             value = node[key]
+            items = list(value) if isinstance(child, ListConfig) else [value]
         except OmegaConfBaseException:
             continue  # an unresolvable interpolation: reported where it is used
-        problem = domains[key].problem(value)
-        if problem:
-            found.append(f"`{prefix}{key}={value}` {problem}: allowed {domains[key].describe()}")
+        for item in items:
+            problem = domains[key].problem(item)
+            if problem:
+                shown = (f"`{prefix}{key}` value {item!r}" if isinstance(child, ListConfig)
+                         else f"`{prefix}{key}={item}`")
+                found.append(f"{shown} {problem}: allowed {domains[key].describe()}")
     return found
 
 
