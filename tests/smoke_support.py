@@ -17,7 +17,7 @@ from tests.doubles.fake_vllm import SCRIPT, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines", "draft_params",
-              "no_fatal_lines", "request", "generation", "spec_decode", "teardown"}
+              "no_fatal_lines", "request", "generation", "engines", "spec_decode", "teardown"}
 
 
 def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:

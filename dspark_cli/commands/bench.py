@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from dspark_cli.errors import ExitCode
+from dspark_cli.errors import ExitCode, UsageError
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -66,6 +66,10 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     from dspark_cli.deploy.targets import refuse_cluster_target
 
     refuse_cluster_target(cfg, "bench")
+    if int(cfg.hw.nodes) != 1 and cfg.server.url is None:
+        raise UsageError(f"hw.nodes={cfg.hw.nodes}: `dspark bench` boots one node per cell "
+                         "(multi-node cells are not supported yet); set hw.nodes=1, or attach "
+                         "to a running deployment with server.url.")
     protocol = build_protocol(plain(cfg.bench))
     dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
     if opts.dry_run:

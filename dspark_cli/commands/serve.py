@@ -9,7 +9,10 @@ import sys
 from omegaconf import DictConfig
 
 from dspark_cli.launch import checks
-from dspark_cli.launch.plan import build_plan
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.layout_render import layout_dict, layout_script
+from dspark_cli.launch.layout_rules import checked_layout, layout_findings
+from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
 
 
@@ -26,28 +29,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a machine-readable plan")
 
 
+def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+             opts: argparse.Namespace) -> int:
+    """Print the plan (one node) or every node's block, and the preflight that needs no
+    machine; --validate asks vLLM about every node's command."""
+    several = layout.nodes > 1
+    findings = checks.check(cfg, plan, machine=None, validate=opts.validate and not several)
+    if several:
+        findings += layout_findings(cfg, layout)
+        if opts.validate:
+            from dspark_cli.vllm.validate import validate_layout
+
+            findings += validate_layout(layout)
+    if opts.json:
+        doc = {**plan_dict(plan), "preflight": [f.to_dict() for f in findings]}
+        print(json.dumps({**doc, "layout": layout_dict(layout)} if several else doc, indent=2))
+    else:
+        sys.stdout.write(layout_script(layout) if several else shell_script(plan))
+    checks.report(findings)
+    return checks.exit_code(findings)
+
+
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     plan = build_plan(cfg)
+    layout = checked_layout(cfg, plan)  # a bad layout is refused for every target
     if str(cfg.deploy.target) != "local":  # a cluster engine runs it: Slurm, Kubernetes
         from dspark_cli.deploy.command import run as run_on_cluster
 
         return run_on_cluster(cfg, plan, opts)
     if opts.dry_run:
-        findings = checks.check(cfg, plan, machine=None, validate=opts.validate)
-        if opts.json:
-            print(json.dumps({**plan_dict(plan), "preflight": [f.to_dict() for f in findings]},
-                             indent=2))
-        else:
-            sys.stdout.write(shell_script(plan))
-        checks.report(findings)
-        return checks.exit_code(findings)
+        return _dry_run(cfg, plan, layout, opts)
+    from dspark_cli.launch import local_nodes
     from dspark_cli.launch.prepare import prepare
     from dspark_cli.launch.record import run_dir
     from dspark_cli.server import foreground
     from dspark_cli.server.process import ensure_port_free
 
+    several = layout.nodes > 1
+    local_nodes.refuse_custom_command(cfg, layout)
     ensure_port_free(plan.client_host, plan.port)  # before anything is written
     directory = run_dir()
-    prepared = prepare(cfg, plan, directory)
+    prepared = prepare(cfg, plan, directory, validate=not several)
+    if several:
+        local_nodes.require_valid(local_nodes.validate_nodes(layout))
+        local_nodes.write_script(layout, directory)
     print(f"dspark: run directory {directory}", file=sys.stderr)
-    return foreground.serve(prepared.target(plan, cfg.server, directory / "server.log"))
+    return foreground.serve(local_nodes.node_target(prepared, plan, layout, cfg.server,
+                                                    directory / "server.log"))

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
 if TYPE_CHECKING:  # the command imports its machinery lazily, when it runs
+    from dspark_cli.launch.layout import NodeLayout
     from dspark_cli.launch.plan import LaunchPlan
     from dspark_cli.server.session import ServerSession
     from dspark_cli.smoke.background import BackgroundCheck
@@ -45,19 +47,27 @@ def _profiles(cfg: DictConfig) -> dict[str, Any]:
             ("hw", "model", "speculative", "compilation", "serving")}
 
 
-def _validate(plan: LaunchPlan) -> tuple[bool, str]:
-    """vLLM's own parser and engine config on the planned command (the same check as serve's)."""
+def _validate(plan: LaunchPlan, layout: NodeLayout) -> tuple[bool, str]:
+    """vLLM's own parser and engine config on the planned command, or on every node's (the
+    same check as serve's)."""
+    if layout.nodes > 1:
+        from dspark_cli.launch.local_nodes import validate_nodes
+
+        findings = validate_nodes(layout)
+        failed = [f for f in findings if f.failed]
+        return not failed, "; ".join(f.message for f in (failed or findings))
     from dspark_cli.vllm.validate import validate_with_vllm
 
     finding = validate_with_vllm(plan)
     return not finding.failed, finding.message
 
 
-def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations, directory: Path,
-             ) -> tuple[ServerSession, BackgroundCheck | None, dict[str, Any]]:
+def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expectations,
+             directory: Path) -> tuple[ServerSession, BackgroundCheck | None, dict[str, Any]]:
     """The server session (managed or attached), vLLM's validation running beside the boot
     (managed, planned command only), and the provenance."""
     from dspark_cli.errors import UsageError
+    from dspark_cli.launch import local_nodes
     from dspark_cli.launch.prepare import prepare
     from dspark_cli.launch.provenance import collect
     from dspark_cli.server.process import ensure_port_free
@@ -74,16 +84,19 @@ def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations, directory: Pa
         target = Target(plan.base_url, plan.client_host, plan.port, log,
                         float(cfg.server.ready_timeout_s), **watch)
         return ServerSession(target), None, collect(plan.model_path, None)
+    local_nodes.refuse_custom_command(cfg, layout)
     ensure_port_free(plan.client_host, plan.port)  # before the run record is written
     prepared = prepare(cfg, plan, directory, validate=False)
+    local_nodes.write_script(layout, directory)
     validation = None if prepared.custom_command else BackgroundCheck(
-        "vllm_accepts_command", lambda: _validate(plan))
+        "vllm_accepts_command", lambda: _validate(plan, layout))
 
     def rejected() -> str | None:
         reason = validation.rejection() if validation is not None else None
         return f"vLLM rejected the command: {reason}" if reason else None
 
-    target = prepared.target(plan, cfg.server, directory / "server.log", **watch)
+    target = local_nodes.node_target(prepared, plan, layout, cfg.server,
+                                     directory / "server.log", **watch)
     return (ServerSession(target, abort=rejected), validation,
             collect(plan.model_path, prepared.machine))
 
@@ -93,6 +106,7 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
     callable as a stage of `dspark validate`."""
     from dspark_cli.console import progress
     from dspark_cli.deploy.targets import refuse_cluster_target
+    from dspark_cli.launch.layout_rules import checked_layout
     from dspark_cli.launch.plan import build_plan
     from dspark_cli.server.process import sigterm_as_interrupt
     from dspark_cli.smoke import report
@@ -100,9 +114,10 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
     from dspark_cli.smoke.runner import run_smoke
 
     refuse_cluster_target(cfg, "smoke")
-    exp = expectations(cfg)
     plan = build_plan(cfg)
-    session, validation, provenance = _session(cfg, plan, exp, directory)
+    layout = checked_layout(cfg, plan)
+    exp = replace(expectations(cfg), engines=layout.engines)
+    session, validation, provenance = _session(cfg, plan, layout, exp, directory)
     progress(f"run directory {directory}")
     with sigterm_as_interrupt():
         smoke = run_smoke(exp, session, plan.served_model_name, validation)

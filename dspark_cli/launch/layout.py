@@ -84,6 +84,11 @@ class NodeLayout:
         return self.launches[0]
 
     @property
+    def engines(self) -> int:
+        """Data parallel engines behind the API (vLLM's DP size as the head renders it)."""
+        return int(self.head.arg("data_parallel_size") or 1)
+
+    @property
     def uses_placeholder(self) -> bool:
         return any(HEAD_ADDR in a for launch in self.launches for a in launch.argv)
 

@@ -1,5 +1,5 @@
 """`dspark serve`'s action: a managed session in the foreground until the server exits or we
-are told to stop. SIGINT/SIGTERM go to the server's process group (a second one kills it), and
+are told to stop. SIGINT/SIGTERM go to the server's process groups (a second one kills them), and
 the session's teardown makes sure no process is left."""
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ def serve(target: Target) -> int:
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        if session.process is not None:
-            session.process.signal_group(signal.SIGKILL if len(received) > 1 else signum)
+        session.signal(signal.SIGKILL if len(received) > 1 else signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -34,8 +33,7 @@ def serve(target: Target) -> int:
                 raise
             print(f"dspark: ready at {target.base_url} after {boot:.1f} s; Ctrl-C stops it",
                   file=sys.stderr, flush=True)
-            assert session.process is not None
-            code = session.process.wait()
+            code = session.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

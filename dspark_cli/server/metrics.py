@@ -12,6 +12,7 @@ Public API (also used by `dspark bench`):
     Scrape.by_label(name, label)        `<name>_total` split by one label's values
     Scrape.delta(earlier) -> Scrape     counter increase between two scrapes
     spec_decode(scrape) -> SpecDecode | None
+    engine_tokens(scrape) -> {engine: generated tokens}
 """
 
 from __future__ import annotations
@@ -137,6 +138,11 @@ def scrape(base_url: str, timeout_s: float = 5.0) -> Scrape:
     except httpx.HTTPError as exc:
         raise ScrapeError(f"could not read {url}: {exc}") from exc
     return parse(response.text)
+
+
+def engine_tokens(scrape_: Scrape) -> dict[str, int]:
+    """`vllm:generation_tokens` per data parallel engine (label `engine`)."""
+    return {e: round(v) for e, v in scrape_.by_label(GENERATION_TOKENS, "engine").items()}
 
 
 def spec_decode(scrape_: Scrape) -> SpecDecode | None:

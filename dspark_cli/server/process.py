@@ -24,6 +24,7 @@ import psutil
 from dspark_cli.errors import ServerError
 
 LineListener = Callable[[str], None]
+_SIGNAL_ORDER = ("exited", "SIGTERM", "SIGKILL")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,15 @@ class Teardown:
     @property
     def clean(self) -> bool:
         return not self.leftover_pids and self.port_free
+
+    @classmethod
+    def combined(cls, parts: Sequence[Teardown]) -> Teardown:
+        """Several process groups torn down side by side (the nodes of one launch): the
+        longest time, the strongest signal any needed, every leftover, every port."""
+        return cls(max((p.seconds for p in parts), default=0.0),
+                   max((p.signal for p in parts), key=_SIGNAL_ORDER.index, default="exited"),
+                   tuple(sorted({pid for p in parts for pid in p.leftover_pids})),
+                   all(p.port_free for p in parts))
 
     def to_dict(self) -> dict[str, object]:
         return {"seconds": round(self.seconds, 3), "signal": self.signal,
@@ -109,12 +119,15 @@ class ServerProcess:
     `session.py` decides when)."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path,
-                 host: str, port: int) -> None:
-        """`host`/`port`: where it listens, checked to be free again after teardown."""
+                 host: str, port: int | None, prefix: str = "") -> None:
+        """`host`/`port`: where it listens, checked to be free again after teardown (None: it
+        listens nowhere, a headless node); `prefix` starts each of its lines in the log, so
+        several processes can share one log file."""
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = Path(log_path)
         self.host, self.port = host, port
+        self.prefix = prefix
         self.started_at = 0.0
         self.teardown: Teardown | None = None
         self._proc: subprocess.Popen[str] | None = None
@@ -148,7 +161,8 @@ class ServerProcess:
         assert self._proc is not None and self._proc.stdout is not None
         with self.log_path.open("a", encoding="utf-8") as log:
             for line in self._proc.stdout:
-                log.write(line)
+                line = self.prefix + line
+                log.write(line)  # one write per line: lines of processes sharing it stay whole
                 log.flush()
                 line = line.rstrip("\n")
                 with self._lock:
@@ -217,7 +231,7 @@ class ServerProcess:
         self._proc.wait(timeout=5)
         if self._reader is not None:
             self._reader.join(timeout=2)
-        port_free = not port_in_use(self.host, self.port)
+        port_free = self.port is None or not port_in_use(self.host, self.port)
         self.teardown = Teardown(time.monotonic() - start, how, tuple(sorted(_alive(pids))),
                                  port_free)
         return self.teardown

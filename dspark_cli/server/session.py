@@ -11,6 +11,12 @@ they settle, and tear it down into a frozen `Teardown`.
 
 Attached (`target.argv is None`) is the same interface over a running server: no start, no
 teardown, and log checks only when the target names a log file.
+
+Several nodes on this host (`deploy=local`, `hw.nodes` > 1): `target.argv` is the head's command
+and `target.nodes` the others'. Each node is its own process group with its own TMPDIR, all
+writing to the one log (the other nodes' lines start with `[node N] `, so one watcher sees a
+fatal line of any node); a node that exits ends every wait, health is the head's `/health`, and
+close tears every node down side by side into one `Teardown`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +38,20 @@ from dspark_cli.server.process import ServerProcess, Teardown, ensure_port_free
 HEALTH_POLL_S = 0.1
 SETTLE_S = 3.0  # vLLM may count a request's last tokens just after answering it
 SETTLE_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """A node of a multi-node launch that runs on this host beside the head."""
+
+    rank: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    port: int | None = None  # its API port (hybrid load balancing); None: headless
+
+    @property
+    def prefix(self) -> str:
+        return f"[node {self.rank}] "
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,7 @@ class Target:
     watch: tuple[Pattern, ...] = ()
     context_lines: int = 10
     metrics_timeout_s: float = 5.0
+    nodes: tuple[NodeProcess, ...] = ()  # the other nodes of a multi-node launch (managed)
 
     @property
     def managed(self) -> bool:
@@ -64,12 +86,13 @@ class ServerSession:
         waiting (a background check's rejection, a signal), or None."""
         self.target = target
         self._echo, self._abort = echo, abort
-        self.process: ServerProcess | None = None
+        self.process: ServerProcess | None = None  # the head
+        self.nodes: list[ServerProcess] = []  # the other nodes, rank order
         self.watcher: LogWatcher | None = None
         self.teardown: Teardown | None = None
         self.final_log: LogSnapshot | None = None
         self.started_at = 0.0
-        self._scratch: Path | None = None
+        self._scratch: list[Path] = []
 
     @property
     def managed(self) -> bool:
@@ -84,42 +107,69 @@ class ServerSession:
         self.close()
 
     def start(self) -> ServerSession:
-        """Managed: refuse a busy port, make a private TMPDIR, start the process and its log
-        watcher. Attached: only watch the given log, if any."""
+        """Managed: refuse a busy port, give every node a private TMPDIR, start the processes
+        and the log watcher. Attached: only watch the given log, if any."""
         t = self.target
         if t.managed:
-            ensure_port_free(t.host, t.port)
-            # vLLM leaves sockets and vllm_dist_* files in TMPDIR; short, because ZeroMQ's IPC
-            # socket paths must fit in 107 bytes. Owned here: one per session, removed at close.
-            self._scratch = Path(tempfile.mkdtemp(prefix="dspark-"))
+            for port in (t.port, *(n.port for n in t.nodes if n.port is not None)):
+                ensure_port_free(t.host, port)
             assert t.argv is not None and t.log_path is not None
-            self.process = ServerProcess(t.argv, {**t.env, "TMPDIR": str(self._scratch)},
-                                         t.log_path, t.host, t.port)
+            self.process = ServerProcess(t.argv, self._env(t.env), t.log_path, t.host, t.port)
+            self.nodes = [ServerProcess(n.argv, self._env(n.env), t.log_path, t.host, n.port,
+                                        prefix=n.prefix) for n in t.nodes]
         if t.log_path is not None:
             self.watcher = LogWatcher(t.log_path, t.fatal, t.watch,
                                       context=t.context_lines).start()
         self.started_at = time.monotonic()
-        if self.process is not None:
+        for process in self._processes():
             if self._echo is not None:
-                self.process.add_listener(self._echo)
+                process.add_listener(self._echo)
             try:
-                self.process.start()
+                process.start()
             except ServerError:
                 self.close()
                 raise
         return self
 
+    def _env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` with a fresh private TMPDIR: vLLM leaves sockets and vllm_dist_* files there;
+        short, because ZeroMQ's IPC socket paths must fit in 107 bytes. Removed at close."""
+        scratch = Path(tempfile.mkdtemp(prefix="dspark-"))
+        self._scratch.append(scratch)
+        return {**env, "TMPDIR": str(scratch)}
+
+    def _processes(self) -> list[ServerProcess]:
+        return [p for p in (self.process, *self.nodes) if p is not None]
+
     def close(self) -> Teardown | None:
-        """Managed: SIGTERM, SIGKILL after the grace, confirm nothing is left; the log's final
-        snapshot is kept in `final_log`. Safe to call twice."""
-        if self.process is not None and self.teardown is None:
-            self.teardown = self.process.stop(self.target.stop_grace_s)
+        """Managed: SIGTERM, SIGKILL after the grace, confirm nothing is left (every node side
+        by side); the log's final snapshot is kept in `final_log`. Safe to call twice."""
+        processes = self._processes()
+        if processes and self.teardown is None:
+            grace = self.target.stop_grace_s
+            with ThreadPoolExecutor(len(processes)) as pool:
+                parts = list(pool.map(lambda p: p.stop(grace), processes))
+            self.teardown = parts[0] if len(parts) == 1 else Teardown.combined(parts)
         if self.watcher is not None and self.final_log is None:
             self.final_log = self.watcher.stop()
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
+        for scratch in self._scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._scratch = []
         return self.teardown
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to every node's process group."""
+        for process in self._processes():
+            process.signal_group(sig)
+
+    def wait(self, poll_s: float = 0.2) -> int | None:
+        """Block until a node's process exits; its exit code (None when nothing runs)."""
+        while self._processes():
+            code = self.exit_code()
+            if code is not None:
+                return code
+            time.sleep(poll_s)
+        return None
 
     # -- state --------------------------------------------------------------------------------
     def fatal_line(self) -> str | None:
@@ -130,13 +180,21 @@ class ServerSession:
         return f"{event.pattern}: {event.line}"
 
     def exit_code(self, wait_s: float = 0.0) -> int | None:
-        """The managed server's exit code if it ended; `wait_s` waits for an exit that a dropped
-        connection announces a moment early."""
+        """The managed server's exit code if it (the head, or any other node) ended; `wait_s`
+        waits for an exit that a dropped connection announces a moment early."""
         if self.process is None:
             return None
         if wait_s and self.process.alive():
             self.process.wait(wait_s)
-        return self.process.returncode
+        dead = self.dead_node()
+        return dead[1] if dead is not None else None
+
+    def dead_node(self) -> tuple[int, int] | None:
+        """(rank, exit code) of the first node whose process ended (the head is rank 0)."""
+        for rank, process in enumerate(self._processes()):
+            if process.returncode is not None:
+                return (self.target.nodes[rank - 1].rank if rank else 0), process.returncode
+        return None
 
     def stop_reason(self) -> str | None:
         """Why waiting on this server is pointless now, or None."""
@@ -146,8 +204,12 @@ class ServerSession:
         reason = self._abort() if self._abort is not None else None
         if reason:
             return reason
-        code = self.exit_code()
-        return None if code is None else f"the server exited with code {code}"
+        dead = self.dead_node()
+        if dead is None:
+            return None
+        rank, code = dead
+        who = f"node {rank} of {1 + len(self.nodes)}" if self.nodes else "the server"
+        return f"{who} exited with code {code}"
 
     def log_snapshot(self) -> LogSnapshot | None:
         """The log as of now, read up to the current end of the file."""
@@ -172,7 +234,7 @@ class ServerSession:
             time.sleep(HEALTH_POLL_S)
 
     def _failure(self, reason: str) -> ServerError:
-        tail = tuple(self.process.tail(15)) if self.process is not None else ()
+        tail = tuple(line for p in self._processes() for line in p.tail(15))
         return ServerError.failed(reason, self.target.log_path, tail)
 
     def scrape(self) -> Scrape:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.server.logscan import LogSnapshot
-from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, spec_decode
+from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, engine_tokens, spec_decode
 from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.status import Status
 
@@ -188,7 +188,7 @@ def check_request(exp: Expectations, obs: Observations) -> CheckResult:
 
 
 def check_generation(exp: Expectations, obs: Observations) -> CheckResult:
-    req, n = obs.request, exp.max_tokens
+    req, n = obs.request, exp.max_tokens * exp.requests
     if req.state is not RequestState.ok:
         return _not_run("generation", obs)
     if obs.metrics_before is None or obs.metrics_after is None:
@@ -198,11 +198,34 @@ def check_generation(exp: Expectations, obs: Observations) -> CheckResult:
     counted = round(obs.metrics_after.delta(obs.metrics_before).total(GENERATION_TOKENS))
     data = {"requested": n, "usage": req.completion_tokens, "server_counter_delta": counted}
     if req.completion_tokens == n == counted:
+        over = f" over {exp.requests} requests" if exp.requests > 1 else ""
         return CheckResult("generation", Status.passed,
-                           f"{n} tokens (usage {n}, vllm:generation_tokens +{counted})", data)
+                           f"{n} tokens{over} (usage {n}, vllm:generation_tokens +{counted})",
+                           data)
     return CheckResult("generation", Status.failed,
                        f"asked for {n} tokens: usage says {req.completion_tokens}, "
                        f"vllm:generation_tokens grew by {counted}", data)
+
+
+def check_engines(exp: Expectations, obs: Observations) -> CheckResult:
+    """Every data parallel engine generated tokens for the smoke's requests."""
+    if exp.engines == 1:
+        return CheckResult("engines", Status.skipped, "one engine")
+    if obs.request.state is not RequestState.ok:
+        return _not_run("engines", obs)
+    if obs.metrics_before is None or obs.metrics_after is None:
+        return CheckResult("engines", Status.failed, f"/metrics unreadable: {obs.metrics_error}")
+    grown = engine_tokens(obs.metrics_after.delta(obs.metrics_before))
+    per_engine = {str(e): grown.get(str(e), 0) for e in range(exp.engines)}
+    data = {"engines": exp.engines, "generation_tokens": per_engine}
+    shown = ", ".join(f"engine {e} +{t}" for e, t in per_engine.items())
+    idle = [e for e, t in per_engine.items() if t <= 0]
+    if idle:
+        return CheckResult("engines", Status.failed,
+                           f"engines {', '.join(idle)} generated nothing ({shown}): not every "
+                           "data parallel engine serves", data)
+    return CheckResult("engines", Status.passed,
+                       f"all {exp.engines} engines generated ({shown})", data)
 
 
 def spec_problems(drafts: int, draft_tokens: int, accepted: int, k: int | None,
@@ -248,7 +271,7 @@ def check_spec_decode(exp: Expectations, obs: Observations) -> CheckResult:
 
 
 CHECKS = (check_health, check_alive, check_startup_lines, check_draft_params, check_no_fatal,
-          check_request, check_generation, check_spec_decode)
+          check_request, check_generation, check_engines, check_spec_decode)
 
 
 def evaluate(exp: Expectations, obs: Observations) -> tuple[CheckResult, ...]:

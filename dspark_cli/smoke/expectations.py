@@ -49,6 +49,14 @@ class Expectations:
     draft_params: DraftParams | None
     spec: SpecRule | None
     context_lines: int
+    # Data parallel engines behind the API (a multi-node layout's DP size): with more than one,
+    # the smoke sends `requests` at once so that every engine gets work, and checks each did.
+    engines: int = 1
+
+    @property
+    def requests(self) -> int:
+        """Concurrent smoke requests: one per server, two per engine when there are several."""
+        return 1 if self.engines == 1 else 2 * self.engines
 
     @property
     def watch(self) -> tuple[Pattern, ...]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dspark_cli.launch.secrets import SCRUB
-from dspark_cli.server.metrics import GENERATION_TOKENS, SpecDecode, spec_decode
+from dspark_cli.server.metrics import GENERATION_TOKENS, SpecDecode, engine_tokens, spec_decode
 from dspark_cli.smoke.checks import CheckResult, RequestOutcome
 from dspark_cli.smoke.runner import SmokeRun, Timings
 from dspark_cli.smoke.verdict import Verdict
@@ -22,9 +22,12 @@ class Counters:
 
     generation_tokens: int
     spec_decode: SpecDecode | None
+    # Per data parallel engine (the `engine` label): every engine's share of the tokens.
+    generation_tokens_by_engine: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"generation_tokens": self.generation_tokens,
+                "generation_tokens_by_engine": dict(self.generation_tokens_by_engine),
                 "spec_decode": self.spec_decode.as_dict() if self.spec_decode else None}
 
 
@@ -75,7 +78,8 @@ def counters(run: SmokeRun) -> Counters | None:
     if obs.metrics_before is None or obs.metrics_after is None:
         return None
     delta = obs.metrics_after.delta(obs.metrics_before)
-    return Counters(round(delta.total(GENERATION_TOKENS)), spec_decode(delta))
+    return Counters(round(delta.total(GENERATION_TOKENS)), spec_decode(delta),
+                    engine_tokens(delta))
 
 
 def build(run: SmokeRun, *, mode: str, base_url: str, log_path: Path | None,

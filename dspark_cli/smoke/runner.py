@@ -87,6 +87,25 @@ def complete(base_url: str, model: str, prompt: str, max_tokens: int,
     return RequestOutcome(RequestState.ok, latency, 200, tokens)
 
 
+def complete_all(base_url: str, model: str, prompt: str, max_tokens: int, timeout: float,
+                 count: int) -> RequestOutcome:
+    """`count` completions at once (so a data parallel server spreads them over its engines),
+    as one outcome: ok when every one is, the first failure otherwise; tokens summed, latency
+    the slowest."""
+    if count == 1:
+        return complete(base_url, model, prompt, max_tokens, timeout)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(count) as pool:
+        outcomes = list(pool.map(lambda i: complete(base_url, model, f"{prompt} {i}", max_tokens,
+                                                    timeout), range(count)))
+    failed = [o for o in outcomes if o.state is not RequestState.ok]
+    if failed:
+        return failed[0]
+    return RequestOutcome(RequestState.ok, max(o.latency_s or 0.0 for o in outcomes), 200,
+                          sum(o.completion_tokens or 0 for o in outcomes))
+
+
 class _Smoke:
     """One smoke's observations, gathered through its session."""
 
@@ -103,10 +122,12 @@ class _Smoke:
 
     def request(self) -> tuple[str, RequestOutcome]:
         exp = self.exp
-        progress(f"requesting {exp.max_tokens} tokens")
+        many = f"{exp.requests} requests at once (for {exp.engines} engines), each of " if (
+            exp.requests > 1) else ""
+        progress(f"requesting {many}{exp.max_tokens} tokens")
         kind, value = race(
-            lambda: complete(self.session.target.base_url, self.model, exp.prompt,
-                             exp.max_tokens, exp.request_timeout_s),
+            lambda: complete_all(self.session.target.base_url, self.model, exp.prompt,
+                                 exp.max_tokens, exp.request_timeout_s, exp.requests),
             exp.request_timeout_s, self.session.stop_reason)
         outcomes = {"timeout": RequestOutcome(RequestState.timeout, detail="no response"),
                     "interrupted": RequestOutcome(RequestState.interrupted, detail=str(value)),

@@ -1,7 +1,8 @@
 """Check a `vllm serve` command line with the installed vLLM's own parser, in seconds.
 
 Run as `python -m dspark_cli.vllm.parser_check` with a JSON list (the argv after `vllm serve`) on
-stdin; prints one JSON object: {"ok": bool, "stage": ..., "error": ...}. A subprocess, so that
+stdin; prints one JSON object: {"ok": bool, "stage": ..., "error": ...}. A JSON list of such
+lists gets a list of objects, one per argv. A subprocess, so that
 vLLM's import-time side effects (logging, signal handlers) stay out of dspark.
 """
 
@@ -39,13 +40,18 @@ def check(args: list[str]) -> dict:
         return {"ok": True, "stage": "serve-args",
                 "error": "engine config not checked: no local config.json"}
     try:
-        AsyncEngineArgs.from_cli_args(ns).create_engine_config()
+        # A headless node (multi-node layouts) is built as vLLM's `run_headless` builds it.
+        AsyncEngineArgs.from_cli_args(ns).create_engine_config(
+            headless=bool(getattr(ns, "headless", False)))
     except Exception as e:
         return {"ok": False, "stage": "engine-config", "error": f"{type(e).__name__}: {e}"}
     return {"ok": True, "stage": "engine-config", "error": None}
 
 
 if __name__ == "__main__":
-    result = check(json.loads(sys.stdin.read()))
+    request = json.loads(sys.stdin.read())
+    # One argv (a list of strings), or several (the nodes of a layout: one vLLM import for all).
+    several = bool(request) and all(isinstance(a, list) for a in request)
+    result = [check(a) for a in request] if several else check(request)
     sys.stdout.flush()
     print("\n" + json.dumps(result))

@@ -8,34 +8,66 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 
+from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.rules import Finding
 from dspark_cli.status import Status
 
 VALIDATE_TIMEOUT_S = 120.0
 RULE, KEY = "vllm-accepts-command", "serving.extra_args"
+LOCAL_HEAD = "127.0.0.1"  # where a layout's head is when nothing else says
 
 
 def validate_with_vllm(plan: LaunchPlan) -> Finding:
     """A finding: vLLM accepts the command, or why not (not installed, rejected, no answer)."""
+    return validate_command(plan.argv, plan.env_map)
+
+
+def validate_command(argv: Sequence[str], env: Mapping[str, str], label: str = "") -> Finding:
+    """vLLM's verdict on one `vllm serve ...` argv with its env; `label` (e.g. "node 1: ")
+    starts the message."""
+    return validate_commands([argv], env, [label])[0]
+
+
+def validate_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
+                      labels: Sequence[str]) -> tuple[Finding, ...]:
+    """One finding per argv, all from one subprocess (vLLM is imported once)."""
     from dspark_cli.vllm.shim import installed_vllm
 
     if installed_vllm() is None:
-        return Finding(RULE, Status.failed, "vLLM is not installed here, so the command can "
-                       "neither be validated nor run (on CPU: pip install 'dspark[cpu]')", None)
-    env = {**os.environ, **plan.env_map}
+        return tuple(Finding(RULE, Status.failed, f"{label}vLLM is not installed here, so the "
+                             "command can neither be validated nor run (on CPU: pip install "
+                             "'dspark[cpu]')", None) for label in labels)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "dspark_cli.vllm.parser_check"],
-            input=json.dumps(list(plan.argv[2:])), capture_output=True, text=True, env=env,
-            timeout=VALIDATE_TIMEOUT_S)
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+            input=json.dumps([list(a[2:]) for a in argvs]), capture_output=True, text=True,
+            env={**os.environ, **env}, timeout=VALIDATE_TIMEOUT_S)
+        results = json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
-        return Finding(RULE, Status.failed, f"vLLM's validator did not answer ({e})", KEY)
+        return tuple(Finding(RULE, Status.failed, f"{label}vLLM's validator did not answer "
+                             f"({e})", KEY) for label in labels)
+    return tuple(_finding(r, label) for r, label in zip(results, labels, strict=True))
+
+
+def _finding(result: dict, label: str) -> Finding:
     if not result["ok"]:
-        return Finding(RULE, Status.failed,
-                       f"vLLM rejects the command at {result['stage']}: {result['error']}", KEY)
+        return Finding(RULE, Status.failed, f"{label}vLLM rejects the command at "
+                       f"{result['stage']}: {result['error']}", KEY)
     note = f" ({result['error']})" if result.get("error") else ""
-    return Finding(RULE, Status.passed, f"vLLM accepts the command ({result['stage']}){note}",
-                   KEY)
+    return Finding(RULE, Status.passed,
+                   f"{label}vLLM accepts the command ({result['stage']}){note}", KEY)
+
+
+def validate_layout(layout: NodeLayout, head_addr: str = LOCAL_HEAD) -> tuple[Finding, ...]:
+    """vLLM's verdict on every node's command, the head's address placeholder resolved; one
+    subprocess when the nodes share their environment (they do when planned from one config)."""
+    labels = [f"node {node.rank}: " for node in layout.launches]
+    argvs = [node.resolved(head_addr) for node in layout.launches]
+    envs = [dict(node.env) for node in layout.launches]
+    if all(e == envs[0] for e in envs):
+        return validate_commands(argvs, envs[0], labels)
+    return tuple(validate_command(a, e, label) for a, e, label in zip(argvs, envs, labels,
+                                                                        strict=True))

@@ -1,0 +1,43 @@
+"""A multi-node layout as text: one shell block per node (what to run on that node), and a dict
+for --json. Secrets are rendered as for one node (`render.export_line`); the head's address
+placeholder stays a shell variable the operator exports on every node."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from dspark_cli.launch.layout import HEAD_ADDR, HEAD_ADDR_VAR, NodeLaunch, NodeLayout
+from dspark_cli.launch.render import command_lines, export_line, is_secret
+
+_QUOTED_HEAD = shlex.quote(HEAD_ADDR)
+
+
+def _node_heading(layout: NodeLayout, node: NodeLaunch) -> str:
+    role = (f"serves the API on port {node.api_port}" if node.serves_api else "headless")
+    head = "the head, " if node.rank == 0 else ""
+    return f"# node {node.rank} of {layout.nodes} ({head}{layout.mode}): {role}"
+
+
+def node_script(layout: NodeLayout, node: NodeLaunch) -> str:
+    """One node's block: its exports and its command; `${DSPARK_HEAD_ADDR}` stays expandable."""
+    lines = [_node_heading(layout, node)]
+    if any(HEAD_ADDR in a for a in node.argv):
+        lines.append(f'export {HEAD_ADDR_VAR}="${{{HEAD_ADDR_VAR}:?set {HEAD_ADDR_VAR} to the '
+                     'address of the head node}"')
+    lines += [export_line(k, v) for k, v in node.env.items()]
+    lines.append(command_lines(node.argv).replace(_QUOTED_HEAD, f'"{HEAD_ADDR}"'))
+    return "\n".join(lines) + "\n"
+
+
+def layout_script(layout: NodeLayout) -> str:
+    """Every node's block, rank order, a blank line between them."""
+    return "\n".join(node_script(layout, node) for node in layout.launches)
+
+
+def layout_dict(layout: NodeLayout) -> dict[str, Any]:
+    """The layout for --json, secrets redacted."""
+    doc = layout.to_dict()
+    for node in doc["launches"]:
+        node["env"] = {k: ("<redacted>" if is_secret(k) else v) for k, v in node["env"].items()}
+    return doc

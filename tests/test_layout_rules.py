@@ -1,0 +1,161 @@
+"""Layout preflight rules: every bad layout is refused before anything boots, exit 2, naming the
+key to change; good layouts of each mode pass every rule."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dspark_cli.errors import ExitCode, UsageError
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.layout_rules import (
+    LAYOUT_RULES,
+    checked_layout,
+    layout_findings,
+)
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.status import Status
+from tests.conftest import compose_config, run_dspark
+
+GOOD = {
+    "dp cpu": ["+hw=cpu", "hw.nodes=2"],
+    "dp mi350x": ["+hw=mi350x", "hw.nodes=2"],
+    "dp 4 nodes, local DP 2": ["+hw=h200", "hw.nodes=4", "hw.args.data_parallel_size=2",
+                               "hw.args.tensor_parallel_size=4"],
+    "dp_hybrid": ["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid",
+                  "hw.args.data_parallel_size=2", "hw.args.tensor_parallel_size=4"],
+    "tp": ["+hw=mi350x", "hw.nodes=2", "hw.layout=tp", "hw.args.tensor_parallel_size=16",
+           "hw.head_address=node-0.cluster.local"],
+}
+
+
+def findings(overrides: list[str]) -> dict[str, tuple[Status, str, str | None]]:
+    cfg = compose_config(overrides)
+    from dspark_cli.launch.layout import node_layout
+
+    lay = node_layout(cfg, build_plan(cfg))
+    return {f.rule: (f.status, f.message, f.key) for f in layout_findings(cfg, lay)}
+
+
+@pytest.mark.parametrize("name", list(GOOD))
+def test_good_layouts_pass_every_rule(name: str) -> None:
+    found = findings(GOOD[name])
+    assert set(found) == {r.id for r in LAYOUT_RULES}
+    assert all(status is Status.passed for status, _, _ in found.values()), found
+
+
+def test_one_node_has_no_layout_findings() -> None:
+    cfg = compose_config(["+hw=mi350x", "hw.args.pipeline_parallel_size=2"])
+    assert layout_findings(cfg, checked_layout(cfg, build_plan(cfg))) == ()
+
+
+BAD = {
+    # rule id: (overrides, key named, words in the message)
+    "layout-world-divides-nodes": (
+        ["+hw=cpu", "hw.nodes=3", "hw.layout=tp", "hw.args.tensor_parallel_size=2"],
+        "hw.args.tensor_parallel_size", "does not divide over 3 nodes"),
+    "layout-gpus-per-node": (
+        ["+hw=mi350x", "hw.nodes=2", "hw.layout=tp"],
+        "hw.args.tensor_parallel_size", "puts 4 GPUs on each node"),
+    "layout-hybrid-not-headless": (
+        ["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid", "hw.args.data_parallel_size=2",
+         "hw.args.tensor_parallel_size=4", "+serving.extra_args.headless=true"],
+        "serving.extra_args.headless", "hybrid-lb with --headless"),
+    "layout-hybrid-local-dp": (
+        ["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid"],
+        "hw.args.data_parallel_size", "external load balancing"),
+    "layout-head-serves-api": (
+        ["+hw=cpu", "hw.nodes=2", "+serving.extra_args.headless=true"],
+        "serving.extra_args.headless", "no node would serve the API"),
+    "layout-head-address": (
+        ["+hw=cpu", "hw.nodes=2", "hw.head_address='bad host;rm -rf'"],
+        "hw.head_address", "neither an IP address nor a host name"),
+    "layout-adaptive-every-node": (
+        ["+hw=mi350x", "hw.nodes=2", "hw.args.tensor_parallel_size=4",
+         "hw.args.pipeline_parallel_size=2"],
+        "hw.args.pipeline_parallel_size", "node 1 runs pipeline parallelism"),
+    "layout-tp-needs-mp": (
+        ["+hw=cpu", "hw.nodes=2", "hw.layout=tp", "hw.args.tensor_parallel_size=2",
+         "+serving.extra_args.data_parallel_backend=ray"],
+        "serving.extra_args.data_parallel_backend", "--data-parallel-backend mp"),
+}
+
+
+@pytest.mark.parametrize("rule", list(BAD))
+def test_each_bad_layout_fails_its_rule_naming_the_key(rule: str) -> None:
+    overrides, key, words = BAD[rule]
+    status, message, named = findings(overrides)[rule]
+    assert status is Status.failed, message
+    assert named == key and words in message
+    cfg = compose_config(overrides)
+    with pytest.raises(UsageError) as err:
+        checked_layout(cfg, build_plan(cfg))
+    assert f"change `{key}`" in err.value.message and rule in err.value.message
+    assert err.value.exit_code is ExitCode.USAGE
+
+
+@pytest.mark.parametrize(("overrides", "key", "words"), [
+    (["hw.dp_rpc_port=0"], "hw.dp_rpc_port", "outside 1..65535"),
+    (["hw.dp_rpc_port=70000"], "hw.dp_rpc_port", "outside 1..65535"),
+    (["hw.dp_rpc_port=8000"], "server.port", "both 8000"),
+    (["hw.layout=dp_hybrid", "hw.args.data_parallel_size=2", "hw.dp_rpc_port=9001",
+      "server.port=9000"], "server.port", "both 9001"),
+    (["hw.layout=tp", "hw.master_port=8000"], "server.port", "both 8000"),
+    (["hw.layout=tp", "hw.master_port=-1"], "hw.master_port", "outside 1..65535"),
+])
+def test_ports_out_of_range_or_shared_are_refused(overrides: list[str], key: str,
+                                                  words: str) -> None:
+    status, message, named = findings(["+hw=cpu", "hw.nodes=2", *overrides])["layout-ports"]
+    assert status is Status.failed and named == key and words in message, message
+
+
+def test_a_hand_made_layout_whose_sizes_do_not_multiply_is_refused() -> None:
+    """What a deploy target gets must number its ranks: a layout whose start ranks collide
+    (or whose DP size is not nodes x local DP) breaks `layout-sizes-multiply`."""
+    cfg = compose_config(["+hw=cpu", "hw.nodes=2"])
+    from dspark_cli.launch.layout import node_layout
+
+    lay = node_layout(cfg, build_plan(cfg))
+    head, other = lay.launches
+    same_rank = dataclasses.replace(other, args=tuple(
+        (d, 0 if d == "data_parallel_start_rank" else v) for d, v in other.args))
+    bad = NodeLayout(lay.mode, 2, lay.gpus_per_node, (head, same_rank), None, 1)
+    found = {f.rule: f for f in layout_findings(cfg, bad)}
+    assert found["layout-sizes-multiply"].failed
+    assert "start ranks [0, 0]" in found["layout-sizes-multiply"].message
+    wrong_size = dataclasses.replace(bad, local_dp=2)
+    assert "nodes x local DP = 4" in {f.rule: f for f in layout_findings(
+        cfg, wrong_size)}["layout-sizes-multiply"].message
+
+
+def test_tp_node_ranks_must_number_the_nodes() -> None:
+    cfg = compose_config(["+hw=cpu", "hw.nodes=2", "hw.layout=tp",
+                          "hw.args.tensor_parallel_size=2"])
+    from dspark_cli.launch.layout import node_layout
+
+    lay = node_layout(cfg, build_plan(cfg))
+    twice = dataclasses.replace(lay, launches=(lay.head, lay.head))
+    found = {f.rule: f for f in layout_findings(cfg, twice)}
+    assert found["layout-sizes-multiply"].failed and "[0, 0]" in found[
+        "layout-sizes-multiply"].message
+
+
+def test_a_bad_layout_exits_2_from_the_cli_naming_the_key_and_writes_nothing(tmp_path) -> None:
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "hw.layout=tp", "--dry-run",
+                      cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "layout-gpus-per-node" in done.stderr and "hw.args.tensor_parallel_size" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "runs").exists()
+
+
+def test_zero_nodes_exits_2_from_the_cli(tmp_path) -> None:
+    done = run_dspark("serve", "+hw=cpu", "hw.nodes=0", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2 and "hw.nodes=0" in done.stderr, done.stderr
+
+
+def test_bench_refuses_several_nodes_before_anything_runs(tmp_path) -> None:
+    done = run_dspark("bench", "+hw=cpu", "hw.nodes=2", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2 and "hw.nodes=2" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
