@@ -47,19 +47,23 @@ def _profiles(cfg: DictConfig) -> dict[str, Any]:
             ("hw", "model", "speculative", "compilation", "serving")}
 
 
-def _validate(plan: LaunchPlan, layout: NodeLayout) -> tuple[bool, str]:
-    """vLLM's own parser and engine config on the planned command, or on every node's (the
-    same check as serve's)."""
-    if layout.nodes > 1:
-        from dspark_cli.launch.local_nodes import validate_nodes
-
-        findings = validate_nodes(layout)
-        failed = [f for f in findings if f.failed]
-        return not failed, "; ".join(f.message for f in (failed or findings))
+def _validate(plan: LaunchPlan) -> tuple[bool, str]:
+    """vLLM's own parser and engine config on the planned command (the same check as serve's)."""
     from dspark_cli.vllm.validate import validate_with_vllm
 
     finding = validate_with_vllm(plan)
     return not finding.failed, finding.message
+
+
+def _validated_nodes(layout: NodeLayout) -> tuple[bool, str]:
+    """vLLM's verdict on every node's command, taken before the boot: beside several booting
+    nodes, on a small machine, the validator can starve past its timeout. A rejection stops
+    the smoke before anything starts (as `serve`)."""
+    from dspark_cli.launch.local_nodes import require_valid, validate_nodes
+
+    findings = validate_nodes(layout)
+    require_valid(findings)
+    return True, "; ".join(f.message for f in findings)
 
 
 def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expectations,
@@ -88,8 +92,13 @@ def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expecta
     ensure_port_free(plan.client_host, plan.port)  # before the run record is written
     prepared = prepare(cfg, plan, directory, validate=False)
     local_nodes.write_script(layout, directory)
-    validation = None if prepared.custom_command else BackgroundCheck(
-        "vllm_accepts_command", lambda: _validate(plan, layout))
+    if layout.nodes > 1:
+        verdict = _validated_nodes(layout)
+        validation: BackgroundCheck | None = BackgroundCheck("vllm_accepts_command",
+                                                             lambda: verdict)
+    else:
+        validation = None if prepared.custom_command else BackgroundCheck(
+            "vllm_accepts_command", lambda: _validate(plan))
 
     def rejected() -> str | None:
         reason = validation.rejection() if validation is not None else None
