@@ -58,16 +58,9 @@ BAD = {
     "layout-gpus-per-node": (
         ["+hw=mi350x", "hw.nodes=2", "hw.layout=tp"],
         "hw.args.tensor_parallel_size", "puts 4 GPUs on each node"),
-    "layout-hybrid-not-headless": (
-        ["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid", "hw.args.data_parallel_size=2",
-         "hw.args.tensor_parallel_size=4", "+serving.extra_args.headless=true"],
-        "serving.extra_args.headless", "hybrid-lb with --headless"),
     "layout-hybrid-local-dp": (
         ["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid"],
         "hw.args.data_parallel_size", "external load balancing"),
-    "layout-head-serves-api": (
-        ["+hw=cpu", "hw.nodes=2", "+serving.extra_args.headless=true"],
-        "serving.extra_args.headless", "no node would serve the API"),
     "layout-head-address": (
         ["+hw=cpu", "hw.nodes=2", "hw.head_address='bad host;rm -rf'"],
         "hw.head_address", "neither an IP address nor a host name"),
@@ -127,6 +120,35 @@ def test_a_hand_made_layout_whose_sizes_do_not_multiply_is_refused() -> None:
     wrong_size = dataclasses.replace(bad, local_dp=2)
     assert "nodes x local DP = 4" in {f.rule: f for f in layout_findings(
         cfg, wrong_size)}["layout-sizes-multiply"].message
+
+
+def test_headless_heads_and_headless_hybrid_nodes_are_refused() -> None:
+    """`--headless` is the layout's alone (config cannot set it); a layout built elsewhere (a
+    deploy target's) that serves no API, or runs hybrid load balancing headless, is refused."""
+    from dspark_cli.launch.layout import node_layout
+
+    cfg = compose_config(["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid",
+                          "hw.args.data_parallel_size=2", "hw.args.tensor_parallel_size=4"])
+    lay = node_layout(cfg, build_plan(cfg))
+
+    def headless(node):
+        return dataclasses.replace(node, serves_api=False, api_port=None,
+                                   args=(*node.args, ("headless", True)))
+
+    hybrid = dataclasses.replace(lay, launches=(lay.head, headless(lay.launches[1])))
+    found = {f.rule: f for f in layout_findings(cfg, hybrid)}
+    assert found["layout-hybrid-not-headless"].failed
+    assert found["layout-hybrid-not-headless"].message.startswith("nodes [1] run")
+    assert found["layout-hybrid-not-headless"].key == "hw.layout"
+    no_api = dataclasses.replace(lay, launches=(headless(lay.head), lay.launches[1]))
+    found = {f.rule: f for f in layout_findings(cfg, no_api)}
+    assert found["layout-head-serves-api"].failed and "no node would serve" in found[
+        "layout-head-serves-api"].message
+
+
+def test_headless_from_config_is_refused_naming_hw_nodes() -> None:
+    with pytest.raises(UsageError, match=r"hw\.nodes"):
+        build_plan(compose_config(["+hw=cpu", "hw.nodes=2", "+serving.extra_args.headless=true"]))
 
 
 def test_tp_node_ranks_must_number_the_nodes() -> None:
