@@ -59,7 +59,7 @@ BAD = {
         ["+hw=mi350x", "hw.nodes=2", "hw.layout=tp"],
         "hw.args.tensor_parallel_size", "puts 4 GPUs on each node"),
     "layout-hybrid-local-dp": (
-        ["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid"],
+        ["+hw=cpu", "hw.nodes=2", "hw.layout=dp_hybrid"],
         "hw.args.data_parallel_size", "external load balancing"),
     "layout-head-address": (
         ["+hw=cpu", "hw.nodes=2", "hw.head_address='bad host;rm -rf'"],
@@ -120,6 +120,13 @@ def test_a_hand_made_layout_whose_sizes_do_not_multiply_is_refused() -> None:
     wrong_size = dataclasses.replace(bad, local_dp=2)
     assert "nodes x local DP = 4" in {f.rule: f for f in layout_findings(
         cfg, wrong_size)}["layout-sizes-multiply"].message
+
+
+def test_hybrid_with_one_rank_per_node_is_kept_for_moe_models() -> None:
+    """vLLM turns it into external load balancing, which MoE models (DeepSeek-V4) accept."""
+    status, _, _ = findings(["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid"])[
+        "layout-hybrid-local-dp"]
+    assert status is Status.passed
 
 
 def test_headless_heads_and_headless_hybrid_nodes_are_refused() -> None:

@@ -103,8 +103,12 @@ def _hybrid_not_headless(c: LayoutContext) -> str | None:
     return None
 
 
+MOE_FAMILIES = ("deepseek_v4",)  # model families known to be mixture-of-experts
+
+
 def _hybrid_local_dp(c: LayoutContext) -> str | None:
-    if c.layout.mode == "dp_hybrid" and c.layout.local_dp < 2:
+    moe = c.cfg.model.family in MOE_FAMILIES
+    if c.layout.mode == "dp_hybrid" and c.layout.local_dp < 2 and not moe:
         return ("hybrid load balancing with one DP rank per node: vLLM switches it to external "
                 "load balancing, which only MoE models accept; set hw.args.data_parallel_size "
                 "(ranks per node) to 2 or more, or use hw.layout=dp")
@@ -187,7 +191,8 @@ LAYOUT_RULES: tuple[LayoutRule, ...] = (
                "hw.args.tensor_parallel_size", _gpus_per_node),
     LayoutRule("layout-hybrid-not-headless", "hybrid load balancing is not headless",
                "hw.layout", _hybrid_not_headless),
-    LayoutRule("layout-hybrid-local-dp", "hybrid load balancing needs 2+ DP ranks per node",
+    LayoutRule("layout-hybrid-local-dp",
+               "hybrid load balancing of a dense model needs 2+ DP ranks per node",
                "hw.args.data_parallel_size", _hybrid_local_dp),
     LayoutRule("layout-head-serves-api", "the head serves the API, the others are headless",
                "hw.layout", _head_serves),
