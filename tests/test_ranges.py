@@ -102,6 +102,9 @@ def test_every_numeric_field_of_the_schema_declares_its_range() -> None:
     ("+serving.extra_args.max_loras=true", "integer"),
     ("+serving.extra_args.cpu_offload_gb=nan", "finite"),
     ("+serving.extra_args.disable_log_stats=false", "switched on"),
+    ("+serving.extra_args.max_num_scheduled_tokens=-5", ">= 1"),  # vLLM's optional int
+    ("+serving.extra_args.kv_cache_memory_bytes=lots", "like 8192 or 8k"),
+    ("+serving.extra_args.grpc_port=0", ">= 1"),
 ])
 def test_free_form_values_of_known_options_are_checked(override: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -111,6 +114,7 @@ def test_free_form_values_of_known_options_are_checked(override: str, message: s
 @pytest.mark.parametrize("override", ["+serving.extra_args.seed=-1",
                                       "+serving.extra_args.max_logprobs=-1",
                                       "+serving.extra_args.ubatch_size=0",
-                                      "+serving.extra_args.cpu_offload_gb=0"])
+                                      "+serving.extra_args.cpu_offload_gb=0",
+                                      "+serving.extra_args.kv_cache_memory_bytes=8G"])
 def test_vllms_own_special_values_stay_allowed(override: str) -> None:
     build_plan(compose_config(["+hw=mi350x", override]))

@@ -119,6 +119,7 @@ DOMAINS: tuple[tuple[re.Pattern[str], Domain], ...] = (
     # vLLM's own meanings of 0 or -1 ("off", "no cap") first
     (re.compile(r"^(ubatch_size|offload_group_size|offload_num_in_group)$"), Domain(0)),
     (re.compile(r"^max_logprobs$"), Domain(-1)),
+    (re.compile(r"^(max_log_len|kv_offloading_size)$"), Domain(0)),
     (re.compile(r"_rank$"), Domain(0)),
     (re.compile(r"^nnodes$"), Domain(1)),
     (re.compile(r"_port$"), Domain(1, 65535)),
@@ -168,10 +169,12 @@ def _item_problem(option: Option, item: object) -> str | None:
         if isinstance(item, bool) or not isinstance(item, int):
             return "takes an integer"
         number = item
-    elif option.type == "int_or_auto":
-        if isinstance(item, bool) or not (isinstance(item, int) or item == "auto"
+    elif option.type in ("int_or_auto", "human_int"):
+        auto = option.type == "int_or_auto" and item == "auto"
+        if isinstance(item, bool) or not (isinstance(item, int) or auto
                                           or _HUMAN_INT.match(str(item))):
-            return "takes an integer (or auto)"
+            return "takes an integer (like 8192 or 8k)" + (" or auto" if option.type ==
+                                                           "int_or_auto" else "")
         number = item if isinstance(item, int) else None
     elif option.type == "float":
         if isinstance(item, bool) or not isinstance(item, int | float):

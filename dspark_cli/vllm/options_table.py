@@ -13,8 +13,17 @@ import json
 from pathlib import Path
 
 TABLE = Path(__file__).resolve().parents[1] / "launch" / "vllm_serve_options.json"
-_TYPES = {"int": "int", "float": "float", "human_readable_int": "int",
+_TYPES = {"int": "int", "float": "float", "human_readable_int": "human_int",
           "human_readable_int_or_auto": "int_or_auto"}
+
+
+def _type_name(kind: object) -> str:
+    """The option's value type; vLLM's `_optional_type(int)` wrapper is unwrapped."""
+    name = getattr(kind, "__name__", None)
+    if name == "_optional_type" and getattr(kind, "__closure__", None):
+        inner = [c.cell_contents for c in kind.__closure__]
+        name = getattr(inner[0], "__name__", None) if inner else name
+    return _TYPES.get(str(name), "str")
 
 
 def _kind(action: argparse.Action) -> str:
@@ -39,11 +48,10 @@ def dump() -> dict:
     for action in parser._actions:
         if not action.option_strings or action.dest == "help":
             continue
-        name = getattr(action.type, "__name__", None)
         choices = ([c for c in action.choices if c is not None]
                    if action.choices is not None else None)
         entry = table.setdefault(action.dest, {"flags": [], "kind": _kind(action),
-                                               "type": _TYPES.get(str(name), "str"),
+                                               "type": _type_name(action.type),
                                                "choices": choices})
         entry["flags"] += [s for s in action.option_strings if s not in entry["flags"]]
     return dict(sorted(table.items()))
