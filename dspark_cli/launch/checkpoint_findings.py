@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dspark_cli.checkpoint.report import Check, CheckpointReport, Problem
 from dspark_cli.launch.rules import Finding
 from dspark_cli.status import Status
+
+if TYPE_CHECKING:  # the checkpoint modules load only when a local checkpoint is checked
+    from dspark_cli.checkpoint.report import CheckpointReport, Problem
 
 OVERRIDE_KEY = "checks.allow_missing_confidence_head"
 _SHOWN = 3  # problems quoted in one finding; `dspark verify-checkpoint` lists them all
@@ -60,6 +62,8 @@ def _head_finding(
     if report is not None and not report.dspark:
         why = f"{report.path}/config.json declares no DSpark draft (no dspark_* key)"
     elif report is not None:
+        from dspark_cli.checkpoint.report import Check
+
         problems = [p for p in report.problems_of(Check.head)
                     if adaptive or p.code not in _CONFIDENCE_ONLY]
         if not problems:
@@ -99,6 +103,8 @@ def checkpoint_findings(
             head = Finding(head.rule, Status.skipped, f"{why}; a real launch refuses adaptive "
                            "verification until the head is verified", head.key)
         return [Finding("checkpoint-structure", Status.skipped, why, "model.path"), head]
+    from dspark_cli.checkpoint.report import Check
+
     report = _verify(path, model_cfg)
     structure = report.problems_of(Check.structure)
     findings = [

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.checkpoint.index import CONFIG_NAME, ParseError, parse_config
 from dspark_cli.errors import UsageError
 
 MAX_CONFIG_BYTES = 8 << 20  # a model's config.json is kilobytes; no legitimate one comes close
@@ -53,12 +52,14 @@ class Declared:
 
 def _bad(path: Path, why: str) -> UsageError:
     return UsageError(f"{path}: {why}; model.path must be a checkpoint directory whose "
-                      f"{CONFIG_NAME} is the model's (a JSON object naming its architectures).")
+                      f"{path.name} is the model's (a JSON object naming its architectures).")
 
 
 def read_declared(root: Path) -> Declared | None:
     """What `root/config.json` declares; None when there is none (the structural check
     reports a missing file). UsageError for a file that cannot be a model's config."""
+    from dspark_cli.checkpoint.index import CONFIG_NAME, ParseError, parse_config
+
     path = root / CONFIG_NAME
     try:
         info = path.stat()
@@ -118,6 +119,8 @@ def check_family(model: Any) -> None:
     actual, chosen = declared.family, model.get("family")
     if actual == chosen:
         return
+    from dspark_cli.checkpoint.index import CONFIG_NAME  # read only for a local checkpoint
+
     name = model.get("name")
     if actual is not None:
         raise UsageError(

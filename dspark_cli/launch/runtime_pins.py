@@ -9,16 +9,17 @@ records for a wheel installed from a file, and CUDA/ROCm from torch's `version.p
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dspark_cli.launch.provenance import torch_backends
 from dspark_cli.launch.rules import Finding
 from dspark_cli.status import Status
+
+if TYPE_CHECKING:  # metadata is read only where a pin is checked, never to plan
+    from importlib.metadata import Distribution
 
 RULE = "runtime-pins"
 KEY = "runtime.expected"
@@ -47,7 +48,9 @@ class Runtime:
         return asdict(self)
 
 
-def _dist(names: tuple[str, ...]) -> metadata.Distribution | None:
+def _dist(names: tuple[str, ...]) -> Distribution | None:
+    import importlib.metadata as metadata
+
     for name in names:
         try:
             return metadata.distribution(name)
@@ -56,7 +59,7 @@ def _dist(names: tuple[str, ...]) -> metadata.Distribution | None:
     return None
 
 
-def _direct_url(dist: metadata.Distribution) -> dict[str, Any]:
+def _direct_url(dist: Distribution) -> dict[str, Any]:
     """PEP 610's record of where the distribution was installed from ({} when absent)."""
     try:
         text = dist.read_text("direct_url.json")
@@ -80,7 +83,7 @@ def wheel_sha256(direct_url: Mapping[str, Any]) -> str | None:
     return None
 
 
-def commit(dist: metadata.Distribution, version: str, module_file: str | None) -> str | None:
+def commit(dist: Distribution, version: str, module_file: str | None) -> str | None:
     """A VCS install's commit, else a generated `_version.py`'s, else the version's +g<hash>."""
     vcs = _direct_url(dist).get("vcs_info")
     if isinstance(vcs, dict) and isinstance(vcs.get("commit_id"), str):
@@ -99,6 +102,10 @@ def commit(dist: metadata.Distribution, version: str, module_file: str | None) -
 
 def installed() -> Runtime:
     """The runtime of this Python environment, from metadata only."""
+    import importlib.metadata as metadata
+
+    from dspark_cli.launch.provenance import torch_backends
+
     vllm, aiter = _dist(VLLM_DISTS), _dist(AITER_DISTS)
     try:
         torch: str | None = metadata.version("torch")
