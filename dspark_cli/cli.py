@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli import __version__
-from dspark_cli.errors import DsparkError, ExitCode, UsageError
+from dspark_cli.errors import DsparkError, ExitCode, MissingEngine, UsageError
 from dspark_cli.hydra_app import (
     COMPLETION,
     compose_once,
@@ -64,7 +64,7 @@ def top_help() -> str:
         "serving.\n\ncommands:\n" + "\n".join(lines) + "\n\n"
         "`dspark <command> --help` lists its flags, config groups and options.\n"
         "Exit codes: 0 ok, 1 a check failed, 2 usage or config error, 3 server failed, "
-        "130 interrupted.\n"
+        "4 vLLM not installed, 130 interrupted.\n"
     )
 
 
@@ -148,6 +148,9 @@ def run_command(name: str, argv: list[str]) -> int:
     plain, flags = split_hydra_args(name, rest)
     if COMPLETION & set(flags):
         return shell_completion(name, command.config, module, plain, flags)
+    from dspark_cli.config.overrides import check_syntax, expand_home
+
+    plain = expand_home(plain)
     plain = with_hardware(plain, detect=module.needs_machine(opts))
     plain = hide_secrets(plain, flags)
 
@@ -174,6 +177,7 @@ def run_command(name: str, argv: list[str]) -> int:
 
         return task(cached_compose(command.config, plain,
                                    lambda: compose_once(module, command.config, plain)))
+    check_syntax(plain)  # here, not in a dry run: Hydra's parser costs a second to load
     register_schemas(module)
     settings = hydra_settings(name, opts)
     if {"--help", "-h"} & set(flags):
@@ -181,11 +185,14 @@ def run_command(name: str, argv: list[str]) -> int:
         settings += [f"hydra.help.header='dspark {name}: {command.help}'",
                      "hydra.help.footer='Overrides: group=option, key=value, +key=value adds a "
                      "key to a free-form map. Exit codes: 0 ok, 1 check failed, 2 usage or "
-                     "config error, 3 server failed, 130 interrupted.'"]
+                     "config error, 3 server failed, 4 vLLM not installed, 130 interrupted.'"]
     # Overrides first (dspark's settings, then the user's, which win), flags last: a flag with
     # an optional value (`--info`) must not take an override for its value.
     return run_hydra_app(f"dspark {name}", command.config, task, [*settings, *plain, *flags])
 
+
+# What `serve`, `smoke` and `bench` import to run vLLM: missing, it is an install to make.
+ENGINE = frozenset({"vllm", "torch"})
 
 # A reader that went away (`dspark ... | head -1`): the shell's code for death by SIGPIPE.
 BROKEN_PIPE = 128 + 13
@@ -202,6 +209,8 @@ def exit_code_for(error: BaseException, debug: bool) -> int:
         return BROKEN_PIPE
     if debug:
         raise error
+    if isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] in ENGINE:
+        error = MissingEngine(error.name or "", str(error))
     if isinstance(error, DsparkError):
         err(error.message + (f"\n  hint: {error.hint}" if error.hint else ""))
         return int(error.exit_code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from enum import IntEnum
 from pathlib import Path
@@ -14,6 +15,7 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 1
     USAGE = 2
     SERVER = 3
+    MISSING_ENGINE = 4  # vLLM or torch is not installed (or cannot be imported) here
     INTERNAL = 70  # a bug or an unforeseen failure: reported in one line, --debug for more
     INTERRUPTED = 130
 
@@ -58,3 +60,17 @@ class ServerError(DsparkError):
         lines = "".join(f"\n    {line}" for line in tail)
         return cls(f"{reason}{where}" + (f"\n  last lines:{lines}" if tail else ""),
                    reason=reason)
+
+
+INSTALL_HINT = ("install it: `pip install 'dspark[cpu]'` on a machine without a GPU (`make setup` "
+                "does it), or your platform's vLLM build on a GPU host")
+
+
+class MissingEngine(DsparkError):
+    """The command runs vLLM, and this Python cannot import vLLM or torch."""
+
+    exit_code = ExitCode.MISSING_ENGINE
+
+    def __init__(self, module: str, detail: str) -> None:
+        super().__init__(f"this command runs vLLM, and {sys.executable} cannot import "
+                         f"{module} ({detail}).", hint=INSTALL_HINT)

@@ -27,10 +27,11 @@ def register_schemas(module: Any) -> None:
 def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
     """The composed config, with Hydra's composition errors as usage errors."""
     from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
     from dspark_cli.config.fast_yaml import libyaml
+    from dspark_cli.config.overrides import check_syntax
     from dspark_cli.paths import conf_dir
 
     register_schemas(module)
@@ -40,6 +41,9 @@ def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
     try:
         with libyaml(), initialize_config_dir(str(conf_dir()), version_base="1.3"):
             return compose(config, overrides=[*plan_only, *overrides])
+    except OverrideParseException:
+        check_syntax(overrides)  # says which override and how to quote it
+        raise
     except (HydraException, OmegaConfBaseException) as e:
         cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
         raise UsageError(f"{e}{cause}") from None

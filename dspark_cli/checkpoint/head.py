@@ -10,6 +10,7 @@ dtype, no bias, finite values read from that tensor alone) and the Markov heads.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ CONFIDENCE = "mtp.{}.confidence_head.proj.weight"
 CONFIDENCE_BIAS = "mtp.{}.confidence_head.proj.bias"
 MARKOV_W1 = "mtp.{}.markov_head.markov_w1.weight"
 MARKOV_W2 = "mtp.{}.markov_head.markov_w2.weight"
+_INDEX = r"(0|[1-9][0-9]*)"  # a stage number as str.format writes it
+_STAGE = re.compile(rf"mtp\.{_INDEX}\.")
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,14 @@ class _Tensors:
         self.indexed = layout.index is not None
         self.listed = layout.index.weight_map if layout.index else {}
         self.names = self.listed.keys() | structure.tensors.keys()
-        self.stages = {n.split(".", 2)[1] for n in self.names if n[:4] == "mtp."}
+        self.stages = sorted({int(m[1]) for n in self.names if (m := _STAGE.match(n))})
+
+    def of(self, template: str, stages: int) -> list[str]:
+        """The tensors of one per-stage template present for stages 0 .. stages-1, by stage:
+        found among the names on disk, so a huge declared count costs nothing."""
+        pattern = re.compile(re.escape(template).replace(r"\{\}", _INDEX))
+        found = ((int(m[1]), n) for n in self.names if (m := pattern.fullmatch(n)))
+        return [n for i, n in sorted(found) if i < stages]
 
     def info(self, name: str, missing_code: str) -> tuple[TensorInfo | None, Problem | None]:
         """A tensor that must be in the index and its shard's header, or why it is not."""
@@ -147,14 +157,15 @@ def check_head(layout: Layout, structure: Structure) -> HeadResult:
     tensors = _Tensors(layout, structure)
     stages = keys.stages or DEFAULT_N_MTP_LAYERS
     problems += [
-        problem("mtp-stage-missing", Check.head, f"mtp.{i}.*",
-                f"tensors for each of mtp.0 .. mtp.{stages - 1}", "none")
-        for i in range(stages) if str(i) not in tensors.stages
+        problem("mtp-stage-missing", Check.head,
+                f"mtp.{lo}.*" if lo == hi else f"mtp.{lo}.* .. mtp.{hi}.*",
+                f"tensors for each of mtp.0 .. mtp.{stages - 1}",
+                "none" if lo == hi else f"none for {hi - lo + 1:,} stages")
+        for lo, hi in stage_gaps(tensors.stages, stages)
     ]
     problems += [
-        problem("confidence-head-bias", Check.head, CONFIDENCE_BIAS.format(i), "no bias tensor",
-                "present")
-        for i in range(stages) if CONFIDENCE_BIAS.format(i) in tensors.names
+        problem("confidence-head-bias", Check.head, name, "no bias tensor", "present")
+        for name in tensors.of(CONFIDENCE_BIAS, stages)
     ]
     problems += _confidence(tensors, keys, stages)
     for template, rows, what in (
@@ -162,6 +173,17 @@ def check_head(layout: Layout, structure: Structure) -> HeadResult:
     ):
         problems += _markov(tensors, template, stages, (rows, keys.rank), what)
     return HeadResult(True, tuple(problems))
+
+
+def stage_gaps(present: list[int], stages: int) -> list[tuple[int, int]]:
+    """The ranges of stages 0 .. stages-1 with no tensor, from the sorted stages present: one
+    range per gap, so their number is bounded by what is on disk, not by `n_mtp_layers`."""
+    gaps, start = [], 0
+    for i in [*(i for i in present if i < stages), stages]:
+        if i > start:
+            gaps.append((start, i - 1))
+        start = i + 1
+    return gaps
 
 
 def _absent(code: str, template: str, stages: int) -> Problem:
@@ -174,7 +196,7 @@ def _stages(tensors: _Tensors, template: str, stages: int,
             code: str) -> tuple[list[tuple[str, TensorInfo]], list[Problem]]:
     """The stages' tensors of one head with readable headers, and a problem for the rest
     (`code` when no stage has the head at all)."""
-    found = [template.format(i) for i in range(stages) if template.format(i) in tensors.names]
+    found = tensors.of(template, stages)
     if not found:
         return [], [_absent(code, template, stages)]
     present, problems = [], []

@@ -37,7 +37,7 @@ def render_report(report: CheckpointReport, console: Console | None = None) -> N
     summary.add_column("detail")
     for check in report.checks:
         bad = report.problems_of(check)
-        result = f"[red]FAILED ({len(bad)})[/red]" if bad else "[green]passed[/green]"
+        result = f"[red]FAILED ({report.count_of(bad):,})[/red]" if bad else "[green]passed[/green]"
         summary.add_row(check.value, result, _detail(report, check))
     if not report.dspark:
         summary.add_row("head", "not checked", "config.json declares no DSpark draft")
@@ -51,6 +51,6 @@ def render_report(report: CheckpointReport, console: Console | None = None) -> N
         for p in report.problems:
             problems.add_row(p.code, p.subject, p.expected, p.actual, p.hint)
         console.print(problems)
-        console.print(f"[red]FAILED[/red]: {len(report.problems)} problem(s).")
+        console.print(f"[red]FAILED[/red]: {report.count_of(report.problems):,} problem(s).")
     else:
         console.print("[green]OK[/green]: every check passed.")

@@ -87,6 +87,31 @@ class Problem:
     expected: str
     actual: str
     hint: str
+    count: int = 1  # more than 1: a summary standing for this many problems of its code
+
+
+# Problems of one code listed one by one; the rest of that code become one summary line, so the
+# report stays small however many a damaged checkpoint has.
+LISTED_PER_CODE = 20
+
+
+def summarize(problems: list[Problem], listed: int = LISTED_PER_CODE) -> tuple[Problem, ...]:
+    """The first `listed` problems of each code, then one problem counting the rest."""
+    kept: list[Problem] = []
+    rest: dict[str, list[Problem]] = {}
+    seen: dict[str, int] = {}
+    for p in problems:
+        seen[p.code] = seen.get(p.code, 0) + 1
+        if seen[p.code] <= listed:
+            kept.append(p)
+        else:
+            rest.setdefault(p.code, []).append(p)
+    for code, more in rest.items():
+        first = more[0]
+        kept.append(Problem(code, first.check, f"{len(more):,} more like the above",
+                            first.expected, f"{first.subject}: {first.actual}, ...",
+                            first.hint, count=sum(p.count for p in more)))
+    return tuple(kept)
 
 
 def problem(
@@ -130,6 +155,10 @@ class CheckpointReport:
     def problems_of(self, check: Check) -> tuple[Problem, ...]:
         return tuple(p for p in self.problems if p.check == check)
 
+    def count_of(self, problems: tuple[Problem, ...]) -> int:
+        """How many problems these stand for (a summary counts all it stands for)."""
+        return sum(p.count for p in problems)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (`--json`)."""
         content = None
@@ -148,5 +177,6 @@ class CheckpointReport:
             "dspark": self.dspark,
             "head_verified": self.head_verified,
             "content": content,
+            "problem_count": self.count_of(self.problems),
             "problems": [asdict(p) | {"check": p.check.value} for p in self.problems],
         }

@@ -25,7 +25,14 @@ from dspark_cli.checkpoint.manifest import (
     unsafe_name,
 )
 from dspark_cli.checkpoint.pins import check_pins, gather_facts
-from dspark_cli.checkpoint.report import Check, CheckpointReport, Content, Problem, problem
+from dspark_cli.checkpoint.report import (
+    Check,
+    CheckpointReport,
+    Content,
+    Problem,
+    problem,
+    summarize,
+)
 from dspark_cli.checkpoint.structure import check_structure
 
 
@@ -128,7 +135,7 @@ def verify_checkpoint(
     return CheckpointReport(
         path=str(root),
         checks=tuple(checks),
-        problems=tuple(problems),
+        problems=summarize(problems),
         num_shards=len(structure.headers),
         num_tensors=len(structure.tensors),
         total_bytes=structure.total_bytes,

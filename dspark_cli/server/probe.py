@@ -10,10 +10,22 @@ PROBE_TIMEOUT_S = 2.0
 
 def healthy(base_url: str) -> bool:
     """Whether `/health` answers 200 right now."""
+    return health(base_url) == 200
+
+
+# `health()` when no connection could be made: nothing listens there (or the host is unknown).
+REFUSED = -1
+
+
+def health(base_url: str) -> int | None:
+    """`/health`'s status code now; REFUSED when no connection could be made, None when a
+    connection was made but gave no answer in time."""
     try:
-        return httpx.get(base_url + "/health", timeout=PROBE_TIMEOUT_S).status_code == 200
+        return httpx.get(base_url + "/health", timeout=PROBE_TIMEOUT_S).status_code
+    except httpx.ConnectError:
+        return REFUSED
     except httpx.HTTPError:
-        return False
+        return None
 
 
 def version(base_url: str) -> str | None:

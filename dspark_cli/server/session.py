@@ -36,6 +36,9 @@ from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
 from dspark_cli.server.process import ServerProcess, Teardown, ensure_port_free
 
 HEALTH_POLL_S = 0.1
+# Attached: how long connections may be refused before nothing listening is the verdict (not
+# `ready_timeout_s`, which is for a server that is booting).
+ATTACH_REFUSED_S = 2.0
 SETTLE_S = 3.0  # vLLM may count a request's last tokens just after answering it
 SETTLE_POLL_S = 0.1
 
@@ -226,8 +229,14 @@ class ServerSession:
             reason = self.stop_reason()
             if reason:
                 raise self._failure(f"{reason} before /health answered 200")
-            if probe.healthy(self.target.base_url):
+            status = probe.health(self.target.base_url)
+            if status == 200:
                 return time.monotonic() - self.started_at
+            if (status == probe.REFUSED and not self.managed
+                    and time.monotonic() - self.started_at > ATTACH_REFUSED_S):
+                raise self._failure(f"nothing listens at {self.target.base_url} (connection "
+                                    f"refused for {ATTACH_REFUSED_S:.0f} s); start the server, "
+                                    "or fix server.url")
             if time.monotonic() > deadline:
                 raise self._failure(f"/health did not answer 200 within {timeout:.0f} s "
                                     "(server.ready_timeout_s)")

