@@ -23,6 +23,7 @@ from dspark_cli.hydra_app import (
     COMPLETION,
     compose_once,
     hydra_settings,
+    planned_run_dir,
     redact_hydra_files,
     register_schemas,
     run_hydra_app,
@@ -175,6 +176,7 @@ def run_command(name: str, argv: list[str]) -> int:
         # is cached, and plan.
         from dspark_cli.config.cache import cached_compose
 
+        opts.planned_run_dir = planned_run_dir(name, plain)
         return task(cached_compose(command.config, plain,
                                    lambda: compose_once(module, command.config, plain)))
     check_syntax(plain)  # here, not in a dry run: Hydra's parser costs a second to load

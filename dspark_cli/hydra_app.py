@@ -7,7 +7,9 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,7 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
     exit code of its jobs, or USAGE when Hydra rejects the config before any job runs."""
     import hydra
 
+    from dspark_cli import multirun
     from dspark_cli.paths import conf_dir
 
     state: dict[str, Any] = {"ran": False, "code": 0}
@@ -61,12 +64,18 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
     @hydra.main(config_path=str(conf_dir()), config_name=config, version_base="1.3")
     def app(cfg: Any) -> None:
         state["ran"] = True
-        state["code"] = max(state["code"], task(cfg))
+        with multirun.recorded(multirun.in_multirun_job()) as code:
+            code.append(task(cfg))
+        state["code"] = max(state["code"], code[-1])
 
     saved = sys.argv
-    sys.argv = [prog, *argv]
+    sys.argv = [prog, *([multirun.CALLBACK] if _sweeps(argv) else []), *argv]
     try:
         app()
+        # Jobs in other processes (submitit) report only through their outcome files.
+        sweep = multirun.sweep_dir() if _sweeps(argv) else None
+        if sweep is not None and sweep.is_dir():
+            state["code"] = max(state["code"], multirun.report(sweep))
     except SystemExit as e:
         if isinstance(e.__context__, BrokenPipeError):  # Hydra printed into a closed pipe
             raise e.__context__ from None
@@ -77,6 +86,12 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
     finally:
         sys.argv = saved
     return state["code"]
+
+
+def _sweeps(argv: list[str]) -> bool:
+    """Whether this command line runs a multirun's jobs (not only prints or completes it)."""
+    shown = {"--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", *COMPLETION}
+    return bool({"-m", "--multirun"} & set(argv)) and not shown & set(argv)
 
 
 # Hydra's logging stays quiet on the way to a plan (no log file; dspark's console format).
@@ -95,9 +110,27 @@ def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     # `read_only`: a command that never writes (verify-checkpoint) gets no run directory either.
     if getattr(opts, "dry_run", False) or getattr(opts, "read_only", False):
         return [*_QUIET_HYDRA, "hydra.output_subdir=null", "hydra.run.dir=."]
-    stamp = "${now:%Y%m%d-%H%M%S}"
-    return [*_QUIET_HYDRA, f"hydra.run.dir=runs/{name}/{stamp}",
-            f"hydra.sweep.dir=runs/{name}/multirun-{stamp}"]
+    return [*_QUIET_HYDRA, f"hydra.run.dir={_run_dir(name)}",
+            f"hydra.sweep.dir=runs/{name}/multirun-{_STAMP}"]
+
+
+def planned_run_dir(name: str, overrides: list[str]) -> Path:
+    """The run directory a run with these overrides gets, for a plan composed without Hydra's
+    app (a plain dry run): the last `hydra.run.dir=` given, else dspark's default, with
+    `${now:FORMAT}` filled in, relative to the current directory."""
+    given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("hydra.run.dir=")]
+    value = given[-1] if given else _run_dir(name)
+    if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) > 1:
+        value = value[1:-1]
+    value = re.sub(r"\$\{now:([^}]*)\}", lambda m: time.strftime(m[1]), value)
+    return Path.cwd() / Path(value).expanduser()
+
+
+def _run_dir(name: str) -> str:
+    return f"runs/{name}/{_STAMP}"
+
+
+_STAMP = "${now:%Y%m%d-%H%M%S}"
 
 
 COMPLETION = {"-sc", "--shell-completion"}

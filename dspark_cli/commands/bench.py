@@ -73,9 +73,9 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     protocol = build_protocol(plain(cfg.bench))
     dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
     if opts.dry_run:
-        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(), opts)
+        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts)
     with _job_port(cfg):
-        return _render(_run(cfg, protocol, dataset, compose_arms(cfg, protocol), _run_dir(),
+        return _render(_run(cfg, protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts),
                             opts.stop_on_failure), opts)
 
 
@@ -112,14 +112,16 @@ def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool) -> Any:
     return _run(cfg, protocol, dataset, compose_arms(cfg, protocol), directory, stop_on_failure)
 
 
-def _run_dir() -> Path:
+def _run_dir(opts: argparse.Namespace) -> Path:
     """The Hydra job's output directory; a plain dry run (composed without Hydra's app) has
-    none, and plans its paths under the current directory."""
+    none, and plans its paths where a run would write: `hydra.run.dir` or dspark's default."""
     from hydra.core.hydra_config import HydraConfig
 
     from dspark_cli.launch.record import run_dir
 
-    return run_dir() if HydraConfig.initialized() else Path.cwd()
+    if HydraConfig.initialized():
+        return run_dir()
+    return getattr(opts, "planned_run_dir", None) or Path.cwd()
 
 
 def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,

@@ -1,0 +1,40 @@
+"""A multirun job that fails is reported on the terminal that started the sweep, with its error,
+and the sweep exits non-zero: jobs in submitit's processes (whose stderr goes to
+`.submitit/*/*.err`) as well as jobs run in-process. Real Hydra launchers, real processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dspark_cli.multirun import JOB_FILE
+from tests.conftest import run_dspark
+
+SWEEP = ["bench", "+hw=cpu", "--dry-run", "-m", "bench.concurrency=2,5"]
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=submitit_local",
+                                           "hydra.launcher.timeout_min=5"]],
+                         ids=["basic", "submitit_local"])
+def test_each_failed_job_is_reported_and_the_sweep_fails(tmp_path: Path,
+                                                         launcher: list[str]) -> None:
+    sweep = tmp_path / "sweep"
+    done = run_dspark(*SWEEP, *launcher, f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"dspark: multirun job {sweep / '1'} exited with code 2" in done.stderr
+    reported = done.stderr.split(f"multirun job {sweep / '1'}")[-1]
+    assert "bench.concurrency=5 is not one of" in reported
+    assert "dspark: 1 of 2 multirun jobs failed." in done.stderr
+    codes = {p.parent.name: json.loads(p.read_text())["code"] for p in sweep.glob(f"*/{JOB_FILE}")}
+    assert codes == {"0": 0, "1": 2}
+
+
+def test_a_sweep_whose_jobs_pass_exits_0_and_says_nothing_more(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    done = run_dspark("bench", "+hw=cpu", "--dry-run", "-m", "bench.concurrency=2,8",
+                      "hydra/launcher=submitit_local", f"hydra.sweep.dir={sweep}",
+                      cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "multirun job" not in done.stderr
