@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup slurm serve smoke test lint bench-scripts clean
+.PHONY: setup preload slurm serve smoke test lint bench-scripts clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,19 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
-setup: $(BIN)/.installed
+# tcmalloc for the cpu profile's LD_PRELOAD (conf/hw/cpu.yaml; Intel OpenMP comes with the cpu
+# extra), Debian's package at a pinned version, when missing and when we are root.
+TCMALLOC_DEB := libtcmalloc-minimal4=2.10-1
+preload:
+	@if ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal.so.4; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(TCMALLOC_DEB) >/dev/null || (apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(TCMALLOC_DEB) >/dev/null); \
+	else echo "make preload: install $(TCMALLOC_DEB) as root for faster CPU serving"; fi
+
+setup: $(BIN)/.installed preload
 
 # The Slurm test cluster's packages (Debian's slurm-wlm and munge, as Debian pins them), when
 # missing and when we are root; tests/slurm_cluster.py starts the daemons itself.

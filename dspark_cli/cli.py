@@ -140,6 +140,21 @@ def hide_secrets(overrides: list[str], flags: list[str]) -> list[str]:
     return overrides
 
 
+def _bare_words(flags: list[str]) -> list[str]:
+    """Words among the Hydra flags that are no flag's value: overrides without `=`, which
+    Hydra would refuse with its lexer's dump."""
+    from hydra._internal.utils import get_args_parser
+
+    takes_value = {s for a in get_args_parser()._actions if a.nargs != 0
+                   for s in a.option_strings}
+    words, after_flag = [], False
+    for word in flags:
+        if not word.startswith("-") and not after_flag:
+            words.append(word)
+        after_flag = word.split("=")[0] in takes_value and "=" not in word
+    return words
+
+
 def run_command(name: str, argv: list[str]) -> int:
     command = COMMANDS[name]
     module = importlib.import_module(command.module)
@@ -179,7 +194,8 @@ def run_command(name: str, argv: list[str]) -> int:
         opts.planned_run_dir = planned_run_dir(name, plain)
         return task(cached_compose(command.config, plain,
                                    lambda: compose_once(module, command.config, plain)))
-    check_syntax(plain)  # here, not in a dry run: Hydra's parser costs a second to load
+    # Here, not in a dry run: Hydra's parser costs a second to load.
+    check_syntax([*plain, *_bare_words(flags)])
     register_schemas(module)
     settings = hydra_settings(name, opts)
     if {"--help", "-h"} & set(flags):

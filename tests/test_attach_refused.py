@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.errors import ExitCode, ServerError
+from dspark_cli.server import probe
 from dspark_cli.server.session import ATTACH_REFUSED_S, ServerSession, Target
+from tests.conftest import wait_until
 from tests.doubles.fake_vllm import SCRIPT, free_port
 from tests.smoke_support import smoke_env
 
@@ -56,3 +58,29 @@ def test_smoke_attached_to_nothing_exits_3_within_seconds(tmp_path: Path) -> Non
     assert done.returncode == ExitCode.SERVER == 3, done.stderr
     assert f"nothing listens at http://127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1:21", "http://"])
+def test_a_url_that_cannot_be_attached_to_is_a_usage_error(tmp_path: Path, url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu", f"server.url={url}"],
+        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == ExitCode.USAGE == 2, done.stderr
+    assert "cannot be attached to" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_server_that_is_not_vllm_is_not_waited_for(tmp_path: Path) -> None:
+    port = free_port()
+    other = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                              "127.0.0.1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: probe.health(f"http://127.0.0.1:{port}") == 404, 60,
+                   "the other server")
+        session = ServerSession(attached(port)).start()
+        with pytest.raises(ServerError) as exc:
+            session.wait_healthy()
+        assert "no vLLM server (/health: 404)" in exc.value.reason
+    finally:
+        other.terminate()
+        other.wait(10)

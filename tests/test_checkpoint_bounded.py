@@ -70,3 +70,13 @@ def test_many_problems_of_one_kind_are_summarized_with_a_count(tmp_path: Path) -
     data = report.to_dict()
     assert data["problem_count"] == report.count_of(report.problems)
     assert len(json.dumps(data)) < 20_000
+
+
+def test_a_huge_value_in_config_json_is_cut_in_the_report(tmp_path: Path) -> None:
+    root = build_checkpoint(tmp_path / "ckpt")
+    rewrite_json(root / "config.json", lambda c: c.update(dspark_target_layer_ids="x" * 10**6))
+    code, out = dspark_json(root, tmp_path)
+    assert code == 1
+    assert len(out) < 20_000
+    [bad] = [p for p in json.loads(out)["problems"] if p["subject"] == "dspark_target_layer_ids"]
+    assert bad["actual"].endswith("(1,000,000 characters)")

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -40,6 +40,11 @@ GOLDEN = Path(__file__).parent / "data" / "golden"
 HW_PROFILES = ("mi350x", "mi355x", "mi300x", "h200", "b200", "cpu")
 # The cpu profile's tiny model lives under DSPARK_CACHE_DIR: pinned for the goldens.
 GOLDEN_CACHE_DIR = "/golden-cache"
+def golden_libraries(names: Sequence[str]) -> tuple[str, ...]:
+    """`hw.preload` as if every library were installed under one directory."""
+    return tuple(f"/golden-libs/{name}" for name in names)
+
+
 VARIANTS = {
     "default": [],
     "speculative=dspark_fixed": ["speculative=dspark_fixed"],
@@ -54,7 +59,7 @@ def rendering(profile: str, overrides: list[str]) -> dict[str, object]:
     `--json` plan (less its preflight findings, which belong to the rules, not the config),
     and the resolved hw and model groups (what `--cfg job --resolve` prints for them)."""
     cfg = compose_config([f"+hw={profile}", *overrides])
-    plan = build_plan(cfg)
+    plan = build_plan(cfg, golden_libraries)  # the same on every host
     return {
         "script": shell_script(plan),
         "plan": plan_dict(plan),

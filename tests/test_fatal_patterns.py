@@ -109,6 +109,13 @@ KNOWN_VARIANTS = [
     ("illegal_memory_access", "hipErrorIllegalAddress at csrc/kernels.cu:120"),
     ("launch_failure", "RuntimeError: CUDA error: unspecified launch failure"),
     ("launch_failure", "RuntimeError: HIP error: unspecified launch failure"),
+    ("out_of_memory", "RuntimeError: CUDA error: out of memory"),
+    ("gpu_error", "RuntimeError: CUDA error: device-side assert triggered"),
+    ("gpu_error", "torch.AcceleratorError: HIP error: invalid device function"),
+    ("gpu_error", "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling "
+     "`cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b)`"),
+    ("gpu_error", "../aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], "
+     "thread: [0,0,0] Assertion `idx >= 0` failed. device-side assert triggered"),
     ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: "
      "../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error"),
     ("nccl_error", "ncclSystemError: System call (e.g. socket, malloc) or external library call "

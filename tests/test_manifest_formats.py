@@ -143,3 +143,16 @@ def test_names_outside_the_checkpoint_are_refused_and_never_opened(
     assert done.returncode == 1, done.stderr
     assert "manifest-path-unsafe" in done.stdout
     assert "hash-mismatch" not in done.stdout and "file-extra" not in done.stdout
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "directory"])
+def test_a_manifest_that_is_no_regular_file_is_refused_without_reading(
+        ckpt: Path, tmp_path: Path, kind: str) -> None:
+    target = Path(kind) if kind.startswith("/") else tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    done = dspark("model=local", f"model.path={ckpt}", "--manifest", str(target), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "is not a regular file" in done.stderr

@@ -38,3 +38,19 @@ def test_a_sweep_whose_jobs_pass_exits_0_and_says_nothing_more(tmp_path: Path) -
                       cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "multirun job" not in done.stderr
+
+
+def test_a_job_that_died_without_an_outcome_is_named(tmp_path: Path) -> None:
+    import io
+
+    from dspark_cli.multirun import report
+
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / JOB_FILE).write_text(json.dumps(
+        {"directory": str(tmp_path / "0"), "code": 0, "lines": []}))
+    (tmp_path / "1" / ".hydra").mkdir(parents=True)  # started, never finished
+    (tmp_path / ".submitit").mkdir()  # submitit's own folder is no job
+    out = io.StringIO()
+    assert report(tmp_path, out) == 1
+    assert f"multirun job {tmp_path / '1'} left no outcome" in out.getvalue()
+    assert "1 of 2 multirun jobs failed" in out.getvalue()

@@ -107,3 +107,18 @@ def test_hydra_value_and_shell_word_round_trip(text: str) -> None:
     echoed = subprocess.run(["bash", "-c", f"printf %s {shell_word(text)}"],
                             capture_output=True, text=True, check=True).stdout
     assert echoed == text
+
+
+@pytest.mark.parametrize("args", [["modèle", "--dry-run"], ["foo"]])
+def test_a_word_without_equals_is_one_line_too(args: list[str]) -> None:
+    done = run_dspark("serve", "+hw=cpu", *args)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"dspark: cannot read the override {args[0]!r}: Hydra's overrides are key=value, "
+        "+key=value or ~key."]
+
+
+def test_a_flag_value_is_not_taken_for_an_override() -> None:
+    done = run_dspark("serve", "+hw=cpu", "--cfg", "job")
+    assert done.returncode == 0, done.stderr
+    assert "served_model_name" in done.stdout

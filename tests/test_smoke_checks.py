@@ -50,6 +50,7 @@ FAULT_LINES = {
     "launch_failure": "RuntimeError: CUDA error: unspecified launch failure",
     "out_of_memory": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
     "nccl_error": "RuntimeError: NCCL error: unhandled cuda error",
+    "gpu_error": "RuntimeError: CUDA error: device-side assert triggered",
     "ray_worker_died": "RayWorkerProc rank=[1] died unexpectedly, shutting down executor.",
     "worker_died": "ERROR 11-29 [multiproc_executor.py:150] Worker proc VllmWorker-0 died "
                    "unexpectedly (exit code: -4), shutting down executor.",

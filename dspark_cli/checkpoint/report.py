@@ -117,8 +117,20 @@ def summarize(problems: list[Problem], listed: int = LISTED_PER_CODE) -> tuple[P
 def problem(
     code: str, check: Check, subject: str, expected: object, actual: object, hint: str = ""
 ) -> Problem:
-    """Build a Problem, taking the hint from HINTS unless one is given."""
-    return Problem(code, check, subject, str(expected), str(actual), hint or HINTS[code])
+    """Build a Problem, taking the hint from HINTS unless one is given; a value from a hostile
+    file (a 100 MB string in config.json) is cut to `SHOWN_CHARS`."""
+    return Problem(code, check, _shown(subject), _shown(expected), _shown(actual),
+                   hint or HINTS[code])
+
+
+SHOWN_CHARS = 300
+
+
+def _shown(value: object) -> str:
+    text = str(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
 
 
 @dataclass(frozen=True)

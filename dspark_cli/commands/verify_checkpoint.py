@@ -73,6 +73,7 @@ def content_request(root: Path, opts: argparse.Namespace) -> Any:
                          "a manifest, or write a new one.")
     manifest = None
     if opts.manifest:
+        _check_manifest_file(opts.manifest.expanduser())
         try:
             # Bytes, not read_text: universal newlines would split a name at a lone CR.
             manifest = parse_manifest(opts.manifest.expanduser().read_bytes().decode(
@@ -105,6 +106,28 @@ def content_request(root: Path, opts: argparse.Namespace) -> Any:
         return None
     return ContentRequest(manifest=manifest, every_file=bool(opts.write_manifest),
                           workers=opts.workers, unlisted_ok=_inside(root, opts.manifest))
+
+
+# A manifest lists files, one short line each: far past this it is not a manifest.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+
+def _check_manifest_file(path: Path) -> None:
+    """UsageError unless `path` is a regular file of a manifest's size: a FIFO, a device
+    (`/dev/zero`) or a directory would block, never end, or fail later."""
+    import stat
+
+    try:
+        info = path.stat()
+    except OSError as e:
+        raise UsageError(f"cannot read --manifest {path}: {e.strerror}.") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"--manifest {path} is not a regular file.",
+                         hint="give the file `sha256sum` wrote")
+    if info.st_size > MAX_MANIFEST_BYTES:
+        raise UsageError(f"--manifest {path} holds {info.st_size:,} bytes, more than a manifest "
+                         f"({MAX_MANIFEST_BYTES:,} at most).", hint="give the file `sha256sum` "
+                         "wrote")
 
 
 def _inside(root: Path, manifest: Path | None) -> frozenset[str]:

@@ -67,6 +67,9 @@ class HardwareConf:
     args: HwArgs = field(default_factory=HwArgs)
     # Startup log lines a healthy server on this hardware prints (checked by `dspark smoke`).
     expect_log: list[str] = field(default_factory=list)
+    # Shared libraries put in LD_PRELOAD where this machine has them (machine/preload.py);
+    # `hw.env.LD_PRELOAD` set explicitly takes over.
+    preload: list[str] = field(default_factory=list)
     # More than one node (launch/layout.py): `args` describe one node; in the dp layouts the
     # data parallel size is per node (vLLM's DP size = nodes x it), in tp the sizes are totals.
     nodes: int = field(default=1, metadata=POSITIVE)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,9 @@ from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.secrets import SECRET_OPTIONS, is_secret_name
+from dspark_cli.machine.preload import installed_libraries
+
+LibraryFinder = Callable[[Sequence[str]], tuple[str, ...]]
 
 VLLM_DEFAULT_PORT = 8000
 CLIENT_DEFAULT_HOST = "127.0.0.1"
@@ -181,6 +184,13 @@ def _free_form_arg(where: str, key: str, value: Any) -> tuple[str, Any]:
     return dest, (not value if option.negated else value)  # a `--no-x` key takes a bool
 
 
+def _with_preload(env: tuple[tuple[str, str], ...], names: list[str],
+                  libraries: LibraryFinder) -> tuple[tuple[str, str], ...]:
+    """LD_PRELOAD of the named libraries that were found, unless the config sets it."""
+    found = libraries(names) if names and "LD_PRELOAD" not in dict(env) else ()
+    return (*env, ("LD_PRELOAD", ":".join(found))) if found else env
+
+
 def _collect_env(cfg: DictConfig, secret_env: list[tuple[str, str, str]]
                  ) -> tuple[tuple[str, str], ...]:
     env: dict[str, str] = {}
@@ -199,8 +209,9 @@ def _collect_env(cfg: DictConfig, secret_env: list[tuple[str, str, str]]
     return tuple(env.items())
 
 
-def build_plan(cfg: DictConfig) -> LaunchPlan:
-    """The launch plan of a composed LaunchConf; raises UsageError on a contradictory config."""
+def build_plan(cfg: DictConfig, libraries: LibraryFinder = installed_libraries) -> LaunchPlan:
+    """The launch plan of a composed LaunchConf; raises UsageError on a contradictory config.
+    `libraries` finds `hw.preload`'s libraries (pure: pass a fixed answer in tests)."""
     args, secret_env = _collect_args(cfg)
     path = str(cfg.model.path)
     vllm_options.check_value("model.path", path)
@@ -211,7 +222,8 @@ def build_plan(cfg: DictConfig) -> LaunchPlan:
     host, port = cfg.server.host, int(cfg.server.port)
     base_url = cfg.server.url or f"http://{client_host(host)}:{port}"
     return LaunchPlan(
-        env=_collect_env(cfg, secret_env),
+        env=_with_preload(_collect_env(cfg, secret_env), list(cfg.hw.get("preload") or ()),
+                          libraries),
         argv=tuple(argv),
         args=tuple(args.items()),
         model_path=path,

@@ -13,7 +13,8 @@ def healthy(base_url: str) -> bool:
     return health(base_url) == 200
 
 
-# `health()` when no connection could be made: nothing listens there (or the host is unknown).
+# `health()` when no connection could be made: nothing listens there, or the host is unknown
+# or unreachable.
 REFUSED = -1
 
 
@@ -22,10 +23,21 @@ def health(base_url: str) -> int | None:
     connection was made but gave no answer in time."""
     try:
         return httpx.get(base_url + "/health", timeout=PROBE_TIMEOUT_S).status_code
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.ConnectTimeout):
         return REFUSED
     except httpx.HTTPError:
         return None
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be probed (not http(s), no host), or None."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as e:
+        return str(e)
+    if parsed.scheme not in ("http", "https"):
+        return "it is not an http:// or https:// URL"
+    return None if parsed.host else "it names no host"
 
 
 def version(base_url: str) -> str | None:

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dspark_cli.errors import ServerError
+from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.server import probe
 from dspark_cli.server.logscan import LogSnapshot, LogWatcher, Pattern
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
@@ -113,6 +113,9 @@ class ServerSession:
         """Managed: refuse a busy port, give every node a private TMPDIR, start the processes
         and the log watcher. Attached: only watch the given log, if any."""
         t = self.target
+        if not t.managed and (problem := probe.url_problem(t.base_url)):
+            raise UsageError(f"server.url={t.base_url!r} cannot be attached to: {problem}.",
+                             hint="give the running server's URL, e.g. http://127.0.0.1:8000")
         if t.managed:
             for port in (t.port, *(n.port for n in t.nodes if n.port is not None)):
                 ensure_port_free(t.host, port)
@@ -232,11 +235,13 @@ class ServerSession:
             status = probe.health(self.target.base_url)
             if status == 200:
                 return time.monotonic() - self.started_at
-            if (status == probe.REFUSED and not self.managed
+            if (status in (probe.REFUSED, 404) and not self.managed
                     and time.monotonic() - self.started_at > ATTACH_REFUSED_S):
-                raise self._failure(f"nothing listens at {self.target.base_url} (connection "
-                                    f"refused for {ATTACH_REFUSED_S:.0f} s); start the server, "
-                                    "or fix server.url")
+                what = ("nothing listens at" if status == probe.REFUSED
+                        else "no vLLM server (/health: 404) at")
+                raise self._failure(f"{what} {self.target.base_url} for "
+                                    f"{ATTACH_REFUSED_S:.0f} s; start the server, or fix "
+                                    "server.url")
             if time.monotonic() > deadline:
                 raise self._failure(f"/health did not answer 200 within {timeout:.0f} s "
                                     "(server.ready_timeout_s)")
