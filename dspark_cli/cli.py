@@ -191,7 +191,7 @@ def run_command(name: str, argv: list[str]) -> int:
         # is cached, and plan.
         from dspark_cli.config.cache import cached_compose
 
-        opts.planned_run_dir = planned_run_dir(name, plain)
+        opts.planned_run_dir = planned_run_dir(plain)
         return task(cached_compose(command.config, plain,
                                    lambda: compose_once(module, command.config, plain)))
     # Here, not in a dry run: Hydra's parser costs a second to load.

@@ -110,27 +110,24 @@ def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     # `read_only`: a command that never writes (verify-checkpoint) gets no run directory either.
     if getattr(opts, "dry_run", False) or getattr(opts, "read_only", False):
         return [*_QUIET_HYDRA, "hydra.output_subdir=null", "hydra.run.dir=."]
-    return [*_QUIET_HYDRA, f"hydra.run.dir={_run_dir(name)}",
-            f"hydra.sweep.dir=runs/{name}/multirun-{_STAMP}"]
+    stamp = "${now:%Y%m%d-%H%M%S}"
+    return [*_QUIET_HYDRA, f"hydra.run.dir=runs/{name}/{stamp}",
+            f"hydra.sweep.dir=runs/{name}/multirun-{stamp}"]
 
 
-def planned_run_dir(name: str, overrides: list[str]) -> Path:
-    """The run directory a run with these overrides gets, for a plan composed without Hydra's
-    app (a plain dry run): the last `hydra.run.dir=` given, else dspark's default, with
-    `${now:FORMAT}` filled in, relative to the current directory."""
+def planned_run_dir(overrides: list[str]) -> Path:
+    """The run directory of a plan composed without Hydra's app (a plain dry run): the last
+    `hydra.run.dir=` given, with `${now:FORMAT}` filled in, relative to the current directory;
+    without one, the current directory (a dry run's plan stays the same from one second to
+    the next)."""
     given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("hydra.run.dir=")]
-    value = given[-1] if given else _run_dir(name)
+    if not given:
+        return Path.cwd()
+    value = given[-1]
     if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) > 1:
         value = value[1:-1]
     value = re.sub(r"\$\{now:([^}]*)\}", lambda m: time.strftime(m[1]), value)
     return Path.cwd() / Path(value).expanduser()
-
-
-def _run_dir(name: str) -> str:
-    return f"runs/{name}/{_STAMP}"
-
-
-_STAMP = "${now:%Y%m%d-%H%M%S}"
 
 
 COMPLETION = {"-sc", "--shell-completion"}

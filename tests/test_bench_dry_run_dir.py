@@ -1,6 +1,6 @@
 """`dspark bench --dry-run` plans its paths where the run would write them: `hydra.run.dir` when
 given (relative to the current directory, `~` and `${now:...}` filled in), the sweep's job
-directory in a multirun, else dspark's default `runs/bench/<time>`; and it writes nothing."""
+directory in a multirun, else the current directory; and it writes nothing."""
 
 from __future__ import annotations
 
@@ -32,12 +32,9 @@ def test_a_relative_run_dir_with_a_time_stamp_is_under_the_cwd(tmp_path: Path) -
     assert plan["run_dir"] == str(tmp_path / "out" / time.strftime("%Y"))
 
 
-def test_without_one_the_plan_is_dsparks_default(tmp_path: Path) -> None:
-    plan = planned(tmp_path)
-    run_dir = Path(plan["run_dir"])
-    assert run_dir.parent == tmp_path / "runs" / "bench"
-    assert run_dir != tmp_path
-    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+def test_without_one_the_plan_is_under_the_cwd_and_nothing_is_written(tmp_path: Path) -> None:
+    assert planned(tmp_path)["run_dir"] == str(tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_multirun_dry_run_plans_each_job_in_the_sweep_dir(tmp_path: Path) -> None:

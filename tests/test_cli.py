@@ -70,7 +70,7 @@ def test_multirun_dry_run_plans_each_job() -> None:
     (["+hw.extra_key=1"], "unknown config key `hw.extra_key`"),
     (["+hw.args.tensor_parallel=1"], "did you mean tensor_parallel_size"),
     (["hw.platform=tpu"], "Invalid value 'tpu'"),
-    (["model.path=("], "Error parsing override"),
+    (["model.path=("], "cannot read the override 'model.path=('"),
     (["--no-such-flag"], "unknown flag '--no-such-flag'"),
 ])
 def test_bad_input_is_a_usage_error_without_traceback(args: list[str], needle: str) -> None:

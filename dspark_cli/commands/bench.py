@@ -114,7 +114,7 @@ def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool) -> Any:
 
 def _run_dir(opts: argparse.Namespace) -> Path:
     """The Hydra job's output directory; a plain dry run (composed without Hydra's app) has
-    none, and plans its paths where a run would write: `hydra.run.dir` or dspark's default."""
+    none, and plans its paths under `hydra.run.dir` when given, else the current directory."""
     from hydra.core.hydra_config import HydraConfig
 
     from dspark_cli.launch.record import run_dir
