@@ -13,6 +13,7 @@ import pytest
 
 from dspark_cli.errors import ExitCode
 from tests.conftest import REPO, run_dspark
+from tests.doubles.fake_vllm import free_port
 
 STUB = 'raise ModuleNotFoundError("No module named {0!r}", name="{0}")\n'
 HIDER = '''import sys
@@ -48,7 +49,9 @@ def broken_install(tmp_path: Path, kind: str) -> dict[str, str]:
     ["serve", "+hw=cpu", "--dry-run", "--validate"],
 ], ids=["serve", "smoke", "bench", "serve-validate"])
 def test_no_engine_says_what_to_install(tmp_path: Path, kind: str, args: list[str]) -> None:
-    done = run_dspark(*args, env=broken_install(tmp_path, kind), cwd=tmp_path, timeout=180)
+    port = free_port()  # not 8000: a server of someone else's may hold it
+    done = run_dspark(*args, f"server.port={port}", env=broken_install(tmp_path, kind),
+                      cwd=tmp_path, timeout=180)
     assert done.returncode == ExitCode.MISSING_ENGINE == 4, done.stderr
     assert "pip install 'dspark[cpu]'" in done.stderr
     assert "cannot import" in done.stderr

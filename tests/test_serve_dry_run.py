@@ -102,8 +102,12 @@ def test_gpu_profiles_render_their_own(hw: str, platform_env: set[str], moe: str
 
 
 def test_cpu_profile_renders_the_cpu_quirks() -> None:
+    from dspark_cli.machine.preload import installed_libraries
+
     env, positional, flags = dry_run("+hw=cpu")
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    preload = ":".join(installed_libraries(["libtcmalloc_minimal.so.4", "libiomp5.so"]))
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+                   **({"LD_PRELOAD": preload} if preload else {})}
     assert positional[-1].endswith("tiny-llama-v1")
     assert flags["--dtype"] == "float32" and flags["--enforce-eager"] is True
     assert "--speculative-config" not in flags and "--moe-backend" not in flags
