@@ -4,7 +4,7 @@ in the same run.
 The run directory is synthetic but in the real record format (tests/report_factory.py: the
 seed's protocol, 3 arms x 7 concurrencies, each cell a real `CellRecord`, the arms' run records,
 a smoke record, summary.json with the statistics). Measured, median of --runs:
-- reference: json.load of every record the report reads (cell.json x 21, summary.json,
+- reference: json.load of every record the report reads (cell.json x 63, summary.json,
   smoke.json, provenance.json x 4);
 - report (in process): collect the records, build the report, render Markdown and JSON, write
   both files;
@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 GOAL_S = 1.0
+REPEATS = 3
 
 
 def median_s(call: Callable[[], object], runs: int) -> float:
@@ -56,8 +57,8 @@ def main() -> int:
 
         root = Path(tmp) / "run"
         smoke_run(root / "smoke")
-        bench_run(root / "bench", repeats=3)
-        cells = len(list(root.rglob("cell.json")))
+        bench_run(root / "bench", repeats=REPEATS)
+        records = len(list(root.rglob("cell.json")))
         reference = median_s(lambda: read_records(root), args.runs)
         in_process = median_s(lambda: write_report([root], root), args.runs)
         cli = median_s(lambda: subprocess.run(
@@ -65,7 +66,8 @@ def main() -> int:
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": str(REPO)}), args.runs)
         size = (root / "report.md").stat().st_size
-    print(f"run directory: {cells} cells x 3 repeats (summary), smoke, 4 run records; "
+    print(f"run directory: {records} cell records ({records // REPEATS} cells x {REPEATS} "
+          "repeats), summary.json, smoke, 4 run records; "
           f"report.md {size:,} bytes; median of {args.runs} runs")
     print(f"{'reference: read every JSON record':<44} {reference * 1000:8.1f} ms")
     print(f"{'report in process (build, render, write)':<44} {in_process * 1000:8.1f} ms  "
