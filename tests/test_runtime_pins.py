@@ -48,6 +48,7 @@ def test_the_legacy_hash_field_and_no_archive() -> None:
     assert wheel_sha256({"url": "file:///x", "dir_info": {}}) is None
 
 
+@pytest.mark.vllm  # reads the installed vLLM's and torch's metadata
 def test_installed_reads_this_environment_without_importing_torch_or_vllm() -> None:
     code = ("import sys; from dspark_cli.launch.runtime_pins import installed; r = installed(); "
             "print(r.vllm_version, r.torch); "
@@ -100,6 +101,7 @@ def test_image_facts_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     assert image.id == "sha256:49067946" and image.tag is None
 
 
+@pytest.mark.vllm  # the pin is checked against the installed torch
 @pytest.mark.parametrize("command", ["serve", "smoke", "bench", "validate"])
 def test_a_mismatched_pin_fails_preflight_with_expected_vs_actual(tmp_path: Path,
                                                                   command: str) -> None:

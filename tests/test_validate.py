@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from dspark_cli.report import markdown
 from tests.conftest import REPO, run_dspark, wait_until
@@ -60,6 +61,7 @@ def focused(src: Path) -> list[str]:
             "validate.tests.node_ids=[tests/test_focused.py]"]
 
 
+@pytest.mark.vllm  # the smoke stage makes the tiny model with torch
 def test_every_stage_runs_and_the_report_is_the_records(tmp_path: Path) -> None:
     done, run = run_validate(tmp_path, *focused(source_tree(tmp_path)))
     assert done.returncode == 0, done.stderr
@@ -96,6 +98,7 @@ def test_every_stage_runs_and_the_report_is_the_records(tmp_path: Path) -> None:
     assert {p: p.stat().st_mtime_ns for p in before} == before
 
 
+@pytest.mark.vllm  # the smoke stage makes the tiny model with torch
 def test_a_failed_stage_stops_the_run_unless_keep_going(tmp_path: Path) -> None:
     src = source_tree(tmp_path, failing=True)
     (tmp_path / "stop").mkdir()
@@ -115,6 +118,7 @@ def test_a_failed_stage_stops_the_run_unless_keep_going(tmp_path: Path) -> None:
         "checkpoint": "passed", "tests": "failed", "smoke": "passed", "bench": "skipped"}
 
 
+@pytest.mark.vllm  # the smoke stage makes the tiny model with torch
 def test_the_exit_code_is_the_worst_stage(tmp_path: Path) -> None:
     """The smoke's server never gets healthy (exit 3) after a failed focused test (exit 1)."""
     done, run = run_validate(tmp_path, *focused(source_tree(tmp_path, failing=True)),
@@ -125,6 +129,7 @@ def test_the_exit_code_is_the_worst_stage(tmp_path: Path) -> None:
     assert (st["tests"]["exit_code"], st["smoke"]["exit_code"]) == (1, 3)
 
 
+@pytest.mark.vllm  # the smoke stage makes the tiny model with torch
 def test_ctrl_c_tears_down_and_still_writes_what_was_measured(tmp_path: Path) -> None:
     """Ctrl-C while the smoke's request hangs: the server goes, the run ends with 130, and the
     checkpoint stage's record and the report are there."""
@@ -176,6 +181,7 @@ def test_dry_run_plans_focused_tests_and_skips_the_bench(tmp_path: Path) -> None
     assert "4. bench: skipped (validate.bench=null)" in done.stdout
 
 
+@pytest.mark.vllm  # the smoke stage makes the tiny model with torch
 def test_a_missing_test_tree_is_a_usage_error_in_its_stage(tmp_path: Path) -> None:
     done, run = run_validate(tmp_path, *focused(tmp_path / "nowhere"))
     assert done.returncode == 2, done.stderr
