@@ -9,10 +9,12 @@ import json
 import subprocess
 import sys
 import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from dspark_cli.config.schema import RuntimePins
 from dspark_cli.launch import runtime_pins
 from dspark_cli.launch.runtime_pins import Runtime, finding, mismatches, wheel_sha256
 from dspark_cli.status import Status
@@ -114,3 +116,8 @@ def test_a_mismatched_pin_fails_preflight_with_expected_vs_actual(tmp_path: Path
     assert f"torch: expected 1.0.0, found {found}" in done.stderr
     assert "(change `runtime.expected`)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_every_pin_has_its_installed_value() -> None:
+    """`runtime.expected.*` (the schema) and what `installed()` reads are one list of facts."""
+    assert [f.name for f in fields(RuntimePins)] == [f.name for f in fields(Runtime)]
