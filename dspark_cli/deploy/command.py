@@ -26,6 +26,7 @@ from dspark_cli.launch import checks
 from dspark_cli.launch.layout import NodeLayout, node_layout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import is_secret
+from dspark_cli.launch.secrets import url_passwords
 
 SCRIPT_NAME = "job.sbatch"
 MANIFEST_NAME = "manifests.yaml"
@@ -77,6 +78,7 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
         raise UsageError(f"deploy.target={target!r} is not a deploy target here; use "
                          "deploy=local, deploy=slurm or deploy=k8s")
     layout = node_layout(cfg, plan)
+    _refuse_url_passwords(layout, target)
     findings = checks.check(cfg, plan, machine=None, validate=opts.validate)
     if not opts.dry_run and any(f.failed for f in findings):
         checks.report(findings)
@@ -107,6 +109,18 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
         return _write_manifests(text, directory)
     ensure_model(cfg)
     return _submit(cfg, plan, layout, directory)
+
+
+def _refuse_url_passwords(layout: NodeLayout, target: str) -> None:
+    """A password inside a URL of a node's command would be written into the job script or
+    the manifests (both are read by others on a cluster): refused before anything is printed
+    or written. Secret-named variables do travel safely (inherited by Slurm, a Secret in K8s)."""
+    if any(url_passwords(arg) for n in layout.launches for arg in n.argv):
+        raise UsageError(
+            f"deploy={target}: a node's command holds a password inside a URL, which the "
+            f"{'job script' if target == 'slurm' else 'manifests'} would carry in clear text; "
+            "give the credential through a secret-named environment variable instead (e.g. "
+            "+hw.env.HF_TOKEN=...), or a URL without a password")
 
 
 def _write_manifests(text: str, directory: Path) -> int:
