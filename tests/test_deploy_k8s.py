@@ -5,6 +5,7 @@ they serve the tiny model as one DP=2 deployment (both engines generate)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -82,20 +83,48 @@ def test_one_node_is_a_deployment():
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("deploy.k8s.image=vllm/vllm-openai:v0.32.0", "not pinned by digest"),
-    ("deploy.k8s.name=Not_A_Label", "DNS label"),
-])
-def test_bad_settings_exit_2_with_the_key(override, message):
+def test_bad_settings_exit_2_with_the_key():
     done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "deploy=k8s",
-                      f"deploy.k8s.image={IMAGE}", override, "--dry-run")
-    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+                      f"deploy.k8s.image={IMAGE}", "deploy.k8s.name=Not_A_Label", "--dry-run")
+    assert done.returncode == 2 and "DNS label" in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
 
 
-def test_no_image_is_refused():
-    done = run_dspark("serve", "+hw=mi350x", "deploy=k8s", "--dry-run")
-    assert done.returncode == 2 and "deploy.k8s.image=" in done.stderr
+@pytest.mark.parametrize(("image", "message"), [
+    ((), "deploy.k8s.image is not set"),
+    (("deploy.k8s.image=dspark-av-sep11:52362-ad170197-aiter804648bc",), "not pinned by digest"),
+])
+def test_the_seed_profile_dry_run_prints_everything_and_fails_the_image_check(image, message):
+    """The validation report's image is a local build with no registry digest: the dry run
+    prints the complete manifests and fails one check naming the key (exit 1); it never
+    invents a digest, and a real write is refused with nothing written."""
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "deploy=k8s", *image, "--dry-run")
+    assert done.returncode == 1, done.stderr
+    lws, service = yaml.safe_load_all(done.stdout)
+    assert problems([lws, service]) == []
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert "@sha256:" not in leader["image"] or leader["image"].startswith("<set ")
+    failed = [ln for ln in done.stderr.splitlines() if "FAILED" in ln]
+    assert len(failed) == 1 and "k8s-image-pinned" in failed[0], done.stderr
+    assert message in failed[0] and "(change `deploy.k8s.image`)" in failed[0]
+
+
+def test_without_a_pinned_image_nothing_is_written(tmp_path):
+    run = tmp_path / "run"
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "deploy=k8s",
+                      f"hydra.run.dir={run}", cwd=tmp_path)
+    assert done.returncode == 1 and "k8s-image-pinned FAILED" in done.stderr
+    assert done.stdout == "" and not (run / "manifests.yaml").exists()
+    assert not (run / "config.yaml").exists()  # only Hydra's own .hydra/ is there
+
+
+def test_the_seed_profile_on_slurm_is_a_job_to_submit_as_is():
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "deploy=slurm", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text
+    assert "#SBATCH --exclusive" in text and text.count("exec vllm serve") == 2
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
 def test_without_dry_run_the_manifests_go_to_the_run_directory(tmp_path):

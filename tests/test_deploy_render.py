@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from dspark_cli.deploy.k8s_manifests import K8sSpec, manifests
+from dspark_cli.deploy.k8s_manifests import IMAGE_UNSET, K8sSpec, image_problem, manifests
 from dspark_cli.deploy.k8s_render import to_yaml
 from dspark_cli.deploy.k8s_validate import problems
 from dspark_cli.deploy.node_script import dispatch, shell_word
@@ -78,14 +78,15 @@ def test_sbatch_script_for_two_gpu_nodes():
     lines = text.splitlines()
     sbatch = [ln for ln in lines if ln.startswith("#SBATCH")]
     assert sbatch == ["#SBATCH --job-name=dsv4", "#SBATCH --nodes=2",
-                      "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
+                      "#SBATCH --ntasks-per-node=1", "#SBATCH --export=ALL",
+                      "#SBATCH --gpus-per-node=8",
                       "#SBATCH --time=02:00:00", "#SBATCH --partition=gpu",
                       "#SBATCH --account=proj", "#SBATCH --exclusive"]
     assert lines[0] == "#!/bin/bash"
     assert lines.index("module load rocm") < lines.index("export VLLM_USE_V2_MODEL_RUNNER=1")
     srun = [ln for ln in lines if ln.startswith("srun")]
     assert srun == ["srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 "
-                    "bash -c dspark_node"]
+                    "--export=ALL bash -c dspark_node"]
     assert 'case "$SLURM_NODEID" in' in text
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in text
     assert "hf_secret_value" not in text
@@ -145,10 +146,33 @@ def test_one_node_is_a_deployment_with_replicas_on_cuda_and_a_pvc():
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 
+@pytest.mark.parametrize(("image", "message"), [
+    (None, "deploy.k8s.image is not set"),
+    ("vllm/vllm-openai:latest", "not pinned by digest"),
+    ("vllm/vllm-openai@sha256:abc", "not pinned by digest"),
+    (DIGEST, None),
+])
+def test_an_unpinned_image_is_a_problem_the_manifests_still_show(image, message):
+    problem = image_problem(image)
+    assert problem is None if message is None else message in problem
+    objects = manifests(dp_layout(), spec(image=image), ENV)
+    assert problems(objects) == []
+    leader = objects[0]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert leader["image"] == (image or IMAGE_UNSET)
+
+
+def test_a_hub_model_gets_no_model_volume_and_a_pvc_needs_a_path():
+    layout = NodeLayout("single", 1, 8, (NodeLaunch(0, True, ("vllm", "serve", "org/m"), {},
+                                                    8000),))
+    deployment, _ = manifests(layout, spec(model_path="org/m"), ())
+    pod = deployment["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["dshm"]
+    assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["dshm"]
+    with pytest.raises(UsageError, match="absolute path"):
+        manifests(layout, spec(model_path="org/m", model_pvc="ckpt"), ())
+
+
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"image": None}, "needs the image"),
-    ({"image": "vllm/vllm-openai:latest"}, "not pinned by digest"),
-    ({"image": "vllm/vllm-openai@sha256:abc"}, "not pinned by digest"),
     ({"name": "DSpark_V4"}, "DNS label"),
     ({"model_pvc": "a", "model_host_path": "/b"}, "one model volume"),
     ({"replicas": 0}, "deploy.k8s.replicas"),

@@ -188,3 +188,37 @@ def test_bench_refuses_several_nodes_before_anything_runs(tmp_path) -> None:
     done = run_dspark("bench", "+hw=cpu", "hw.nodes=2", "--dry-run", cwd=tmp_path)
     assert done.returncode == 2 and "hw.nodes=2" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
+
+
+def _fits(overrides: list[str]):  # type: ignore[no-untyped-def]
+    from dspark_cli.launch.rules import Context, run_rules
+
+    cfg = compose_config(overrides)
+    return {f.rule: f for f in run_rules(Context(cfg, build_plan(cfg), None))}[
+        "parallel-fits-profile"]
+
+
+@pytest.mark.parametrize(("overrides", "fits"), [
+    # TP across nodes: world = TP = nodes x GPUs per node
+    (["+hw=mi350x", "hw.nodes=2", "hw.layout=tp", "hw.args.tensor_parallel_size=16"], True),
+    (["+hw=mi350x", "hw.nodes=4", "hw.layout=tp", "hw.args.tensor_parallel_size=32"], True),
+    (["+hw=mi350x", "hw.nodes=2", "hw.layout=tp", "hw.args.tensor_parallel_size=32"], False),
+    # DP across nodes: world = TP x local DP x nodes
+    (["+hw=mi350x", "hw.nodes=2"], True),
+    (["+hw=mi350x", "hw.nodes=2", "hw.args.data_parallel_size=2"], False),
+    (["+hw=mi350x"], True),
+    (["+hw=mi350x", "hw.args.tensor_parallel_size=16"], False),
+])
+def test_parallel_fits_profile_counts_the_world_across_nodes(overrides, fits) -> None:
+    found = _fits(overrides)
+    assert (found.status is Status.passed) is fits, found.message
+    if not fits:
+        assert found.key == "hw.args.tensor_parallel_size"
+        assert "needs more GPUs than" in found.message
+
+
+def test_tp_16_on_two_8_gpu_nodes_passes_the_dry_run() -> None:
+    done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "hw.layout=tp",
+                      "hw.args.tensor_parallel_size=16", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "FAILED" not in done.stderr and done.stdout.count("--tensor-parallel-size 16") == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from dspark_cli.config.plain import plain
 from dspark_cli.console import progress
-from dspark_cli.deploy.k8s_manifests import K8sSpec, manifests
+from dspark_cli.deploy.k8s_manifests import (
+    K8sSpec,
+    create_secret_line,
+    image_problem,
+    manifests,
+    secret_keys,
+)
+from dspark_cli.deploy.node_script import secret_environment, url_refs
 from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
 from dspark_cli.deploy.targets import CLUSTER_TARGETS
 from dspark_cli.errors import CheckFailed, UsageError
@@ -26,7 +34,9 @@ from dspark_cli.launch import checks
 from dspark_cli.launch.layout import NodeLayout, node_layout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import is_secret
-from dspark_cli.launch.secrets import url_passwords
+from dspark_cli.launch.rules import Finding
+from dspark_cli.launch.secrets import redact_urls
+from dspark_cli.status import Status
 
 SCRIPT_NAME = "job.sbatch"
 MANIFEST_NAME = "manifests.yaml"
@@ -54,13 +64,40 @@ def k8s_objects(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> list[d
     return objects
 
 
+def secret_line(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str | None:
+    """`kubectl create secret ...` for the Secret the manifests refer to, or None."""
+    return create_secret_line(k8s_spec(cfg), secret_keys(layout, plan.env))
+
+
+def secret_comment(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
+    """YAML comment lines above the manifests: the Secret to create first, and which URL each
+    `DSPARK_URL_PASSWORD_N` is the password of. Empty when the objects need no Secret."""
+    line = secret_line(cfg, plan, layout)
+    if line is None:
+        return ""
+    refs = url_refs(layout, plan.env)
+    lines = ["The Secret these objects take their secrets from (never written here); create it",
+             "first, with the variables set in your shell:", f"  {line}",
+             *(f"{var}: the password in {text}" for var, text in refs.where.items())]
+    return "".join(f"# {ln}\n" for ln in lines)
+
+
+def target_findings(cfg: DictConfig) -> tuple[Finding, ...]:
+    """The target's own checks: the image pinned by digest (k8s)."""
+    if str(cfg.deploy.target) != "k8s":
+        return ()
+    problem = image_problem(k8s_spec(cfg).image)
+    return (Finding("k8s-image-pinned", Status.failed if problem else Status.passed,
+                    problem or "the image is pinned by digest", "deploy.k8s.image"),)
+
+
 def _text(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
           argv_of: dict[int, tuple[str, ...]] | None = None) -> str:
     if str(cfg.deploy.target) == "slurm":
         return sbatch_script(layout, sbatch_spec(cfg), plan.env, argv_of)
     from dspark_cli.deploy.k8s_render import to_yaml
 
-    return to_yaml(k8s_objects(cfg, plan, layout))
+    return secret_comment(cfg, plan, layout) + to_yaml(k8s_objects(cfg, plan, layout))
 
 
 def _layout_dict(layout: NodeLayout) -> dict[str, Any]:
@@ -69,7 +106,18 @@ def _layout_dict(layout: NodeLayout) -> dict[str, Any]:
     for launch in data["launches"]:
         launch["env"] = {k: ("<redacted>" if is_secret(k) else v)
                          for k, v in launch["env"].items()}
+        launch["argv"] = [redact_urls(a) for a in launch["argv"]]
     return data
+
+
+def _json(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> dict[str, Any]:
+    if str(cfg.deploy.target) == "slurm":
+        return {"script": _text(cfg, plan, layout)}
+    spec = k8s_spec(cfg)
+    keys = secret_keys(layout, plan.env)
+    return {"manifests": k8s_objects(cfg, plan, layout),
+            "secret": {"name": spec.secret_name, "keys": keys,
+                       "create": create_secret_line(spec, keys)}}
 
 
 def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
@@ -78,16 +126,15 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
         raise UsageError(f"deploy.target={target!r} is not a deploy target here; use "
                          "deploy=local, deploy=slurm or deploy=k8s")
     layout = node_layout(cfg, plan)
-    _refuse_url_passwords(layout, target)
-    findings = checks.check(cfg, plan, machine=None, validate=opts.validate)
+    findings = (*checks.check(cfg, plan, machine=None, validate=opts.validate),
+                *target_findings(cfg))
     if not opts.dry_run and any(f.failed for f in findings):
         checks.report(findings)
-        raise CheckFailed("preflight failed; nothing was submitted (details above).")
+        raise CheckFailed("preflight failed; nothing was submitted or written (details above).")
     if opts.dry_run:
         if opts.json:
-            what = ({"manifests": k8s_objects(cfg, plan, layout)} if target == "k8s"
-                    else {"script": _text(cfg, plan, layout)})
-            print(json.dumps({"target": target, "layout": _layout_dict(layout), **what,
+            print(json.dumps({"target": target, "layout": _layout_dict(layout),
+                              **_json(cfg, plan, layout),
                               "preflight": [f.to_dict() for f in findings]}, indent=2))
         else:
             sys.stdout.write(_text(cfg, plan, layout))
@@ -106,27 +153,18 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
     if text is not None:
-        return _write_manifests(text, directory)
+        return _write_manifests(text, directory, secret_line(cfg, plan, layout))
     ensure_model(cfg)
     return _submit(cfg, plan, layout, directory)
 
 
-def _refuse_url_passwords(layout: NodeLayout, target: str) -> None:
-    """A password inside a URL of a node's command would be written into the job script or
-    the manifests (both are read by others on a cluster): refused before anything is printed
-    or written. Secret-named variables do travel safely (inherited by Slurm, a Secret in K8s)."""
-    if any(url_passwords(arg) for n in layout.launches for arg in n.argv):
-        raise UsageError(
-            f"deploy={target}: a node's command holds a password inside a URL, which the "
-            f"{'job script' if target == 'slurm' else 'manifests'} would carry in clear text; "
-            "give the credential through a secret-named environment variable instead (e.g. "
-            "+hw.env.HF_TOKEN=...), or a URL without a password")
-
-
-def _write_manifests(text: str, directory: Path) -> int:
+def _write_manifests(text: str, directory: Path, secret: str | None) -> int:
     path = directory / MANIFEST_NAME
     path.write_text(text)
-    progress("manifests written; apply them with the command on stdout")
+    progress("manifests written; apply them with the command(s) on stdout"
+             + (" (the Secret first, from your shell's variables)" if secret else ""))
+    if secret:
+        print(secret)
     print(f"kubectl apply -f {path}")
     return 0
 
@@ -138,6 +176,9 @@ def _submit(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: Pa
     from dspark_cli.vllm.shim import vllm_command
 
     argv_of = {n.rank: tuple(vllm_command(n.argv)) for n in layout.launches}
+    # sbatch hands its environment to the job (--export=ALL): the secrets the script refers to
+    # go there, under the names it demands, and nowhere on disk.
+    os.environ.update(secret_environment(layout, plan.env, url_refs(layout, plan.env)))
     script = directory / SCRIPT_NAME
     script.write_text(_text(cfg, plan, layout, argv_of))
     script.chmod(0o755)

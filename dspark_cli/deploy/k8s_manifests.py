@@ -5,6 +5,12 @@ own field names, validated by `k8s_validate` and rendered as YAML by `k8s_render
 The pods run the layout's rank dispatch in bash: LWS injects `LWS_LEADER_ADDRESS`,
 `LWS_WORKER_INDEX` and `LWS_GROUP_SIZE` into every container, so the rank and the head address
 come from the engine at run time and the group size is checked against the layout.
+
+No secret is written: a secret-named variable and every URL password
+(`DSPARK_URL_PASSWORD_N`, referred to as `${VAR}` in the script and `$(VAR)` in env values)
+come from the Secret `secret_name` through `secretKeyRef`; `create_secret_line` says how to
+make it. Kubernetes expands `$(VAR)` in commands and env values, so a literal `$(` or `$$` is
+escaped (`$$(`, `$$$`) to reach the container unchanged.
 """
 
 from __future__ import annotations
@@ -14,10 +20,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dspark_cli.deploy.node_script import HEAD_VAR, command_text, dispatch
+from dspark_cli.deploy.node_script import (
+    HEAD_VAR,
+    command_text,
+    dispatch,
+    secret_environment,
+    url_refs,
+)
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.render import is_secret
+from dspark_cli.launch.secrets import ShellRefs, redact_urls
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -33,7 +46,7 @@ class K8sSpec:
     """`deploy.k8s` plus the plan's facts the pods need."""
 
     name: str
-    image: str
+    image: str | None  # REPO@sha256:<digest>; anything else fails `image_problem`
     platform: str  # rocm | cuda | cpu: which GPU resource, if any
     model_path: str
     model_pvc: str | None = None
@@ -51,22 +64,40 @@ class K8sSpec:
     node_selector: Mapping[str, str] | None = None
 
 
+# Where an unpinned image would go in a dry run's manifests (never a made-up digest).
+IMAGE_UNSET = "<set deploy.k8s.image=REPO@sha256:DIGEST>"
+
+
+def image_problem(image: str | None) -> str | None:
+    """Why `deploy.k8s.image` cannot be applied as is, or None when it is pinned by digest.
+    A dry run prints the manifests anyway and reports this as a failed check."""
+    if not image:
+        return ("deploy=k8s needs the image pinned by digest, and deploy.k8s.image is not set; "
+                "a locally built image (as the validation report's) has no registry digest "
+                "until it is pushed: push it to a registry the cluster pulls from and set "
+                "deploy.k8s.image=REGISTRY/REPO@sha256:<64 hex digits> (`docker inspect "
+                "--format '{{index .RepoDigests 0}}' IMAGE` shows it after the push)")
+    if not DIGEST.match(image):
+        return (f"deploy.k8s.image={image!r} is not pinned by digest; a tag can move under a "
+                "running deployment. Give REPO@sha256:<64 hex digits> (`docker inspect "
+                "--format '{{index .RepoDigests 0}}' IMAGE` shows it)")
+    return None
+
+
 def check_spec(spec: K8sSpec) -> None:
-    """Refuse what a cluster would refuse late or run wrong: an image without a digest, a name
-    that is no DNS label, two model volumes, non-positive counts."""
-    if not spec.image:
-        raise UsageError("deploy=k8s needs the image, pinned by digest: "
-                         "deploy.k8s.image=REGISTRY/REPO@sha256:<64 hex digits>")
-    if not DIGEST.match(spec.image):
-        raise UsageError(f"deploy.k8s.image={spec.image!r} is not pinned by digest; a tag can "
-                         "move under a running deployment. Give REPO@sha256:<64 hex digits> "
-                         "(`docker inspect --format '{{index .RepoDigests 0}}' IMAGE` shows it).")
+    """Refuse what a cluster would refuse late or run wrong: a name that is no DNS label, two
+    model volumes, non-positive counts. (The image is `image_problem`'s: a check a dry run
+    reports, not a reason to print nothing.)"""
     if not DNS_LABEL.match(spec.name) or len(spec.name) > 50:
         raise UsageError(f"deploy.k8s.name={spec.name!r} must be a DNS label of at most 50 "
                          "characters (lower-case letters, digits, '-'), e.g. dspark-v4")
     if spec.model_pvc and spec.model_host_path:
         raise UsageError("set one model volume: deploy.k8s.model_pvc or "
                          "deploy.k8s.model_host_path, not both")
+    if (spec.model_pvc or spec.model_host_path) and not _local_model(spec):
+        raise UsageError("a model volume (deploy.k8s.model_pvc or model_host_path) is mounted "
+                         "at model.path, which must then be an absolute path, not "
+                         f"{redact_urls(spec.model_path)!r}")
     for key in ("replicas", "probe_period_s", "startup_failure_threshold",
                 "readiness_failure_threshold", "liveness_period_s",
                 "liveness_failure_threshold", "probe_timeout_s"):
@@ -85,16 +116,42 @@ def _metadata(spec: K8sSpec, name: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def _env(env: Sequence[tuple[str, str]], spec: K8sSpec) -> list[dict[str, Any]]:
-    """The plan's environment as container env; a secret-named variable refers to the Secret."""
-    out: list[dict[str, Any]] = []
+def k8s_literal(text: str) -> str:
+    """`text` escaped against Kubernetes' `$(VAR)` expansion (commands, args, env values)."""
+    return re.sub(r"\$(?=[$(])", "$$", text)
+
+
+def _secret_ref(name: str, spec: K8sSpec) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": spec.secret_name, "key": name}}}
+
+
+def _env(env: Sequence[tuple[str, str]], spec: K8sSpec, refs: ShellRefs) -> list[dict[str, Any]]:
+    """The plan's environment as container env: the URL passwords' variables first (from the
+    Secret), then each variable; a secret-named one refers to the Secret, a URL password inside
+    a value to its variable (`$(VAR)`, which Kubernetes expands from the entries before it)."""
+    out = [_secret_ref(var, spec) for var in refs.variables()]
     for name, value in env:
         if is_secret(name):
-            out.append({"name": name, "valueFrom": {"secretKeyRef": {
-                "name": spec.secret_name, "key": name}}})
+            out.append(_secret_ref(name, spec))
         else:
-            out.append({"name": name, "value": value})
+            out.append({"name": name, "value": "".join(
+                f"$({v})" if v else k8s_literal(t) for t, v in refs.split(value))})
     return out
+
+
+def secret_keys(layout: NodeLayout, env: Sequence[tuple[str, str]]) -> list[str]:
+    """The keys the Secret `deploy.k8s.secret_name` must hold for these manifests."""
+    return list(secret_environment(layout, env, url_refs(layout, env)))
+
+
+def create_secret_line(spec: K8sSpec, keys: Sequence[str]) -> str | None:
+    """The `kubectl create secret` line that makes the Secret from the shell's variables of
+    the same names (their values are never in the manifests), or None when none is needed."""
+    if not keys:
+        return None
+    namespace = f" --namespace {spec.namespace}" if spec.namespace else ""
+    literals = " ".join(f'--from-literal={k}="${{{k}:?set {k}}}"' for k in keys)
+    return f"kubectl create secret generic {spec.secret_name}{namespace} {literals}"
 
 
 def _probe(period: int, threshold: int, timeout: int) -> dict[str, Any]:
@@ -102,26 +159,45 @@ def _probe(period: int, threshold: int, timeout: int) -> dict[str, Any]:
             "failureThreshold": threshold, "timeoutSeconds": timeout}
 
 
+def _local_model(spec: K8sSpec) -> bool:
+    """Whether the model is a path to mount (else a hub name or URL vLLM fetches itself)."""
+    return spec.model_path.startswith("/")
+
+
 def _volumes(spec: K8sSpec) -> list[dict[str, Any]]:
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
     if spec.model_pvc:
         model: dict[str, Any] = {"name": "model", "persistentVolumeClaim": {
             "claimName": spec.model_pvc, "readOnly": True}}
-    else:
+    elif _local_model(spec) or spec.model_host_path:
         model = {"name": "model", "hostPath": {
             "path": spec.model_host_path or spec.model_path, "type": "Directory"}}
+    else:
+        return [shm]
     return [shm, model]
 
 
+def _mounts(spec: K8sSpec) -> list[dict[str, Any]]:
+    shm = {"name": "dshm", "mountPath": SHM_PATH}
+    if len(_volumes(spec)) == 1:
+        return [shm]
+    return [shm, {"name": "model", "mountPath": spec.model_path, "readOnly": True}]
+
+
 def container_script(layout: NodeLayout, group_env: bool,
-                     common_env: Mapping[str, str] | None = None) -> str:
+                     common_env: Mapping[str, str] | None = None,
+                     refs: ShellRefs | None = None) -> str:
     """What every pod's container runs: one node's command (a Deployment), or the head address
-    and rank from LWS, then the rank dispatch."""
+    and rank from LWS, then the rank dispatch. URL passwords are demanded from the container's
+    environment (the Secret) before anything runs."""
+    refs = refs or url_refs(layout, common_env or {})
+    demand = [*refs.exports()]
     if not group_env:
-        return "exec " + command_text(layout.head.argv, "") + "\n"
+        return "\n".join([*demand, "exec " + command_text(layout.head.argv, "", refs)]) + "\n"
     size = layout.nodes
     return "\n".join([
         "set -euo pipefail",
+        *demand,
         f'if [ "${{LWS_GROUP_SIZE:-}}" != "{size}" ]; then',
         f'  echo "dspark: LWS_GROUP_SIZE=${{LWS_GROUP_SIZE:-unset}}, the layout has {size} '
         'nodes" >&2',
@@ -129,7 +205,7 @@ def container_script(layout: NodeLayout, group_env: bool,
         "fi",
         f'export {HEAD_VAR}="$LWS_LEADER_ADDRESS"',
         "",
-        dispatch(layout, f"${RANK_VAR}", common_env=common_env),
+        dispatch(layout, f"${RANK_VAR}", common_env=common_env, refs=refs),
     ])
 
 
@@ -137,14 +213,15 @@ def pod_spec(layout: NodeLayout, spec: K8sSpec, env: Sequence[tuple[str, str]],
              api_port: int | None, group_env: bool) -> dict[str, Any]:
     """One pod: the vLLM container with GPUs, /dev/shm, the model, and probes on /health
     where it serves the API (a headless node has no HTTP to probe)."""
+    refs = url_refs(layout, env)
+    script = container_script(layout, group_env, dict(env), refs)
     container: dict[str, Any] = {
         "name": "vllm",
-        "image": spec.image,
+        "image": spec.image or IMAGE_UNSET,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/bash", "-c", container_script(layout, group_env, dict(env))],
-        "env": _env(env, spec),
-        "volumeMounts": [{"name": "dshm", "mountPath": SHM_PATH},
-                         {"name": "model", "mountPath": spec.model_path, "readOnly": True}],
+        "command": ["/bin/bash", "-c", k8s_literal(script)],
+        "env": _env(env, spec, refs),
+        "volumeMounts": _mounts(spec),
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
     }
     resource = GPU_RESOURCE.get(spec.platform)

@@ -2,61 +2,96 @@
 
 Slurm's tasks and the LeaderWorkerSet's pods run the same text; each engine only differs in
 the variable that holds the node's rank (`SLURM_NODEID`, `LWS_WORKER_INDEX`) and in where the
-head's address comes from, which the caller exports as `DSPARK_HEAD_ADDR` first. Pure.
+head's address comes from, which the caller exports as `DSPARK_HEAD_ADDR` first. A URL password
+is never written: the text refers to `${DSPARK_URL_PASSWORD_N}` (`url_refs`), which the engine
+puts into the job's environment (Slurm: the submitting environment; Kubernetes: a Secret). Pure.
 """
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLayout
-from dspark_cli.launch.render import export_line
+from dspark_cli.launch.render import export_line, is_secret
+from dspark_cli.launch.secrets import ShellRefs
 
 HEAD_VAR = "DSPARK_HEAD_ADDR"
 BAD_RANK_EXIT = 64  # EX_USAGE: the engine gave a rank the layout has no command for
 
 
-def shell_word(arg: str) -> str:
-    """One argv word, quoted for the shell, with the head placeholder left to expand."""
-    parts = [shlex.quote(p) if p else "" for p in arg.split(HEAD_ADDR)]
+def _env_items(env: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    return list(env.items() if isinstance(env, Mapping) else env)
+
+
+def url_refs(layout: NodeLayout, env: Mapping[str, str] | Iterable[tuple[str, str]] = ()
+             ) -> ShellRefs:
+    """The URL passwords of the layout's environments and commands, each named once, in a fixed
+    order (the plan's env, each node's env, each node's argv), so every rendering of the same
+    layout refers to the same variables."""
+    refs = ShellRefs()
+    texts = [v for k, v in _env_items(env) if not is_secret(k)]
+    texts += [v for n in layout.launches for k, v in n.env.items() if not is_secret(k)]
+    texts += [a for n in layout.launches for a in n.argv]
+    for text in texts:
+        refs.register(text)
+    return refs
+
+
+def secret_environment(layout: NodeLayout, env: Mapping[str, str] | Iterable[tuple[str, str]],
+                       refs: ShellRefs) -> dict[str, str]:
+    """Name -> value of every secret the rendered text refers to instead of holding: the
+    secret-named variables of the plan and the nodes, and the URL passwords' variables. What the
+    engine must carry into the job (never written by dspark)."""
+    out = {k: v for k, v in _env_items(env) if is_secret(k)}
+    out |= {k: v for n in layout.launches for k, v in n.env.items() if is_secret(k)}
+    return out | refs.variables()
+
+
+def shell_word(arg: str, refs: ShellRefs | None = None) -> str:
+    """One argv word, quoted for the shell, with the head placeholder left to expand and URL
+    passwords as variable references."""
+    refs = refs or ShellRefs()
+    parts = [refs.word(p) if p else "" for p in arg.split(HEAD_ADDR)]
     return f'"${{{HEAD_VAR}}}"'.join(parts) or "''"
 
 
-def command_text(argv: Sequence[str], indent: str) -> str:
+def command_text(argv: Sequence[str], indent: str, refs: ShellRefs | None = None) -> str:
     """The argv as shell words: the positional part first, then one option per line."""
+    refs = refs or ShellRefs()
     first_flag = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
-    lines = [" ".join(shell_word(a) for a in argv[:first_flag])]
+    lines = [" ".join(shell_word(a, refs) for a in argv[:first_flag])]
     current: list[str] = []
     for arg in argv[first_flag:]:
         if arg.startswith("--") and current:
             lines.append(" ".join(current))
             current = []
-        current.append(shell_word(arg))
+        current.append(shell_word(arg, refs))
     if current:
         lines.append(" ".join(current))
     return f" \\\n{indent}  ".join(lines)
 
 
-def exports(env: Mapping[str, str] | Sequence[tuple[str, str]], indent: str = "") -> list[str]:
+def exports(env: Mapping[str, str] | Sequence[tuple[str, str]], indent: str = "",
+            refs: ShellRefs | None = None) -> list[str]:
     """`export` lines; a secret is taken from the caller's environment, never written."""
-    items = env.items() if isinstance(env, Mapping) else env
-    return [indent + export_line(name, value) for name, value in items]
+    refs = refs or ShellRefs()
+    return [indent + export_line(name, value, refs) for name, value in _env_items(env)]
 
 
 def dispatch(layout: NodeLayout, rank_expr: str, argv_of: Mapping[int, Sequence[str]] | None = None,
-             common_env: Mapping[str, str] | None = None) -> str:
+             common_env: Mapping[str, str] | None = None, refs: ShellRefs | None = None) -> str:
     """The `case` over node ranks: each branch exports the node's own environment (what
     differs from `common_env`) and `exec`s its command, so the engine's signals reach vLLM.
     `argv_of` replaces a rank's argv (the command that really runs vLLM on this host)."""
+    refs = refs or url_refs(layout, common_env or {})
     common = dict(common_env or {})
     out = [f'case "{rank_expr}" in']
     for launch in layout.launches:
         argv = (argv_of or {}).get(launch.rank, launch.argv)
         own = [(k, v) for k, v in launch.env.items() if common.get(k) != v]
         out.append(f"  {launch.rank})")
-        out += exports(own, "    ")
-        out.append("    exec " + command_text(argv, "    "))
+        out += exports(own, "    ", refs)
+        out.append("    exec " + command_text(argv, "    ", refs))
         out.append("    ;;")
     out += ["  *)",
             f'    echo "dspark: no command for node rank {rank_expr}; the layout has '

@@ -3,7 +3,12 @@ one task per node; each task takes its rank from `SLURM_NODEID` and runs that no
 
 The head's address is resolved in the job, not guessed at submission: the first host of the
 job's node list (`scontrol show hostnames`), then its `NodeAddr` from slurm.conf, then DNS
-(`getent`) when NodeAddr is only the node's name. Pure: text in, text out.
+(`getent`) when NodeAddr is only the node's name.
+
+Secrets never enter the script: a secret-named variable or a URL password
+(`${DSPARK_URL_PASSWORD_N}`) is demanded from the environment, which sbatch (`--export=ALL`,
+explicit in the header) hands to the batch step and srun (`--export=ALL`) to every task; the
+submitter puts the values there (`secret_environment`). Pure: text in, text out.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dspark_cli.deploy.node_script import HEAD_VAR, dispatch, exports
+from dspark_cli.deploy.node_script import HEAD_VAR, dispatch, exports, url_refs
 from dspark_cli.launch.layout import NodeLayout
 
 RANK_VAR = "SLURM_NODEID"
@@ -46,7 +51,10 @@ class SbatchSpec:
 
 
 def header(layout: NodeLayout, spec: SbatchSpec) -> list[str]:
-    options = [f"--job-name={spec.job_name}", f"--nodes={layout.nodes}", "--ntasks-per-node=1"]
+    # --export=ALL (sbatch's default, stated): the submitting environment, secrets included,
+    # reaches the job; the script only refers to them.
+    options = [f"--job-name={spec.job_name}", f"--nodes={layout.nodes}", "--ntasks-per-node=1",
+               "--export=ALL"]
     if spec.gpus and layout.gpus_per_node > 0:
         options.append(f"--gpus-per-node={layout.gpus_per_node}")
     options.append(f"--time={spec.time}")
@@ -64,8 +72,9 @@ def sbatch_script(layout: NodeLayout, spec: SbatchSpec, env: Sequence[tuple[str,
     `srun` task per node running the rank dispatch (`exec`, so scancel's signals reach vLLM).
     `argv_of` replaces a rank's argv (how vLLM really runs on this host)."""
     nodes = layout.nodes
+    refs = url_refs(layout, env)
     srun = (f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 "
-            "bash -c dspark_node")
+            "--export=ALL bash -c dspark_node")
     lines = [
         "#!/bin/bash",
         f"# Written by dspark: layout {layout.mode}, {nodes} node(s), one srun task per node.",
@@ -76,8 +85,8 @@ def sbatch_script(layout: NodeLayout, spec: SbatchSpec, env: Sequence[tuple[str,
     ]
     if spec.setup:
         lines += [*spec.setup, ""]
-    lines += [*exports(env), "", HEAD_ADDRESS]
-    body = dispatch(layout, f"${RANK_VAR}", argv_of, dict(env))
+    lines += [*refs.exports(), *exports(env, refs=refs), "", HEAD_ADDRESS]
+    body = dispatch(layout, f"${RANK_VAR}", argv_of, dict(env), refs)
     lines += ["dspark_node() {", *("  " + ln if ln else ln for ln in body.splitlines()), "}",
               "export -f dspark_node", "", srun]
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ One node gives one launch whose argv is the plan's argv, byte for byte.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -64,6 +65,12 @@ class NodeLaunch:
     @property
     def headless(self) -> bool:
         return bool(self.arg("headless"))
+
+    @property
+    def world_size(self) -> int:
+        """TP x DP x PP of this node's command: the whole deployment's GPUs as vLLM counts them
+        (DP is the total across nodes; TP too, across nodes with --nnodes)."""
+        return math.prod(int(self.arg(d) or 1) for d in SIZE_DESTS)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "serves_api": self.serves_api, "argv": list(self.argv),

@@ -45,14 +45,8 @@ def _size(node: NodeLaunch, dest: str) -> int:
     return int(node.arg(dest) or 1)
 
 
-def world_size(node: NodeLaunch) -> int:
-    """TP x DP x PP of one node's command: the whole deployment's GPUs as vLLM counts them."""
-    return (_size(node, "tensor_parallel_size") * _size(node, "data_parallel_size")
-            * _size(node, "pipeline_parallel_size"))
-
-
 def _world_divides(c: LayoutContext) -> str | None:
-    world, nodes = world_size(c.layout.head), c.layout.nodes
+    world, nodes = c.layout.head.world_size, c.layout.nodes
     if world % nodes:
         return (f"TP x DP x PP = {world} does not divide over {nodes} nodes; vLLM refuses "
                 f"`--nnodes {nodes}` unless it divides the world size")
@@ -85,7 +79,7 @@ def _gpus_per_node(c: LayoutContext) -> str | None:
     hw = c.cfg.hw
     if hw.platform is Platform.cpu:
         return None
-    per_node, _ = divmod(world_size(c.layout.head), c.layout.nodes)
+    per_node, _ = divmod(c.layout.head.world_size, c.layout.nodes)
     if per_node != int(hw.num_gpus):
         fix = ("set hw.args.tensor_parallel_size to the engine's total TP "
                f"({int(hw.num_gpus) * c.layout.nodes} for {c.layout.nodes} nodes)"

@@ -71,6 +71,17 @@ class Context:
     def parallel(self) -> int:
         return self.launch.parallel
 
+    @cached_property
+    def world(self) -> int:
+        """TP x DP x PP as vLLM counts it across every node: the plan's own for one node; for
+        several, the head's command in the node layout (DP = nodes x local DP; TP across nodes
+        is the engine's total)."""
+        if int(self.cfg.hw.nodes) <= 1:
+            return self.parallel
+        from dspark_cli.launch.layout import node_layout
+
+        return node_layout(self.cfg, self.plan).head.world_size
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -176,9 +187,12 @@ def _sparse_mla_fp8(c: Context) -> str | None:
 
 def _fits_profile(c: Context) -> str | None:
     hw = c.cfg.hw
-    if hw.platform is not Platform.cpu and c.parallel > hw.num_gpus:
-        return (f"TP x DP x PP = {c.parallel} needs more GPUs than the {hw.name} profile has "
-                f"({hw.num_gpus})")
+    nodes = int(hw.nodes)
+    gpus = int(hw.num_gpus) * max(nodes, 1)
+    if hw.platform is not Platform.cpu and c.world > gpus:
+        where = (f"the {hw.name} profile has ({gpus})" if nodes <= 1 else
+                 f"{nodes} nodes of the {hw.name} profile have ({nodes} x {hw.num_gpus})")
+        return f"TP x DP x PP = {c.world} needs more GPUs than {where}"
     return None
 
 
@@ -206,8 +220,9 @@ def _gpus_match(c: Context) -> str | None:
 
 
 def _fits_machine(c: Context) -> str | None:
-    if c.cfg.hw.platform is not Platform.cpu and c.parallel > len(c.machine.gpus):
-        return (f"TP x DP x PP = {c.parallel} needs {c.parallel} GPUs; "
+    # every node of a layout run here (deploy=local) shares this machine's GPUs
+    if c.cfg.hw.platform is not Platform.cpu and c.world > len(c.machine.gpus):
+        return (f"TP x DP x PP = {c.world} needs {c.world} GPUs; "
                 f"{len(c.machine.gpus)} detected")
     return None
 

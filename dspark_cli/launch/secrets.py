@@ -21,8 +21,9 @@ SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 # vLLM options that carry a secret -> the environment variable vLLM reads it from instead.
 SECRET_OPTIONS = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
 # scheme://user:password@ (the password is group 2; an empty user is allowed); a reference to
-# a variable (`${VAR}`, `${oc.env:VAR}`) is what dspark writes instead, not a password
-URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\$\{)([^/\s@]+)(?=@)")
+# a variable (`${VAR}`, `${oc.env:VAR}`, Kubernetes' `$(VAR)`) is what dspark writes instead,
+# not a password
+URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\$[{(])([^/\s@]+)(?=@)")
 REDACTED = "<redacted>"
 MIN_SCRUBBED = 4  # shorter values are not searched for in free text (too many false hits)
 
@@ -105,21 +106,44 @@ SCRUB = Scrubber()  # this process's known secrets, filled as configs are compos
 
 class ShellRefs:
     """Shell words that refer to URL passwords by variable (`$DSPARK_URL_PASSWORD_1`), and the
-    export lines that make a script demand those variables."""
+    export lines that make a script demand those variables. One instance names each password
+    once, so every node of a layout refers to it by the same variable."""
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}  # password -> variable
+        self.where: dict[str, str] = {}  # variable -> the text it was first seen in, redacted
+
+    def _var(self, password: str, text: str) -> str:
+        var = self.names.setdefault(password, f"DSPARK_URL_PASSWORD_{len(self.names) + 1}")
+        self.where.setdefault(var, redact_urls(text))
+        return var
+
+    def register(self, text: str) -> None:
+        """Name `text`'s URL passwords now (a fixed order for every rendering that follows)."""
+        for m in URL_PASSWORD.finditer(str(text)):
+            self._var(m.group(2), str(text))
+
+    def split(self, text: str) -> list[tuple[str, str | None]]:
+        """`text` as (literal, None) and (variable, variable) pieces: each URL password becomes
+        its variable's name, for a renderer to wrap in its own reference syntax."""
+        pieces: list[tuple[str, str | None]] = []
+        last = 0
+        for m in URL_PASSWORD.finditer(text):
+            var = self._var(m.group(2), text)
+            pieces += [(text[last:m.start(2)], None), (var, var)]
+            last = m.end(2)
+        return [*pieces, (text[last:], None)]
 
     def word(self, text: str) -> str:
         """`text` quoted for the shell, its URL passwords as `${VAR}` references."""
-        parts, last = [], 0
-        for m in URL_PASSWORD.finditer(text):
-            var = self.names.setdefault(m.group(2), f"DSPARK_URL_PASSWORD_{len(self.names) + 1}")
-            parts += [_dq(text[last:m.start(2)]), "${" + var + "}"]
-            last = m.end(2)
-        if not parts:
+        pieces = self.split(text)
+        if len(pieces) == 1:
             return shlex.quote(text)
-        return '"' + "".join(parts) + _dq(text[last:]) + '"'
+        return '"' + "".join("${" + v + "}" if v else _dq(t) for t, v in pieces) + '"'
+
+    def variables(self) -> dict[str, str]:
+        """variable -> password: what the environment of whoever runs the script must hold."""
+        return {v: p for p, v in self.names.items()}
 
     def exports(self) -> list[str]:
         return [f'export {v}="${{{v}:?set {v} to the URL password}}"'
