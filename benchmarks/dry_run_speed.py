@@ -5,6 +5,9 @@ composition is in dspark's compose cache (the usual case: a repeated plan), and 
 on a first composition (every run gets a fresh, empty DSPARK_CACHE_DIR, so it pays Hydra's full
 compose). On top of that import it composes, plans, checks and renders, and imports neither
 torch nor vLLM. Exits 1 when either ratio misses its goal.
+Like Hydra's own modules, dspark's run from bytecode: the warm-up writes dspark's .pyc files
+as an install does, even where PYTHONDONTWRITEBYTECODE is set (otherwise every run of the
+dry run would compile dspark from source while `import hydra` reads Hydra's .pyc files).
 Usage: .venv/bin/python benchmarks/dry_run_speed.py [--runs 15]
 """
 
@@ -31,9 +34,14 @@ COMMANDS = {
 GOALS = {WARM: 1.6, COLD: 1.8}
 
 
-def wall(argv: list[str], cold: bool) -> float:
+def wall(argv: list[str], cold: bool, bytecode: bool = False) -> float:
+    """Seconds one run takes; `bytecode`: it may write .pyc files (the warm-up)."""
     with tempfile.TemporaryDirectory() as empty:
-        env = {**os.environ, "DSPARK_CACHE_DIR": empty} if cold else None
+        env = dict(os.environ)
+        if cold:
+            env["DSPARK_CACHE_DIR"] = empty
+        if bytecode:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
         start = time.perf_counter()
         subprocess.run(argv, cwd=REPO, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, env=env)
@@ -45,7 +53,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=15)
     runs = parser.parse_args().runs
     for argv, cold in COMMANDS.values():  # warm the page cache, .pyc files and compose cache
-        wall(argv, cold)
+        wall(argv, cold, bytecode=True)
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for _ in range(runs):  # interleaved, so drift hits both alike
         for name, (argv, cold) in COMMANDS.items():

@@ -39,10 +39,10 @@ def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
     register_schemas(module)
     # Hydra's own run-time groups matter to a plan only when the user sets one of them.
     touches_hydra = any("hydra" in o.split("=")[0] for o in overrides)
-    plan_only = _PLAN_ONLY + (_QUIET_HYDRA if touches_hydra else _NO_RUNTIME)
+    settings = _plan_settings("quiet" if touches_hydra else "bare")
     try:
         with libyaml(), initialize_config_dir(str(conf_dir()), version_base="1.3"):
-            return compose(config, overrides=[*plan_only, *overrides])
+            return compose(config, overrides=[settings, *overrides])
     except OverrideParseException:
         check_syntax(overrides)  # says which override and how to quote it
         raise
@@ -98,10 +98,27 @@ def _sweeps(argv: list[str]) -> bool:
 _QUIET_HYDRA = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
 
 
-# A plan composed without Hydra's app prints no help: skip composing Hydra's help texts.
-_PLAN_ONLY = ["~hydra/help", "~hydra/hydra_help"]
-_NO_RUNTIME = ["~hydra/launcher", "~hydra/sweeper", "~hydra/env", "~hydra/output",
-               "~hydra/job_logging", "~hydra/hydra_logging"]
+# A plan composed without Hydra's app prints no help: Hydra's help texts are not composed, and
+# neither are its run-time groups (launcher, logging, ...) unless the user sets one of them.
+# A defaults list says so (`override hydra/help: null`: not even loaded), appended as one
+# override: Hydra's override parser costs a dry run more per override than the list does.
+_NO_HELP = ["help", "hydra_help"]
+_RUNTIME = ["launcher", "sweeper", "env", "output", "job_logging", "hydra_logging"]
+_PLAN_DEFAULTS = {
+    "bare": {f"override /hydra/{group}": None for group in _NO_HELP + _RUNTIME},
+    "quiet": {**{f"override /hydra/{group}": None for group in _NO_HELP},
+              **{f"override /{o.split('=')[0]}": o.split("=")[1] for o in _QUIET_HYDRA}},
+}
+
+
+def _plan_settings(name: str) -> str:
+    """The override that selects Hydra's settings for a plan (`_PLAN_DEFAULTS[name]`)."""
+    from hydra.core.config_store import ConfigStore
+
+    defaults = [{key: value} for key, value in _PLAN_DEFAULTS[name].items()]
+    ConfigStore.instance().store(group="dspark_plan", name=name, package="_global_",
+                                 node={"defaults": defaults})
+    return f"+dspark_plan={name}"
 
 
 def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:

@@ -65,3 +65,9 @@ def regexes() -> dict[str, Domain]:
 
 PORT = between(1, 65535)
 POSITIVE = between(1)
+
+
+# A schema class is a type for OmegaConf, never compared or printed as an object: without the
+# generated __repr__ and __eq__ (each one an exec at import) every command starts sooner.
+# (A class without a docstring costs an inspect.signature too: every schema class has one.)
+schema_class = dataclass(repr=False, eq=False)

@@ -5,15 +5,15 @@ Fields under `args` are vLLM `serve` options named by their argparse dest (snake
 value is not rendered, so a profile says only what it changes from vLLM's defaults.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
+# No `from __future__ import annotations`: OmegaConf reads every field's type with
+# get_type_hints, which compiles each annotation kept as a string.
+from dataclasses import field
 from enum import StrEnum
 from typing import Any
 
 from omegaconf import MISSING
 
-from dspark_cli.config.domain import PORT, POSITIVE, between, nonempty, regexes
+from dspark_cli.config.domain import PORT, POSITIVE, between, nonempty, regexes, schema_class
 from dspark_cli.deploy.schema import K8sConf, SlurmConf
 
 
@@ -46,8 +46,10 @@ class DraftTokensRule(StrEnum):
     at_most = "at_most"  # ngram, suffix: may propose fewer than K
 
 
-@dataclass
+@schema_class
 class HwArgs:
+    """vLLM options a hardware profile sets: parallelism, executor, MoE backend, dtype."""
+
     tensor_parallel_size: int | None = field(default=None, metadata=POSITIVE)
     data_parallel_size: int | None = field(default=None, metadata=POSITIVE)
     pipeline_parallel_size: int | None = field(default=None, metadata=POSITIVE)
@@ -56,8 +58,10 @@ class HwArgs:
     dtype: str | None = None
 
 
-@dataclass
+@schema_class
 class HardwareConf:
+    """One machine (`hw=<profile>`): its platform, GPUs, detection and launch settings."""
+
     name: str = field(default=MISSING, metadata=nonempty())
     platform: Platform = MISSING
     num_gpus: int = field(default=MISSING, metadata=between(0))
@@ -80,8 +84,10 @@ class HardwareConf:
     master_port: int = field(default=29501, metadata=PORT)
 
 
-@dataclass
+@schema_class
 class ModelArgs:
+    """vLLM options a model profile sets."""
+
     served_model_name: str | None = field(default=None, metadata=nonempty())
     max_model_len: int | None = field(default=None, metadata=POSITIVE)
     kv_cache_dtype: str | None = None
@@ -90,7 +96,7 @@ class ModelArgs:
     reasoning_parser: str | None = None
 
 
-@dataclass
+@schema_class
 class ExpectedFacts:
     """Pinned checkpoint facts; a null pin is not checked."""
 
@@ -102,8 +108,10 @@ class ExpectedFacts:
     draft_params: int | None = field(default=None, metadata=between(0))
 
 
-@dataclass
+@schema_class
 class ModelConf:
+    """The checkpoint to serve, its family and the facts pinned for it."""
+
     name: str = field(default=MISSING, metadata=nonempty())
     path: str = field(default=MISSING, metadata=nonempty())
     # "deepseek_v4": sparse MLA and DSpark-in-checkpoint rules apply.
@@ -116,8 +124,10 @@ class ModelConf:
     expect_log: list[str] = field(default_factory=list)
 
 
-@dataclass
+@schema_class
 class SpeculativeConf:
+    """The drafter (`--speculative-config`) and how its draft count is checked."""
+
     name: str = MISSING
     method: str | None = None
     # Draft model path for method=draft_model (vLLM's `model` key).
@@ -131,8 +141,10 @@ class SpeculativeConf:
     expect_log: list[str] = field(default_factory=list)
 
 
-@dataclass
+@schema_class
 class CompilationConf:
+    """vLLM's compilation and CUDA graph settings (`--compilation-config`)."""
+
     name: str = MISSING
     mode: int | None = field(default=None, metadata=between(0, 3))  # vLLM's CompilationMode 0-3
     cudagraph_mode: CudagraphMode | None = None
@@ -141,8 +153,10 @@ class CompilationConf:
     env: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@schema_class
 class ServingArgs:
+    """vLLM serving options a serving profile sets."""
+
     async_scheduling: bool | None = None
     enable_prefix_caching: bool | None = None
     max_num_seqs: int | None = field(default=None, metadata=POSITIVE)
@@ -152,8 +166,10 @@ class ServingArgs:
     enable_lora: bool | None = None
 
 
-@dataclass
+@schema_class
 class ServingConf:
+    """Batching, caching and memory settings of the server."""
+
     name: str = MISSING
     env: dict[str, str] = field(default_factory=dict)
     args: ServingArgs = field(default_factory=ServingArgs)
@@ -161,7 +177,7 @@ class ServingConf:
     extra_args: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@schema_class
 class ServerConf:
     """Where the server listens, or which running server to attach to."""
 
@@ -175,14 +191,14 @@ class ServerConf:
     stop_grace_s: float = field(default=15.0, metadata=between(0))
 
 
-@dataclass
+@schema_class
 class ChecksConf:
     """Explicit, recorded overrides of fail-closed checks."""
 
     allow_missing_confidence_head: bool = False
 
 
-@dataclass
+@schema_class
 class LogsConf:
     """Server log patterns every command judges logs by (name -> regex; null: switched off)."""
 
@@ -190,7 +206,7 @@ class LogsConf:
     context_lines: int = field(default=10, metadata=between(0))
 
 
-@dataclass
+@schema_class
 class DeployConf:
     """Where the plan runs (`deploy=local|slurm|k8s`); each target's file adds its own keys."""
 
@@ -199,7 +215,7 @@ class DeployConf:
     k8s: K8sConf = field(default_factory=K8sConf)  # deploy=k8s
 
 
-@dataclass
+@schema_class
 class RuntimePins:
     """Pinned software a result is measured with (`dspark_cli/launch/runtime_pins.py`); a null
     pin is not checked. Commits match by prefix."""
@@ -214,7 +230,7 @@ class RuntimePins:
     rocm: str | None = None
 
 
-@dataclass
+@schema_class
 class ImageConf:
     """The container image, which a container cannot see: from config or the environment."""
 
@@ -223,13 +239,15 @@ class ImageConf:
     base_digest: str | None = "${oc.env:DSPARK_BASE_DIGEST,null}"
 
 
-@dataclass
+@schema_class
 class RuntimeConf:
+    """The software a result is measured with: pinned versions and the image."""
+
     expected: RuntimePins = field(default_factory=RuntimePins)
     image: ImageConf = field(default_factory=ImageConf)
 
 
-@dataclass
+@schema_class
 class LaunchConf:
     """What every command that launches (or plans) a vLLM server composes."""
 

@@ -4,12 +4,12 @@ and a site keeps its partition or image in one override file."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
-from dspark_cli.config.domain import POSITIVE, between
+from dspark_cli.config.domain import POSITIVE, between, schema_class
 
 
-@dataclass
+@schema_class
 class SlurmConf:
     """The sbatch header and how `dspark serve` follows the job."""
 
@@ -27,7 +27,7 @@ class SlurmConf:
     cancel_timeout_s: float = field(default=60.0, metadata=between(0))
 
 
-@dataclass
+@schema_class
 class K8sConf:
     """What the manifests need beyond the plan: the image, the model volume, probe budgets."""
 
