@@ -112,7 +112,25 @@ def test_without_slurms_clients_serve_exits_2_before_writing_anything(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["smoke", "bench"])
-def test_smoke_and_bench_refuse_to_start_a_cluster_target_here(command):
-    done = run_dspark(command, *TINY_OVERRIDES)
+def test_managed_smoke_and_bench_without_slurms_clients_exit_2_before_writing(command, tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "bash").symlink_to("/bin/bash")
+    run = tmp_path / "run"
+    extra = ("bench=cpu",) if command == "bench" else ()
+    done = run_dspark(command, *TINY_OVERRIDES, *extra, f"hydra.run.dir={run}",
+                      env={"PATH": str(bare)})
     assert done.returncode == 2, done.stderr
-    assert "server.url=" in done.stderr and "Traceback" not in done.stderr
+    assert "`sbatch` is not on PATH" in done.stderr and "Traceback" not in done.stderr
+    assert not (run / "job.sbatch").exists() and not (run / "config.yaml").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("command", ["smoke", "bench"])
+def test_a_command_of_its_own_cannot_run_on_slurm(command, slurm_cluster, tmp_path):
+    extra = ("bench=cpu",) if command == "bench" else ()
+    done = run_dspark(command, *TINY_OVERRIDES, *extra, "server.command=[sleep,60]",
+                      f"hydra.run.dir={tmp_path / 'run'}", env=slurm_cluster.env)
+    assert done.returncode == 2, done.stderr
+    assert "server.command replaces the command dspark starts on this host" in done.stderr
+    assert slurm_cluster.jobs() == [] and "Traceback" not in done.stderr

@@ -202,7 +202,7 @@ def test_dspark_hands_the_secrets_to_sbatch_through_its_environment(slurm_cluste
     assert leaks(done.stdout + done.stderr) == []
     written = files_under(tmp_path)
     assert {p: leaks(t) for p, t in written.items() if leaks(t)} == {}
-    out = next(t for p, t in written.items() if Path(p).name.startswith("slurm-"))
+    out = next(t for p, t in written.items() if Path(p).name == "server.log")  # the job's output
     for value in (ENV_PASSWORD, ARG_PASSWORD, PLANTED["+serving.extra_args.hf-token"]):
         assert _sha(value) in out, out
     wait_until(lambda: slurm_cluster.jobs() == [], 60, "the job to leave the queue")

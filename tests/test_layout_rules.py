@@ -184,9 +184,17 @@ def test_zero_nodes_exits_2_from_the_cli(tmp_path) -> None:
     assert done.returncode == 2 and "hw.nodes=0" in done.stderr, done.stderr
 
 
-def test_bench_refuses_several_nodes_before_anything_runs(tmp_path) -> None:
-    done = run_dspark("bench", "+hw=cpu", "hw.nodes=2", "--dry-run", cwd=tmp_path)
-    assert done.returncode == 2 and "hw.nodes=2" in done.stderr, done.stderr
+def test_bench_refuses_a_bad_layout_before_anything_runs(tmp_path) -> None:
+    done = run_dspark("bench", "bench=cpu", "+hw=mi350x", "hw.nodes=2", "hw.layout=tp",
+                      "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "layout-gpus-per-node" in done.stderr and "hw.args.tensor_parallel_size" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
+
+
+def test_bench_plans_several_nodes(tmp_path) -> None:
+    done = run_dspark("bench", "bench=cpu", "+hw=cpu", "hw.nodes=2", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 

@@ -55,3 +55,16 @@ def test_all_ports_taken_is_a_clear_error():
           pytest.raises(ServerError, match="held"),
           claimed_port("127.0.0.1", first, span=1)):
         pass
+
+
+def test_blocks_of_ports_never_overlap():
+    first = free_port()
+    with (claimed_port("127.0.0.1", first, width=2) as a,
+          claimed_port("127.0.0.1", first, width=2) as b):
+        assert a == first and b == first + 2
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with claimed_port("127.0.0.1", port - 1, width=2) as c:
+            assert c == port + 1  # the block port-1..port holds a listener

@@ -125,8 +125,7 @@ class CellRecord:
             total_output_tokens=data.get("total_output_tokens"),
             acceptance_length=data.get("acceptance_length"), boot_s=data.get("boot_s"),
             finished_at=str(data.get("finished_at") or ""),
-            teardown=Teardown(float(td["seconds"]), str(td["signal"]),
-                              tuple(td["leftover_pids"]), bool(td["port_free"])) if td else None,
+            teardown=Teardown.from_dict(td) if td else None,
             evidence={k: v for k, v in data.items() if k not in own},
         )
 

@@ -71,12 +71,14 @@ def phase_argv(
     dataset: DatasetSpec,
     plan: LaunchPlan,
     result_dir: Path,
+    base_url: str | None = None,
 ) -> list[str]:
-    """The `vllm bench serve` command line of one phase against the plan's server."""
+    """The `vllm bench serve` command line of one phase against the plan's server (or the one
+    at `base_url`: a cluster deployment's head)."""
     argv = [
         "vllm", "bench", "serve",
         "--backend", "openai",
-        "--base-url", plan.base_url,
+        "--base-url", base_url or plan.base_url,
         "--endpoint", "/v1/completions",
         "--model", plan.model_path,
         "--served-model-name", plan.served_model_name,

@@ -1,6 +1,7 @@
 """Run the cells of a protocol, one cold server session each, and record every cell.
 
-Per cell: boot from the arm's checked launch, wait for health, run the warmup phases, read
+Per cell: boot from the arm's checked launch (here, on several local nodes, or as its own job
+on a cluster engine: `arm_launch.py`), wait for health, run the warmup phases, read
 /metrics, run the measured phase, read /metrics again once it settles, then tear the server
 down. The session watches the log the whole time; a fatal line or a dead server ends the cell
 early instead of waiting out a hung phase. A finished valid cell is skipped on a re-run.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench import records
+from dspark_cli.bench.arm_launch import ArmLaunch
 from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.cell import CellRecord, CellTimings, Observed, ProtocolInfo, build
 from dspark_cli.bench.dataset import VerifiedDataset
@@ -24,7 +26,6 @@ from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
 from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
-from dspark_cli.launch.prepare import Prepared
 from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.logscan import Pattern
@@ -43,7 +44,6 @@ class CellContext:  # what every cell of one run shares
     protocol: Protocol
     dataset: VerifiedDataset
     fatal: tuple[Pattern, ...]
-    server: Any  # the composed `server` group: timeouts
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -56,8 +56,8 @@ def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
 class _CellRun:
     """One cell's side effects, in order, gathered into `Observed`."""
 
-    def __init__(self, cell: Cell, arm: Arm, prepared: Prepared, ctx: CellContext) -> None:
-        self.cell, self.arm, self.prepared, self.ctx = cell, arm, prepared, ctx
+    def __init__(self, cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> None:
+        self.cell, self.arm, self.launch, self.ctx = cell, arm, launch, ctx
         self.dir = records.cell_dir(ctx.run_dir, cell.id)
         self.errors: list[str] = []
         self.phases: list[PhaseRun] = []
@@ -68,9 +68,8 @@ class _CellRun:
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
         started_at, start = _now(), time.monotonic()
-        target = self.prepared.target(self.arm.plan, self.ctx.server, self.dir / "server.log",
-                                      fatal=self.ctx.fatal,
-                                      metrics_timeout_s=self.ctx.protocol.metrics_timeout_s)
+        target = self.launch.target(self.dir, fatal=self.ctx.fatal,
+                                    metrics_timeout_s=self.ctx.protocol.metrics_timeout_s)
         session = ServerSession(target)
         fatal_lines: tuple[str, ...] = ()
         teardown_s = 0.0
@@ -86,7 +85,8 @@ class _CellRun:
                     t0 = time.monotonic()
                     session.close()
                     teardown_s = time.monotonic() - t0
-        except ServerError as exc:  # the session could not start (a busy port, no binary)
+        except ServerError as exc:  # the session could not start (a busy port, no binary,
+            # a job the engine refused)
             self.errors.append(exc.reason)
         seen = Observed(
             self.cell, tuple(self.phases), self.before, self.after, self.boot_s, fatal_lines,
@@ -95,7 +95,8 @@ class _CellRun:
                         time.monotonic() - start), started_at, _now())
         return build(seen, ProtocolInfo.of(self.ctx.protocol), {
             "dataset": _dataset_info(self.ctx.dataset),
-            "launch": {"argv": list(self.prepared.argv), "plan": plan_dict(self.arm.plan)},
+            "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
+                       "base_url": session.base_url},
             "server_log": str(target.log_path)})
 
     def _boot_and_load(self, session: ServerSession) -> None:
@@ -109,10 +110,11 @@ class _CellRun:
             if phase.measured:
                 self.before = self._scrape(session.scrape, "before")
             argv = vllm_command(phase_argv(phase, self.ctx.protocol.sampling,
-                                           self.ctx.dataset.spec, self.arm.plan, self.dir))
+                                           self.ctx.dataset.spec, self.arm.plan, self.dir,
+                                           base_url=session.base_url))
             progress(f"{self.cell.id}: {phase.name}: {phase.num_prompts} requests at "
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
-            result = run_phase(argv, phase, self.dir, self.prepared.env,
+            result = run_phase(argv, phase, self.dir, self.launch.env,
                                self.ctx.protocol.phase_timeout_s, session.stop_reason)
             self.phases.append(result)
             if result.error:
@@ -137,18 +139,18 @@ class _CellRun:
             return None
 
 
-def run_cell(cell: Cell, arm: Arm, prepared: Prepared, ctx: CellContext) -> CellRecord:
+def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> CellRecord:
     """Run one cell and write its cell.json; an earlier unfinished attempt is moved aside."""
     moved = records.set_aside(ctx.run_dir, cell.id)
     if moved is not None:
         progress(f"{cell.id}: earlier attempt kept in {moved}")
-    record = _CellRun(cell, arm, prepared, ctx).run()
+    record = _CellRun(cell, arm, launch, ctx).run()
     path = records.cell_dir(ctx.run_dir, cell.id) / records.CELL_JSON
     path.write_text(SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
 
 
-def run_cells(cells: Sequence[Cell], arms: dict[str, Arm], prepare: Callable[[Arm], Prepared],
+def run_cells(cells: Sequence[Cell], arms: dict[str, Arm], prepare: Callable[[Arm], ArmLaunch],
               ctx: CellContext, stop_on_failure: bool) -> list[CellRecord]:
     """Run the cells in order, skipping finished valid ones; returns the records of this run.
 

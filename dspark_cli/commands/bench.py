@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from dspark_cli.errors import ExitCode, UsageError
+from dspark_cli.errors import ExitCode
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -63,27 +63,26 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     from dspark_cli.bench.dataset import dataset_spec
     from dspark_cli.bench.protocol import build_protocol
     from dspark_cli.config.plain import plain
-    from dspark_cli.deploy.targets import refuse_cluster_target
+    from dspark_cli.launch.layout_rules import checked_layout
 
-    refuse_cluster_target(cfg, "bench")
-    if int(cfg.hw.nodes) != 1 and cfg.server.url is None:
-        raise UsageError(f"hw.nodes={cfg.hw.nodes}: `dspark bench` boots one node per cell "
-                         "(multi-node cells are not supported yet); set hw.nodes=1, or attach "
-                         "to a running deployment with server.url.")
     protocol = build_protocol(plain(cfg.bench))
     dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
+    arms = compose_arms(cfg, protocol)
+    for arm in arms.values():  # a bad node layout is refused before anything runs
+        checked_layout(arm.cfg, arm.plan)
     if opts.dry_run:
-        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts)
+        return _dry_run(protocol, dataset, arms, _run_dir(opts), opts)
     with _job_port(cfg):
-        return _render(_run(cfg, protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts),
+        return _render(_run(cfg, protocol, dataset, arms, _run_dir(opts),
                             opts.stop_on_failure), opts)
 
 
 @contextlib.contextmanager
 def _job_port(cfg: DictConfig) -> Iterator[None]:
     """A sweep's jobs may run side by side on one host (submitit_local, Slurm jobs sharing a
-    node): each claims its own port, from `server.port` up, for as long as it runs. A single
-    run keeps `server.port` as given (a busy port is refused as before)."""
+    node): each claims its own port, from `server.port` up, for as long as it runs; several
+    local nodes claim a block of API ports (one per node) and their own DP RPC and master
+    ports. A single run keeps the ports as given (a busy port is refused as before)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -94,8 +93,14 @@ def _job_port(cfg: DictConfig) -> Iterator[None]:
     from dspark_cli.launch.plan import client_host
     from dspark_cli.server.port_claim import claimed_port
 
-    with claimed_port(client_host(cfg.server.host), int(cfg.server.port)) as port:
-        cfg.server.port = port
+    host = client_host(cfg.server.host)
+    nodes = int(cfg.hw.nodes) if str(cfg.deploy.target) == "local" else 1
+    with contextlib.ExitStack() as claims:
+        cfg.server.port = claims.enter_context(claimed_port(host, int(cfg.server.port),
+                                                            width=nodes))
+        if nodes > 1:
+            for key in ("dp_rpc_port", "master_port"):
+                cfg.hw[key] = claims.enter_context(claimed_port(host, int(cfg.hw[key])))
         yield
 
 
@@ -156,19 +161,19 @@ def _report_findings(findings: dict[str, Any]) -> None:
 def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
          stop_on_failure: bool) -> Any:
     from dspark_cli.bench import report
+    from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
     from dspark_cli.bench.dataset import verify
     from dspark_cli.bench.runner import CellContext, run_cells
-    from dspark_cli.launch.prepare import Prepared, prepare
     from dspark_cli.server.logscan import fatal_patterns
     from dspark_cli.server.process import sigterm_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
     ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
-                      fatal=fatal_patterns(cfg.logs), server=cfg.server)
+                      fatal=fatal_patterns(cfg.logs))
     print(f"dspark: run directory {directory}", file=sys.stderr)
 
-    def prepare_arm(arm: Any) -> Prepared:
-        return prepare(arm.cfg, arm.plan, directory / "arms" / arm.name)
+    def prepare_arm(arm: Any) -> ArmLaunch:
+        return arm_launch(arm, directory / "arms" / arm.name)
 
     with sigterm_as_interrupt():
         run_cells(protocol.cells, arms, prepare_arm, ctx, stop_on_failure)

@@ -2,7 +2,9 @@
 
 Managed (default): the same plan and preflight as `dspark serve`, the server in its own process
 group, its output in the run directory's `server.log`, torn down on every path. Attached
-(`server.url=URL`): no boot and no teardown; log checks only with `server.log=FILE`.
+(`server.url=URL`): no boot and no teardown; log checks only with `server.log=FILE`. On a
+cluster engine (`deploy=slurm`): the deployment is submitted through it, checked from this host
+at its head, and cancelled until the engine says it is gone.
 Exit codes: 0 pass, 1 a check failed, 2 usage/config error, 3 the server failed to start or
 stay healthy, 130 interrupted.
 """
@@ -88,6 +90,12 @@ def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expecta
         target = Target(plan.base_url, plan.client_host, plan.port, log,
                         float(cfg.server.ready_timeout_s), **watch)
         return ServerSession(target), None, collect(plan.model_path, None)
+    if str(cfg.deploy.target) != "local":  # a cluster engine runs it: deploy/cluster_run.py
+        from dspark_cli.deploy import cluster_run
+
+        cluster_run.prepare(cfg, plan, layout, directory)
+        target = cluster_run.cluster_target(cfg, plan, layout, directory, **watch)
+        return ServerSession(target), None, collect(plan.model_path, None)
     local_nodes.refuse_custom_command(cfg, layout)
     ensure_port_free(plan.client_host, plan.port)  # before the run record is written
     prepared = prepare(cfg, plan, directory, validate=False)
@@ -114,7 +122,6 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
     callable as a stage of `dspark validate`."""
     from dspark_cli.console import progress
-    from dspark_cli.deploy.targets import refuse_cluster_target
     from dspark_cli.launch.layout_rules import checked_layout
     from dspark_cli.launch.plan import build_plan
     from dspark_cli.server.process import sigterm_as_interrupt
@@ -122,7 +129,6 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
     from dspark_cli.smoke.expectations import expectations
     from dspark_cli.smoke.runner import run_smoke
 
-    refuse_cluster_target(cfg, "smoke")
     plan = build_plan(cfg)
     layout = checked_layout(cfg, plan)
     exp = replace(expectations(cfg), engines=layout.engines)
@@ -131,7 +137,7 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
     with sigterm_as_interrupt():
         smoke = run_smoke(exp, session, plan.served_model_name, validation)
     doc = report.build(smoke, mode="managed" if session.managed else "attached",
-                       base_url=plan.base_url, log_path=session.target.log_path,
+                       base_url=session.base_url, log_path=session.target.log_path,
                        profiles=_profiles(cfg), provenance=provenance)
     doc.write(directory / "smoke.json")
     return doc

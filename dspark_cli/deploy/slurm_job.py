@@ -4,10 +4,12 @@ the job has left the queue). Every call has a timeout; a missing client is a cle
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,10 +48,12 @@ def require_clients() -> None:
                              "script with --dry-run and submit it there")
 
 
-def _client(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _client(*argv: str, check: bool = True,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True,
-                              timeout=CLIENT_TIMEOUT_S)
+                              timeout=CLIENT_TIMEOUT_S,
+                              env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired as e:
         raise ServerError(f"`{' '.join(argv)}` did not answer within {CLIENT_TIMEOUT_S:.0f} s; "
                           "is slurmctld up?") from e
@@ -59,9 +63,11 @@ def _client(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def submit(script: Path, output: str) -> str:
-    """The job id of the submitted script (its output goes to `output`, `%j` = the id)."""
-    done = _client("sbatch", "--parsable", f"--output={output}", str(script))
+def submit(script: Path, output: str, env: Mapping[str, str] | None = None) -> str:
+    """The job id of the submitted script (its output goes to `output`, `%j` = the id). `env`
+    is added to the environment sbatch hands the job (the secrets the script refers to by
+    name), for this call only."""
+    done = _client("sbatch", "--parsable", f"--output={output}", str(script), env=env)
     job = done.stdout.strip().split(";")[0]
     if not job.isdigit():
         raise ServerError(f"sbatch answered {done.stdout.strip()!r}, not a job id")
@@ -76,6 +82,18 @@ def state(job: str) -> JobState | None:
         return None
     parts = [*line[0].split("|"), "", ""][:3]
     return JobState(*parts)
+
+
+def final_state(job: str) -> str | None:
+    """How a job that left squeue ended, from slurmctld's memory of it (`scontrol show job`,
+    kept `MinJobAge` seconds): "FAILED (exit code 7:0)", "CANCELLED", ...; None once forgotten."""
+    done = _client("scontrol", "show", "job", "-o", job, check=False)
+    fields = dict(f.split("=", 1) for f in done.stdout.split() if "=" in f)
+    state = fields.get("JobState")
+    if done.returncode != 0 or not state:
+        return None
+    code = fields.get("ExitCode", "0:0")
+    return state + (f" (exit code {code})" if code != "0:0" else "")
 
 
 def head_address(nodes: str) -> str:

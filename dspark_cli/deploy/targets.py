@@ -1,22 +1,7 @@
-"""Which deploy targets a command may start by itself: `serve` hands the plan to Slurm or
-Kubernetes; `smoke` and `bench` manage servers on this host, so on a cluster target they attach
-to the deployment `serve` started (`server.url`) instead of silently launching it here."""
+"""The deploy targets a cluster engine runs (`deploy=slurm`, `deploy=k8s`): `serve` hands the
+plan's node layout to the engine (`deploy/command.py`); `smoke` and `bench` start it through
+the same engine as a managed deployment (`deploy/cluster_run.py`) or attach with `server.url`."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
-from dspark_cli.errors import UsageError
-
 CLUSTER_TARGETS = ("slurm", "k8s")
-
-
-def refuse_cluster_target(cfg: DictConfig, command: str) -> None:
-    """UsageError when `command` would start a cluster target's server on this host."""
-    target = str(cfg.deploy.target)
-    if target in CLUSTER_TARGETS and cfg.server.url is None:
-        raise UsageError(
-            f"`dspark {command}` starts its server on this host, but deploy={target} runs on the "
-            f"cluster: start it with `dspark serve deploy={target} ...`, then run `dspark "
-            f"{command} deploy={target} server.url=http://<head>:<port>` against it (or drop "
-            "deploy= to run here).")

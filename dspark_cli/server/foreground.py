@@ -1,6 +1,7 @@
 """`dspark serve`'s action: a managed session in the foreground until the server exits or we
 are told to stop. SIGINT/SIGTERM go to the server's process groups (a second one kills them), and
-the session's teardown makes sure no process is left."""
+the session's teardown makes sure no process is left. A cluster deployment (`deploy=slurm`) is
+followed until it ends; a signal cancels it, and dspark waits until the engine says it is gone."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def serve(target: Target) -> int:
     received: list[int] = []
     session = ServerSession(target, echo=lambda line: print(line, file=sys.stderr, flush=True),
                             abort=lambda: "interrupted" if received else None)
+    cluster = target.cluster
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
@@ -29,18 +31,36 @@ def serve(target: Target) -> int:
                 boot = session.wait_healthy()
             except ServerError:
                 if received:
-                    return int(ExitCode.INTERRUPTED)
+                    return _stopped(session)
                 raise
-            print(f"dspark: ready at {target.base_url} after {boot:.1f} s; Ctrl-C stops it",
+            stops = (f" ({cluster.describe()}); Ctrl-C cancels it" if cluster is not None
+                     else "; Ctrl-C stops it")
+            print(f"dspark: ready at {session.base_url} after {boot:.1f} s{stops}",
                   file=sys.stderr, flush=True)
             code = session.wait()
+            ended = session.stop_reason()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    _check_teardown(session)
+    if received:
+        return _stopped(session)
+    if cluster is not None:
+        raise ServerError(f"{ended} on its own; its output: {target.log_path}")
+    raise ServerError(f"the server exited with code {code}; log: {target.log_path}")
+
+
+def _check_teardown(session: ServerSession) -> None:
     teardown = session.teardown
     if teardown is not None and teardown.leftover_pids:
         raise ServerError(f"processes {list(teardown.leftover_pids)} outlived the teardown")
-    if received:
-        print("dspark: stopped.", file=sys.stderr)
-        return int(ExitCode.INTERRUPTED)
-    raise ServerError(f"the server exited with code {code}; log: {target.log_path}")
+    if teardown is not None and not teardown.deployment_gone:
+        raise ServerError(f"{teardown.deployment} did not leave the engine after it was "
+                          "cancelled; check it with the engine's own tools")
+
+
+def _stopped(session: ServerSession) -> int:
+    session.close()
+    _check_teardown(session)
+    print("dspark: stopped.", file=sys.stderr)
+    return int(ExitCode.INTERRUPTED)

@@ -24,19 +24,21 @@ def lock_dir() -> Path:
 
 
 @contextlib.contextmanager
-def claimed_port(host: str, first: int, span: int = SPAN) -> Iterator[int]:
+def claimed_port(host: str, first: int, span: int = SPAN, width: int = 1) -> Iterator[int]:
     """The first port from `first` that no other job holds and nothing listens on, held until
-    the block ends; ServerError when all `span` ports are taken."""
+    the block ends; ServerError when all `span` ports are taken. `width` > 1 claims a block of
+    ports `port .. port + width - 1` (every node of a hybrid layout serves on `port + rank`):
+    blocks start `width` apart, so the jobs of one sweep never overlap."""
     directory = lock_dir()
     directory.mkdir(mode=0o700, exist_ok=True)
-    for port in range(first, min(first + span, 65536)):
+    for port in range(first, min(first + span, 65537 - width), width):
         fd = os.open(directory / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             continue
-        if port_in_use(host, port):
+        if any(port_in_use(host, p) for p in range(port, port + width)):
             os.close(fd)
             continue
         try:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -30,13 +31,19 @@ _SIGNAL_ORDER = ("exited", "SIGTERM", "SIGKILL")
 @dataclass(frozen=True)
 class Teardown:
     seconds: float
-    signal: str  # what ended it: "exited" (already gone), "SIGTERM" or "SIGKILL"
+    # what ended it: "exited" (already gone), "SIGTERM" or "SIGKILL"; a cluster engine's own
+    # verb for a deployment it ran ("scancel")
+    signal: str
     leftover_pids: tuple[int, ...]
     port_free: bool
+    # A deployment a cluster engine ran (`deploy/cluster_run.py`): what it was ("Slurm job
+    # 12") and whether the engine confirmed it gone; None for process groups on this host.
+    deployment: str | None = None
+    deployment_gone: bool = True
 
     @property
     def clean(self) -> bool:
-        return not self.leftover_pids and self.port_free
+        return not self.leftover_pids and self.port_free and self.deployment_gone
 
     @classmethod
     def combined(cls, parts: Sequence[Teardown]) -> Teardown:
@@ -48,8 +55,20 @@ class Teardown:
                    all(p.port_free for p in parts))
 
     def to_dict(self) -> dict[str, object]:
+        cluster = ({} if self.deployment is None else
+                   {"deployment": self.deployment, "deployment_gone": self.deployment_gone})
         return {"seconds": round(self.seconds, 3), "signal": self.signal,
-                "leftover_pids": list(self.leftover_pids), "port_free": self.port_free}
+                "leftover_pids": list(self.leftover_pids), "port_free": self.port_free,
+                **cluster}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Teardown:
+        """The record `to_dict()` wrote (KeyError/TypeError/ValueError when it is not one)."""
+        deployment = data.get("deployment")
+        return cls(float(data["seconds"]), str(data["signal"]),
+                   tuple(int(p) for p in data["leftover_pids"]), bool(data["port_free"]),
+                   None if deployment is None else str(deployment),
+                   bool(data.get("deployment_gone", True)))
 
 
 def port_in_use(host: str, port: int, timeout: float = 0.5) -> bool:

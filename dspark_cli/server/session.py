@@ -17,6 +17,12 @@ and `target.nodes` the others'. Each node is its own process group with its own 
 writing to the one log (the other nodes' lines start with `[node N] `, so one watcher sees a
 fatal line of any node); a node that exits ends every wait, health is the head's `/health`, and
 close tears every node down side by side into one `Teardown`.
+
+On a cluster engine (`deploy=slurm`; `target.cluster`, see `deploy/cluster_run.py`): start
+submits the deployment, the watcher follows its output as gathered on this host, health is asked
+at the head's URL once the engine knows it, the run's `ended()` counts as a node's exit, the
+ready timeout counts from the moment it runs (a queue's wait is not the server's), and close
+cancels it and waits until the engine says it is gone.
 """
 
 from __future__ import annotations
@@ -28,12 +34,17 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.server import probe
 from dspark_cli.server.logscan import LogSnapshot, LogWatcher, Pattern
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
 from dspark_cli.server.process import ServerProcess, Teardown, ensure_port_free
+
+if TYPE_CHECKING:
+    from dspark_cli.deploy.cluster_run import ClusterRun
 
 HEALTH_POLL_S = 0.1
 # Attached: how long connections may be refused before nothing listening is the verdict (not
@@ -41,6 +52,8 @@ HEALTH_POLL_S = 0.1
 ATTACH_REFUSED_S = 2.0
 SETTLE_S = 3.0  # vLLM may count a request's last tokens just after answering it
 SETTLE_POLL_S = 0.1
+PROGRESS_EVERY_S = 15.0  # a cluster deployment's state while waiting: on change, else this often
+TAIL_LINES = 15
 
 
 @dataclass(frozen=True)
@@ -74,10 +87,13 @@ class Target:
     context_lines: int = 10
     metrics_timeout_s: float = 5.0
     nodes: tuple[NodeProcess, ...] = ()  # the other nodes of a multi-node launch (managed)
+    # A deployment a cluster engine runs (managed; `base_url` is only the planned URL then,
+    # the run says the real one once it runs); `log_path` is the run's.
+    cluster: ClusterRun | None = None
 
     @property
     def managed(self) -> bool:
-        return self.argv is not None
+        return self.argv is not None or self.cluster is not None
 
 
 class ServerSession:
@@ -96,10 +112,19 @@ class ServerSession:
         self.final_log: LogSnapshot | None = None
         self.started_at = 0.0
         self._scratch: list[Path] = []
+        self.cluster = target.cluster
+        self._cluster_started = False
 
     @property
     def managed(self) -> bool:
         return self.target.managed
+
+    @property
+    def base_url(self) -> str:
+        """Where the server answers: a cluster deployment's head once known, else the
+        target's URL."""
+        url = self.cluster.base_url() if self.cluster is not None else None
+        return url or self.target.base_url
 
     # -- life ---------------------------------------------------------------------------------
     def __enter__(self) -> ServerSession:
@@ -111,15 +136,16 @@ class ServerSession:
 
     def start(self) -> ServerSession:
         """Managed: refuse a busy port, give every node a private TMPDIR, start the processes
-        and the log watcher. Attached: only watch the given log, if any."""
+        and the log watcher; or submit the cluster deployment and watch its output. Attached:
+        only watch the given log, if any."""
         t = self.target
         if not t.managed and (problem := probe.url_problem(t.base_url)):
             raise UsageError(f"server.url={t.base_url!r} cannot be attached to: {problem}.",
                              hint="give the running server's URL, e.g. http://127.0.0.1:8000")
-        if t.managed:
+        if t.argv is not None:
             for port in (t.port, *(n.port for n in t.nodes if n.port is not None)):
                 ensure_port_free(t.host, port)
-            assert t.argv is not None and t.log_path is not None
+            assert t.log_path is not None
             self.process = ServerProcess(t.argv, self._env(t.env), t.log_path, t.host, t.port)
             self.nodes = [ServerProcess(n.argv, self._env(n.env), t.log_path, t.host, n.port,
                                         prefix=n.prefix) for n in t.nodes]
@@ -127,6 +153,13 @@ class ServerSession:
             self.watcher = LogWatcher(t.log_path, t.fatal, t.watch,
                                       context=t.context_lines).start()
         self.started_at = time.monotonic()
+        if self.cluster is not None:
+            try:
+                self._cluster_started = True
+                self.cluster.start()
+            except BaseException:
+                self.close()
+                raise
         for process in self._processes():
             if self._echo is not None:
                 process.add_listener(self._echo)
@@ -156,6 +189,8 @@ class ServerSession:
             with ThreadPoolExecutor(len(processes)) as pool:
                 parts = list(pool.map(lambda p: p.stop(grace), processes))
             self.teardown = parts[0] if len(parts) == 1 else Teardown.combined(parts)
+        if self.cluster is not None and self._cluster_started and self.teardown is None:
+            self.teardown = self.cluster.stop(self.target.stop_grace_s)
         if self.watcher is not None and self.final_log is None:
             self.final_log = self.watcher.stop()
         for scratch in self._scratch:
@@ -169,7 +204,12 @@ class ServerSession:
             process.signal_group(sig)
 
     def wait(self, poll_s: float = 0.2) -> int | None:
-        """Block until a node's process exits; its exit code (None when nothing runs)."""
+        """Block until a node's process exits; its exit code (None when nothing runs). A
+        cluster deployment: until it ends or `abort()` names a reason (None)."""
+        if self.cluster is not None:
+            while not (self.cluster.ended() or (self._abort is not None and self._abort())):
+                time.sleep(poll_s)
+            return None
         while self._processes():
             code = self.exit_code()
             if code is not None:
@@ -210,6 +250,8 @@ class ServerSession:
         reason = self._abort() if self._abort is not None else None
         if reason:
             return reason
+        if self.cluster is not None and self._cluster_started:
+            return self.cluster.ended()
         dead = self.dead_node()
         if dead is None:
             return None
@@ -223,37 +265,50 @@ class ServerSession:
 
     # -- waits ----------------------------------------------------------------------------------
     def wait_healthy(self) -> float:
-        """Seconds from start until /health answered 200; ServerError (with `reason`) as soon
-        as the process dies, a fatal line appears, `abort()` names a reason, or the timeout
-        (`server.ready_timeout_s`) passes."""
+        """Seconds from start (a cluster deployment: from when it runs) until /health answered
+        200; ServerError (with `reason`) as soon as the process dies or the deployment ends, a
+        fatal line appears, `abort()` names a reason, or the timeout (`server.ready_timeout_s`)
+        passes."""
         timeout = self.target.ready_timeout_s
-        deadline = self.started_at + timeout
+        running_since = None if self.cluster is not None else self.started_at
+        said, said_at = "", 0.0
         while True:
             reason = self.stop_reason()
             if reason:
                 raise self._failure(f"{reason} before /health answered 200")
-            status = probe.health(self.target.base_url)
-            if status == 200:
-                return time.monotonic() - self.started_at
-            if (status in (probe.REFUSED, 404) and not self.managed
-                    and time.monotonic() - self.started_at > ATTACH_REFUSED_S):
+            url = self.cluster.base_url() if self.cluster is not None else self.base_url
+            now = time.monotonic()
+            if url is not None and running_since is None:
+                running_since = now
+            status = probe.health(url) if url is not None else None
+            if status == 200 and running_since is not None:
+                return time.monotonic() - running_since
+            if self.cluster is not None:
+                note = self.cluster.describe() + (f", waiting for {url}/health" if url else "")
+                if note != said or now - said_at >= PROGRESS_EVERY_S:
+                    progress(f"{note} ({now - self.started_at:.0f} s)")
+                    said, said_at = note, now
+            elif (status in (probe.REFUSED, 404) and not self.managed
+                  and time.monotonic() - self.started_at > ATTACH_REFUSED_S):
                 what = ("nothing listens at" if status == probe.REFUSED
                         else "no vLLM server (/health: 404) at")
                 raise self._failure(f"{what} {self.target.base_url} for "
                                     f"{ATTACH_REFUSED_S:.0f} s; start the server, or fix "
                                     "server.url")
-            if time.monotonic() > deadline:
+            if running_since is not None and time.monotonic() - running_since > timeout:
                 raise self._failure(f"/health did not answer 200 within {timeout:.0f} s "
                                     "(server.ready_timeout_s)")
             time.sleep(HEALTH_POLL_S)
 
     def _failure(self, reason: str) -> ServerError:
-        tail = tuple(line for p in self._processes() for line in p.tail(15))
+        tail = tuple(line for p in self._processes() for line in p.tail(TAIL_LINES))
+        if self.cluster is not None:
+            tail = _file_tail(self.cluster.log_path)
         return ServerError.failed(reason, self.target.log_path, tail)
 
     def scrape(self) -> Scrape:
         """/metrics now (ScrapeError on failure)."""
-        return scrape(self.target.base_url, self.target.metrics_timeout_s)
+        return scrape(self.base_url, self.target.metrics_timeout_s)
 
     def scrape_settled(self, before: Scrape, tokens: int | float,
                        settle_s: float = SETTLE_S) -> Scrape:
@@ -268,8 +323,15 @@ class ServerSession:
         return after
 
     def healthy(self) -> bool:
-        return probe.healthy(self.target.base_url)
+        return probe.healthy(self.base_url)
 
     def version(self) -> str | None:
-        return probe.version(self.target.base_url)
+        return probe.version(self.base_url)
 
+
+
+def _file_tail(path: Path, n: int = TAIL_LINES) -> tuple[str, ...]:
+    try:
+        return tuple(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ()

@@ -73,6 +73,10 @@ class Observations:
     # Managed: the exit code if the server died on its own before the verdict.
     exit_code: int | None = None
     died_during: str | None = None
+    # Managed on a cluster engine: why the deployment ended on its own before the verdict
+    # ("Slurm job 12 FAILED"); `cluster` says the server was such a deployment.
+    ended: str | None = None
+    cluster: bool = False
     # What ended the smoke early ("fatal log line", "server exited"), if anything did.
     stopped_by: str | None = None
     metrics_before: Scrape | None = None
@@ -103,8 +107,14 @@ def check_alive(exp: Expectations, obs: Observations) -> CheckResult:
                            f"the server exited with code {obs.exit_code} "
                            f"during {obs.died_during or 'the smoke'}",
                            {"exit_code": obs.exit_code, "phase": obs.died_during})
+    if obs.ended is not None:
+        return CheckResult("server_alive", Status.failed,
+                           f"{obs.ended} during {obs.died_during or 'the smoke'}",
+                           {"ended": obs.ended, "phase": obs.died_during})
     if not obs.boot.healthy:
         return _not_run("server_alive", obs)
+    if obs.cluster:
+        return CheckResult("server_alive", Status.passed, "the deployment ran until teardown")
     if obs.managed:
         return CheckResult("server_alive", Status.passed, "the process group was alive until "
                            "teardown")

@@ -113,8 +113,10 @@ class _Smoke:
         self.exp, self.session, self.model = exp, session, model
 
     def boot(self) -> Boot:
-        progress(f"waiting for {self.session.target.base_url}/health (up to "
-                 f"{self.session.target.ready_timeout_s:.0f} s: server.ready_timeout_s)")
+        where = ("the head's /health once the deployment runs" if self.session.cluster
+                 else f"{self.session.base_url}/health")
+        progress(f"waiting for {where} (up to {self.session.target.ready_timeout_s:.0f} s: "
+                 "server.ready_timeout_s)")
         try:
             return Boot(True, self.session.wait_healthy())
         except ServerError as exc:
@@ -126,7 +128,7 @@ class _Smoke:
             exp.requests > 1) else ""
         progress(f"requesting {many}{exp.max_tokens} tokens")
         kind, value = race(
-            lambda: complete_all(self.session.target.base_url, self.model, exp.prompt,
+            lambda: complete_all(self.session.base_url, self.model, exp.prompt,
                                  exp.max_tokens, exp.request_timeout_s, exp.requests),
             exp.request_timeout_s, self.session.stop_reason)
         outcomes = {"timeout": RequestOutcome(RequestState.timeout, detail="no response"),
@@ -147,6 +149,10 @@ class _Smoke:
             return replace(obs, request=RequestOutcome(RequestState.interrupted),
                            exit_code=code, died_during="the request",
                            stopped_by=f"the server exited with code {code}")
+        ended = self._ended(1.0 if transport else 0.0)
+        if ended is not None:
+            return replace(obs, request=RequestOutcome(RequestState.interrupted), ended=ended,
+                           died_during="the request", stopped_by=ended)
         if kind == "interrupted":
             return replace(obs, request=request, stopped_by=request.detail)
         obs = replace(obs, request=request, metrics_before=before)
@@ -160,11 +166,24 @@ class _Smoke:
             obs = replace(obs, final_health=self.session.healthy())
         return obs
 
+    def _ended(self, wait_s: float = 0.0) -> str | None:
+        """Why the cluster deployment no longer runs (None: it runs, or it is not one);
+        `wait_s` gives the engine time to notice an end a dropped connection announced."""
+        cluster = self.session.cluster
+        if cluster is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        while (ended := cluster.ended()) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return ended
+
     def observe(self) -> Observations:
-        obs = Observations(managed=self.session.managed, boot=self.boot())
+        obs = Observations(managed=self.session.managed, boot=self.boot(),
+                           cluster=self.session.cluster is not None)
         if not obs.boot.healthy:
-            code = self.session.exit_code()
-            return replace(obs, exit_code=code, died_during="boot" if code is not None else None,
+            code, ended = self.session.exit_code(), self._ended()
+            return replace(obs, exit_code=code, ended=ended,
+                           died_during="boot" if code is not None or ended else None,
                            stopped_by=self.session.stop_reason())
         progress(f"healthy after {obs.boot.seconds:.1f} s")
         return self.request_phase(obs)
@@ -174,19 +193,28 @@ def teardown_check(teardown: Teardown | None) -> CheckResult:
     if teardown is None:
         return CheckResult("teardown", Status.skipped, "attached: the server is not ours to stop")
     data = teardown.to_dict()
+    if teardown.clean and teardown.deployment is not None:
+        return CheckResult("teardown", Status.passed,
+                           f"{teardown.signal}: {teardown.deployment} left the queue, nothing "
+                           f"left behind, the head's port free after {teardown.seconds:.1f} s",
+                           data)
     if teardown.clean:
         return CheckResult("teardown", Status.passed,
                            f"{teardown.signal}: no process left, port free after "
                            f"{teardown.seconds:.1f} s", data)
     problems = ([f"processes {list(teardown.leftover_pids)} left"] if teardown.leftover_pids
                 else []) + ([] if teardown.port_free else ["the port is still in use"])
+    if not teardown.deployment_gone:
+        problems.append(f"{teardown.deployment} is still in the queue")
     return CheckResult("teardown", Status.failed, "; ".join(problems), data)
 
 
-def validation_check(validation: BackgroundCheck | None, managed: bool) -> CheckResult:
+def validation_check(validation: BackgroundCheck | None, session: ServerSession) -> CheckResult:
     if validation is not None:
         return validation.result()
-    why = ("server.command replaces the planned vLLM command" if managed
+    why = ("the command runs on the cluster's nodes: `dspark serve deploy=... --dry-run "
+           "--validate` checks it with this host's vLLM" if session.cluster is not None
+           else "server.command replaces the planned vLLM command" if session.managed
            else "attached: the command is not ours")
     return CheckResult("vllm_accepts_command", Status.skipped, why)
 
@@ -205,7 +233,7 @@ def run_smoke(exp: Expectations, session: ServerSession, model: str,
             time.sleep(LOG_SETTLE_S)  # lines printed just before (e.g. with an HTTP 500)
         at_verdict = session.log_snapshot()
         decided_at, decided = time.time(), time.monotonic()
-        validated = validation_check(validation, session.managed)
+        validated = validation_check(validation, session)
         preliminary = decide((validated, *evaluate(exp, _with_log(obs, at_verdict, at_verdict))))
         progress(f"verdict: {'PASS' if preliminary.passed else 'FAIL'}: {preliminary.summary}")
         if obs.boot.healthy and not session.stop_reason():
