@@ -206,3 +206,20 @@ def test_dspark_hands_the_secrets_to_sbatch_through_its_environment(slurm_cluste
     for value in (ENV_PASSWORD, ARG_PASSWORD, PLANTED["+serving.extra_args.hf-token"]):
         assert _sha(value) in out, out
     wait_until(lambda: slurm_cluster.jobs() == [], 60, "the job to leave the queue")
+
+
+def test_each_local_nodes_block_demands_the_url_password_it_refers_to(tmp_path: Path) -> None:
+    done = run_dspark("serve", "+hw=cpu", "hw.nodes=2",
+                      f"+serving.extra_args.tokenizer={TOKENIZER}", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert leaks(done.stdout + done.stderr) == []
+    blocks = done.stdout.split("\n\n")
+    assert len(blocks) == 2
+    env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "DSPARK_HEAD_ADDR": "10.1.2.3"}
+    for block in blocks:
+        ran = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=10,
+                             env={**env, "DSPARK_URL_PASSWORD_1": ARG_PASSWORD})
+        assert f"--tokenizer {TOKENIZER}" in " ".join(vllm_saw(ran.stdout)), ran.stderr
+        bad = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=10,
+                             env=env)
+        assert bad.returncode != 0 and "DSPARK_URL_PASSWORD_1" in bad.stderr

@@ -9,6 +9,7 @@ from typing import Any
 
 from dspark_cli.launch.layout import HEAD_ADDR, HEAD_ADDR_VAR, NodeLaunch, NodeLayout
 from dspark_cli.launch.render import command_lines, export_line, is_secret
+from dspark_cli.launch.secrets import ShellRefs
 
 _QUOTED_HEAD = shlex.quote(HEAD_ADDR)
 
@@ -20,14 +21,16 @@ def _node_heading(layout: NodeLayout, node: NodeLaunch) -> str:
 
 
 def node_script(layout: NodeLayout, node: NodeLaunch) -> str:
-    """One node's block: its exports and its command; `${DSPARK_HEAD_ADDR}` stays expandable."""
+    """One node's block: its exports and its command; `${DSPARK_HEAD_ADDR}` stays expandable,
+    and a URL password is demanded from the environment first, as in launch.sh."""
     lines = [_node_heading(layout, node)]
     if any(HEAD_ADDR in a for a in node.argv):
         lines.append(f'export {HEAD_ADDR_VAR}="${{{HEAD_ADDR_VAR}:?set {HEAD_ADDR_VAR} to the '
                      'address of the head node}"')
-    lines += [export_line(k, v) for k, v in node.env.items()]
-    lines.append(command_lines(node.argv).replace(_QUOTED_HEAD, f'"{HEAD_ADDR}"'))
-    return "\n".join(lines) + "\n"
+    refs = ShellRefs()
+    body = [export_line(k, v, refs) for k, v in node.env.items()]
+    body.append(command_lines(node.argv, refs).replace(_QUOTED_HEAD, f'"{HEAD_ADDR}"'))
+    return "\n".join([*lines, *refs.exports(), *body]) + "\n"
 
 
 def layout_script(layout: NodeLayout) -> str:
