@@ -1,0 +1,338 @@
+"""A managed Kubernetes deployment for one `smoke` or `bench` session (`deploy/cluster_run.py`'s
+k8s branch), through `kubectl` with the user's kubeconfig and context.
+
+`start()` writes the manifests to the run directory and applies them (the plan's secrets go
+into a Secret of the run's own, applied from stdin, never written); the pods' status
+(`kubectl get pods -o json`) says whether the deployment still runs: a container waiting in
+CrashLoopBackOff, ImagePullBackOff and the like, a terminated or restarted container, or pods
+that vanished end it with the pod's name and reason. Each running pod's output is followed
+(`kubectl logs --follow`) into `log_path` (a worker's lines start with `[node N] `, as for local
+nodes); the head is reached through `kubectl port-forward service/NAME :PORT`, whose
+"Forwarding from 127.0.0.1:N" line gives the base URL. `stop()` deletes everything it applied
+(`kubectl delete --wait`) and confirms nothing is left. Every kubectl call has a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from omegaconf import DictConfig
+
+from dspark_cli.console import progress
+from dspark_cli.errors import CheckFailed, ServerError, UsageError
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.server.process import Teardown
+
+REQUEST_TIMEOUT_S = 30.0  # one API call
+CONNECT_TIMEOUT_S = 15.0  # `kubectl version` at start: does a cluster answer?
+FORWARD_WAIT_S = 15.0  # port-forward's "Forwarding from" line
+POLL_S = 1.0  # pods' status is asked at most this often
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# A container waiting for one of these will not run without a change: the deployment ended.
+STUCK = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+         "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
+MANIFEST_NAME = "manifests.yaml"
+
+
+def pod_problem(pod: dict[str, Any]) -> str | None:
+    """Why a pod (`kubectl get pods -o json`'s item) stopped serving, or None while it is
+    pending or running. Pure."""
+    name = pod.get("metadata", {}).get("name", "?")
+    status = pod.get("status", {})
+    if status.get("phase") == "Failed":
+        return f"pod {name} failed ({status.get('reason') or status.get('message') or 'Failed'})"
+    for c in status.get("containerStatuses", []):
+        state, last = c.get("state", {}), c.get("lastState", {})
+        exit_code = (last.get("terminated") or state.get("terminated") or {}).get("exitCode")
+        exited = f", last exit code {exit_code}" if exit_code is not None else ""
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") in STUCK:
+            message = f": {waiting['message']}" if waiting.get("message") else ""
+            return f"pod {name}: {waiting['reason']}{exited}{message}"
+        if "terminated" in state:
+            t = state["terminated"]
+            return f"pod {name}: container terminated ({t.get('reason', '?')}{exited})"
+        if int(c.get("restartCount") or 0) > 0:
+            return f"pod {name}: container restarted {c['restartCount']} time(s){exited}"
+    return None
+
+
+def pod_line(pod: dict[str, Any]) -> str:
+    """`name phase[ ready]` for progress."""
+    status = pod.get("status", {})
+    ready = all(c.get("ready") for c in status.get("containerStatuses", [])) and bool(
+        status.get("containerStatuses"))
+    return f"{pod['metadata']['name']} {status.get('phase', '?')}{' ready' if ready else ''}"
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """The `kubectl` client with the user's kubeconfig and context, in one namespace."""
+
+    namespace: str | None = None
+
+    def argv(self, *args: str) -> list[str]:
+        ns = ["--namespace", self.namespace] if self.namespace else []
+        return ["kubectl", *ns, *args]
+
+    def run(self, *args: str, stdin: str | None = None, timeout: float = REQUEST_TIMEOUT_S,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        """One API call, bounded by `timeout` (kubectl's own and ours)."""
+        argv = self.argv(f"--request-timeout={max(1, int(timeout))}s", *args)
+        try:
+            done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                                  timeout=timeout + 10)
+        except FileNotFoundError as e:
+            raise UsageError("`kubectl` is not on PATH: deploy=k8s runs the deployment through "
+                             "kubectl with your kubeconfig; nothing was applied",
+                             hint="install kubectl and select the cluster's context, or "
+                             "print the manifests with `dspark serve deploy=k8s --dry-run`"
+                             ) from e
+        except subprocess.TimeoutExpired as e:
+            raise ServerError(f"`kubectl {' '.join(args[:2])}` did not answer within "
+                              f"{timeout:.0f} s; is the cluster reachable?") from e
+        if check and done.returncode != 0:
+            raise ServerError(f"`kubectl {' '.join(args[:3])}` failed (exit {done.returncode}): "
+                              f"{(done.stderr or done.stdout).strip()}")
+        return done
+
+    def stream(self, *args: str) -> subprocess.Popen[str]:
+        """A long-running call (logs --follow, port-forward); the caller stops it."""
+        try:
+            return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                    start_new_session=True)
+        except FileNotFoundError as e:
+            raise UsageError("`kubectl` is not on PATH") from e
+
+
+def _stop(proc: subprocess.Popen[str] | None, grace_s: float = 5.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace_s)
+
+
+class KubernetesRun:
+    """One applied deployment; see the module docstring. Satisfies `ClusterRun`."""
+
+    def __init__(self, objects: Sequence[dict[str, Any]], secret: dict[str, Any] | None,
+                 name: str, api_port: int, directory: Path, kubectl: Kubectl) -> None:
+        self.objects = list(objects)
+        self.secret = secret
+        self.name = name
+        self.api_port = api_port
+        self.kubectl = kubectl
+        self.manifest = directory / MANIFEST_NAME
+        self.log_path = directory / "server.log"
+        self._applied = False
+        self._pods: list[dict[str, Any]] = []
+        self._asked = 0.0
+        self._seen_pods = False
+        self._followers: dict[str, tuple[subprocess.Popen[str], threading.Thread]] = {}
+        self._forward: subprocess.Popen[str] | None = None
+        self._url: str | None = None
+        self._forward_error: str | None = None
+        self._log_lock = threading.Lock()
+        self._log: IO[str] | None = None
+
+    # -- the engine -----------------------------------------------------------------------
+    def start(self) -> None:
+        from dspark_cli.deploy.k8s_render import to_yaml
+
+        if shutil.which("kubectl") is None:
+            self.kubectl.run("version")  # raises the UsageError naming kubectl
+        probe = self.kubectl.run("version", "-o", "json", timeout=CONNECT_TIMEOUT_S, check=False)
+        if probe.returncode != 0:
+            raise ServerError("no Kubernetes cluster answers kubectl (its current context): "
+                              f"{(probe.stderr or probe.stdout).strip()}; nothing was applied")
+        self.manifest.write_text(to_yaml(self.objects))
+        self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
+        if self.secret is not None:  # from stdin: its values are never on disk
+            self.kubectl.run("apply", "-f", "-", stdin=json.dumps(self.secret))
+        self._applied = True
+        self.kubectl.run("apply", "-f", str(self.manifest))
+        progress(f"applied {self.manifest} ({self.describe_objects()})")
+
+    def describe_objects(self) -> str:
+        return ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in self.objects)
+
+    def pods(self) -> list[dict[str, Any]]:
+        """The deployment's pods now (asked at most every POLL_S)."""
+        if time.monotonic() - self._asked >= POLL_S:
+            done = self.kubectl.run("get", "pods", "-l", f"{INSTANCE_LABEL}={self.name}",
+                                    "-o", "json")
+            self._pods = sorted(json.loads(done.stdout or "{}").get("items", []),
+                                key=lambda p: p["metadata"]["name"])
+            self._asked = time.monotonic()
+            self._seen_pods |= bool(self._pods)
+            self._follow_running()
+        return self._pods
+
+    def base_url(self) -> str | None:
+        if self._url is None and any(_running(p) for p in self.pods()):
+            self._port_forward()
+        return self._url
+
+    def ended(self) -> str | None:
+        pods = self.pods()
+        for pod in pods:
+            problem = pod_problem(pod)
+            if problem:
+                return problem
+        if self._seen_pods and not pods:
+            return f"the pods of {self.describe_objects()} are gone"
+        if self._forward_error:
+            return self._forward_error
+        if self._forward is not None and self._forward.poll() is not None:
+            err = self._forward.stderr.read().strip() if self._forward.stderr else ""
+            return f"kubectl port-forward to service/{self.name} ended: {err or 'no reason'}"
+        return None
+
+    def describe(self) -> str:
+        pods = self._pods
+        shown = ", ".join(pod_line(p) for p in pods) if pods else "no pods yet"
+        return f"Kubernetes {self.describe_objects()}: {shown}"
+
+    def stop(self, timeout_s: float) -> Teardown:
+        start = time.monotonic()
+        _stop(self._forward)
+        gone = True
+        if self._applied:
+            wait = f"--timeout={max(1, int(timeout_s))}s"
+            self.kubectl.run("delete", "-f", str(self.manifest), "--wait=true", wait,
+                             "--ignore-not-found", timeout=timeout_s + REQUEST_TIMEOUT_S,
+                             check=False)
+            if self.secret is not None:
+                self.kubectl.run("delete", "secret", self.secret["metadata"]["name"],
+                                 "--ignore-not-found", check=False)
+            gone = self._wait_gone(start + timeout_s + REQUEST_TIMEOUT_S)
+        for proc, thread in self._followers.values():
+            thread.join(5)
+            _stop(proc)
+        if self._log is not None:
+            self._log.close()
+        if not gone:
+            progress(f"{self.describe_objects()} still present after delete; check "
+                     f"`kubectl get -f {self.manifest}` and `kubectl get pods -l "
+                     f"{INSTANCE_LABEL}={self.name}`")
+        return Teardown(time.monotonic() - start, "kubectl delete", (),
+                        self._forward is None or self._forward.poll() is not None,
+                        deployment=self.describe_objects(), deployment_gone=gone)
+
+    def _wait_gone(self, deadline: float) -> bool:
+        """Whether the objects and their pods are confirmed gone before `deadline`."""
+        while True:
+            left = self.kubectl.run("get", "-f", str(self.manifest), "-o", "json",
+                                    "--ignore-not-found", check=False)
+            objects = json.loads(left.stdout or "{}").get("items", []) if left.returncode == 0 \
+                else None
+            self._asked = 0.0
+            pods = self.pods()
+            if objects == [] and not pods:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+
+    # -- the head's URL and the logs ---------------------------------------------------------
+    def _port_forward(self) -> None:
+        if self._forward is not None and self._forward.poll() is None:
+            return
+        proc = self.kubectl.stream("port-forward", f"service/{self.name}", f":{self.api_port}")
+        found: list[str] = []
+        ready = threading.Event()
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # keep draining: kubectl logs every connection
+                m = FORWARDING.search(line)
+                if m and not found:
+                    found.append(m.group(1))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        ready.wait(FORWARD_WAIT_S)
+        if found:
+            self._forward = proc
+            self._url = f"http://127.0.0.1:{found[0]}"
+            progress(f"kubectl port-forward service/{self.name}: {self._url} -> "
+                     f"{self.api_port}")
+        else:  # the pod may not be running yet: asked again on the next poll
+            _stop(proc)
+
+    def _follow_running(self) -> None:
+        for pod in self._pods:
+            name = pod["metadata"]["name"]
+            if name in self._followers or not _running(pod):
+                continue
+            index = int(pod["metadata"].get("labels", {}).get(WORKER_INDEX, "0") or 0)
+            proc = self.kubectl.stream("logs", "--follow", name)
+            thread = threading.Thread(target=self._copy, args=(proc, index), daemon=True)
+            thread.start()
+            self._followers[name] = (proc, thread)
+
+    def _copy(self, proc: subprocess.Popen[str], index: int) -> None:
+        prefix = f"[node {index}] " if index else ""
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with self._log_lock:
+                if self._log is not None and not self._log.closed:
+                    self._log.write(prefix + line)
+                    self._log.flush()
+
+
+def _running(pod: dict[str, Any]) -> bool:
+    return any("running" in c.get("state", {})
+               for c in pod.get("status", {}).get("containerStatuses", []))
+
+
+def _secret_object(name: str, namespace: str | None, instance: str,
+                   values: dict[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {INSTANCE_LABEL: instance}}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque",
+            "stringData": values}
+
+
+def kubernetes_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+                   directory: Path) -> KubernetesRun:
+    """The deployment of `layout` as Kubernetes objects, validated offline; nothing is applied
+    until `start()`. The image must be pinned by digest (CheckFailed otherwise, as `serve`)."""
+    from dspark_cli.deploy.command import k8s_spec
+    from dspark_cli.deploy.k8s_manifests import image_problem, manifests
+    from dspark_cli.deploy.k8s_validate import validate
+    from dspark_cli.deploy.node_script import secret_environment, url_refs
+
+    spec = k8s_spec(cfg)
+    problem = image_problem(spec.image)
+    if problem:
+        raise CheckFailed(f"k8s-image-pinned: {problem} (change `deploy.k8s.image`)")
+    values = secret_environment(layout, plan.env, url_refs(layout, plan.env))
+    # The run's own Secret: a user's `deploy.k8s.secret_name` is never replaced or deleted.
+    spec = replace(spec, secret_name=f"{spec.name}-run-secrets")
+    objects = manifests(layout, spec, plan.env)
+    validate(objects)
+    secret = (_secret_object(spec.secret_name, spec.namespace, spec.name, values)
+              if values else None)
+    directory.mkdir(parents=True, exist_ok=True)
+    return KubernetesRun(objects, secret, spec.name, int(layout.head.api_port or plan.port),
+                         directory, Kubectl(spec.namespace))
