@@ -54,10 +54,9 @@ def cluster_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
 
         return slurm_run(cfg, plan, layout, directory)
     if target == "k8s":
-        raise UsageError(
-            "deploy=k8s is not supported managed yet: dspark cannot start and tear down a "
-            "Kubernetes deployment by itself. Apply the manifests of `dspark serve deploy=k8s` "
-            "and attach with server.url=http://<service>:<port>.")
+        from dspark_cli.deploy.k8s_run import kubernetes_run
+
+        return kubernetes_run(cfg, plan, layout, directory)
     raise UsageError(f"deploy.target={target!r} is not a cluster engine; use deploy=slurm or "
                      "deploy=k8s (deploy=local runs on this host).")
 
