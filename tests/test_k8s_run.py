@@ -11,7 +11,6 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import psutil
 import pytest
 
 from dspark_cli.deploy.k8s_run import kubernetes_run, pod_problem
@@ -19,7 +18,7 @@ from dspark_cli.errors import CheckFailed, ServerError, UsageError
 from dspark_cli.launch.layout import node_layout
 from dspark_cli.launch.plan import build_plan
 from tests.conftest import compose_config, wait_until
-from tests.doubles.fake_kubectl import install
+from tests.doubles.fake_kubectl import install, processes, reap
 from tests.doubles.fake_vllm import free_port
 
 FAKE_VLLM = Path(__file__).resolve().parent / "doubles" / "fake_vllm.py"
@@ -49,9 +48,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no
     install(tmp_path / "kbin", state)
     monkeypatch.setenv("PATH", f"{tmp_path / 'kbin'}:{tmp_path / 'image'}:{os.environ['PATH']}")
     yield state
-    for p in psutil.process_iter(["cmdline"]):  # never leave a pod behind, whatever failed
-        if str(state) in " ".join(p.info["cmdline"] or []):
-            p.kill()
+    reap(state)  # never leave a pod behind, whatever failed
 
 
 def run_for(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
@@ -63,9 +60,7 @@ def run_for(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
 
 
 def pods_left(state: Path) -> list[str]:
-    return [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
-            if "_kubelet" in " ".join(p.info["cmdline"] or [])
-            and str(state) in " ".join(p.info["cmdline"] or [])]
+    return [" ".join(p.cmdline()) for p in processes(state)]
 
 
 def test_a_run_is_applied_followed_forwarded_and_deleted(tmp_path: Path, cluster: Path) -> None:
@@ -85,7 +80,8 @@ def test_a_run_is_applied_followed_forwarded_and_deleted(tmp_path: Path, cluster
     wait_until(lambda: "\nINFO" in "\n" + run.log_path.read_text(), 30,
                "the leader's log, its lines unprefixed")
     assert "dspark-0" in run.describe() and "dspark-0-1 Running" in run.describe()
-    assert len(pods_left(cluster)) == 2
+    pods = {p.environ().get("FAKE_KUBECTL_POD") for p in processes(cluster)} - {None}
+    assert pods == {f"{cluster}/dspark-0", f"{cluster}/dspark-0-1"}
     teardown = run.stop(30)
     assert teardown.clean and teardown.deployment_gone, teardown
     assert pods_left(cluster) == []

@@ -8,25 +8,40 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.conftest import REPO
-from tests.doubles.fake_kubectl import install
+from tests.conftest import REPO, wait_until
+from tests.doubles.fake_kubectl import install, processes, reap
 from tests.doubles.fake_vllm import free_port
 
 DIGEST = "registry.example/dspark-av@sha256:" + "49067946ae13f404" * 4
+
+
+STATES: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    """Whatever a failed test left on its fake cluster is killed."""
+    yield
+    while STATES:
+        reap(STATES.pop())
 
 
 def cluster_env(tmp_path: Path, vllm: str) -> tuple[dict[str, str], Path]:
     """The smoke's environment: the fake kubectl and the image's `vllm` first on PATH, a short
     TMPDIR (ZeroMQ's IPC paths must fit 107 bytes); and the fake cluster's state dir."""
     state = Path(tempfile.mkdtemp(prefix="kc-"))
+    STATES.append(state)
     install(tmp_path / "kbin", state)
     image = tmp_path / "image"
     image.mkdir()
@@ -51,9 +66,7 @@ def smoke(tmp_path: Path, env: dict[str, str], *overrides: str,
 def left_on(state: Path) -> tuple[list[dict], list[str]]:
     """The fake cluster's objects and the processes of its pods that are still there."""
     objects = json.loads((state / "objects.json").read_text())
-    procs = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
-             if str(state) in " ".join(p.info["cmdline"] or [])]
-    return objects, procs
+    return objects, [" ".join(p.cmdline()) for p in processes(state)]
 
 
 @pytest.mark.vllm
@@ -91,3 +104,74 @@ def test_no_cluster_fails_the_smoke_with_exit_3_before_anything_is_applied(tmp_p
     assert "no Kubernetes cluster answers kubectl" in done.stderr
     assert "was refused" in done.stderr and "Traceback" not in done.stderr
     assert not (state / "objects.json").exists()
+
+
+def test_serve_apply_follows_the_deployment_and_ctrl_c_deletes_it(tmp_path):
+    """`dspark serve deploy=k8s --apply`: applied, ready through the port-forward, then SIGINT
+    deletes it (exit 130) with nothing left. The image's `vllm` is fake_vllm (the head) and a
+    sleeper (the headless worker), so no model loads."""
+    fake = Path(__file__).resolve().parent / "doubles" / "fake_vllm.py"
+    env, state = cluster_env(tmp_path, 'port=8000\nfor a in "$@"; do [ "$p" = --port ] && '
+                                       'port=$a; p=$a; done\n'
+                                       'case " $* " in *" --headless "*) exec sleep 600;; esac\n'
+                                       f'exec {sys.executable} {fake} --port "$port"')
+    argv = [sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=cpu", "hw.nodes=2",
+            "deploy=k8s", f"deploy.k8s.image={DIGEST}", f"server.port={free_port()}",
+            f"hw.dp_rpc_port={free_port()}", "model.synthetic=null",
+            f"hydra.run.dir={tmp_path / 'run'}", "--apply"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "ready at " in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        wait_until(lambda: ready.is_set() or proc.poll() is not None, 120, "ready")
+        assert ready.is_set(), "".join(lines[-30:])
+        url = next(ln for ln in lines if "ready at " in ln).split("ready at ")[1].split()[0]
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+            assert r.status == 200
+        assert len(left_on(state)[0]) == 2  # the LeaderWorkerSet and its Service
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    assert code == 130, "".join(lines[-30:])
+    assert left_on(state) == ([], [])
+    assert (tmp_path / "run" / "manifests.yaml").is_file()
+
+
+def test_apply_is_only_for_k8s(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=cpu",
+                           "--apply"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=cluster_env(tmp_path, "exit 1")[0])
+    assert done.returncode == 2 and "--apply is for deploy=k8s" in done.stderr
+
+
+@pytest.mark.vllm
+def test_bench_runs_a_cell_as_its_own_deployment(tmp_path):
+    """One bench cell on one pod (a Deployment): applied, measured from here through the
+    port-forward, deleted before the cell's record is written."""
+    env, state = cluster_env(tmp_path, f'exec {sys.executable} -m dspark_cli.vllm.shim "$@"')
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "dspark_cli.cli", "bench", "bench=cpu", "bench.arm=none",
+         "bench.concurrency=2", "bench.warmups=[]", "bench.measured_prompts=8", "+hw=cpu",
+         "deploy=k8s", f"deploy.k8s.image={DIGEST}", f"server.port={free_port()}",
+         f"hydra.run.dir={run}", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    cell_dir = run / "cells" / "none-c2"
+    cell = json.loads((cell_dir / "cell.json").read_text())
+    assert cell["valid"], cell["reasons"]
+    assert cell["total_output_tokens"] == cell["metrics_delta"]["generation_tokens"] == 8 * 32
+    assert cell["teardown"]["deployment"] == "Deployment dspark, Service dspark"
+    assert cell["teardown"]["deployment_gone"]
+    assert "kind: Deployment" in (cell_dir / "manifests.yaml").read_text()
+    assert "Application startup complete" in (cell_dir / "server.log").read_text()
+    assert left_on(state) == ([], [])

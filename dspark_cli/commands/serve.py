@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--validate", action="store_true",
                         help="with --dry-run: also check the command with vLLM's own parser")
     parser.add_argument("--json", action="store_true", help="print a machine-readable plan")
+    parser.add_argument("--apply", action="store_true",
+                        help="deploy=k8s: apply the manifests with kubectl and follow the "
+                        "deployment until Ctrl-C, which deletes it (default: write them)")
 
 
 def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
@@ -51,6 +54,11 @@ def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
 
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    if opts.apply and str(cfg.deploy.target) != "k8s":
+        from dspark_cli.errors import UsageError
+
+        raise UsageError(f"--apply is for deploy=k8s (deploy={cfg.deploy.target} starts the "
+                         "deployment without it); drop --apply or use deploy=k8s")
     plan = build_plan(cfg)
     layout = checked_layout(cfg, plan)  # a bad layout is refused for every target
     if str(cfg.deploy.target) != "local":  # a cluster engine runs it: Slurm, Kubernetes

@@ -3,7 +3,8 @@
 The preflight rules that need no machine run first (the machine is the cluster's, not this
 one); then `--dry-run` prints the sbatch script or the manifests and starts nothing. Without
 it, Slurm gets the job (submitted, followed until healthy, cancelled on Ctrl-C) and Kubernetes
-gets manifests written to the run directory with the `kubectl apply` line to use.
+gets manifests written to the run directory with the `kubectl apply` line to use, or, with
+`--apply`, applied through kubectl and followed like the Slurm job (deleted on Ctrl-C).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
     from dspark_cli.launch.prepare import ensure_model
     from dspark_cli.launch.record import redacted, run_dir
 
-    text = _text(cfg, plan, layout) if target == "k8s" else None  # refused before writing
+    write = target == "k8s" and not opts.apply
+    text = _text(cfg, plan, layout) if write else None  # refused before writing
     directory = run_dir()
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
@@ -168,8 +170,9 @@ def _write_manifests(text: str, directory: Path, secret: str | None) -> int:
 
 
 def _submit(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: Path) -> int:
-    """The job through the one server session (`deploy/cluster_run.py`, `slurm_run.py`):
-    submitted, followed until healthy and then until it ends; Ctrl-C/SIGTERM cancel it."""
+    """The job or the applied manifests (`--apply`) through the one server session
+    (`deploy/cluster_run.py`: `slurm_run.py`, `k8s_run.py`): started, followed until healthy and
+    then until it ends; Ctrl-C/SIGTERM cancel or delete it."""
     from dspark_cli.deploy.cluster_run import cluster_target
     from dspark_cli.server import foreground
 

@@ -87,6 +87,34 @@ def install(bin_dir: Path, state: Path) -> Path:
     return path
 
 
+def processes(state: Path) -> list[Any]:
+    """Every live process of this fake cluster: its pods' (and their children's: each carries
+    `FAKE_KUBECTL_POD` in its environment) and any `kubectl` of it (port-forward, logs)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            env = p.environ()
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if (env.get("FAKE_KUBECTL_STATE") == str(state)
+                    or env.get("FAKE_KUBECTL_POD", "").startswith(f"{state}/")):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def reap(state: Path) -> None:
+    """SIGKILL whatever this fake cluster still runs (a test's cleanup when it failed)."""
+    import psutil
+
+    for p in processes(state):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+
 # --- the cluster's state -----------------------------------------------------------------
 
 class Cluster:
@@ -215,6 +243,7 @@ def _start_pod(cluster: Cluster, owner: dict[str, Any], pod: str, template: dict
         cluster.save_pod(record)
         return
     env.pop("FAKE_KUBECTL_STATE", None)
+    env["FAKE_KUBECTL_POD"] = f"{cluster.root}/{pod}"  # how `processes` finds its children
     command = [expand(c, env) for c in [*container.get("command", []),
                                         *container.get("args", [])]]
     spec_path = cluster.root / "pods" / f"{pod}.spec.json"
