@@ -170,3 +170,19 @@ def test_sigterm_while_the_job_runs_cancels_it(slurm_cluster, short_dir):
     assert proc.returncode == 130, "".join(lines) + rest
     assert f"cancelling Slurm job {job}" in rest
     assert slurm_cluster.jobs() == [] and job_processes(job) == []
+
+
+@pytest.mark.parametrize("target", ["slurm", "local"])
+def test_bench_dry_run_prints_each_cells_launch_where_it_runs(target, tmp_path):
+    from tests.conftest import run_dspark
+
+    done = run_dspark("bench", *ONE_CELL, "+hw=cpu", "hw.nodes=2", f"deploy={target}",
+                      "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    if target == "slurm":
+        assert "# launch: a cold Slurm job for this cell" in done.stdout
+        assert "#SBATCH --nodes=2" in done.stdout and "srun " in done.stdout
+    else:
+        assert "# launch: 2 cold nodes on this host for this cell" in done.stdout
+    assert done.stdout.count("--headless") == 1 and "vllm bench serve" in done.stdout
+    assert not (tmp_path / "runs").exists()

@@ -36,6 +36,28 @@ def _loads(cell: Cell, protocol: Protocol, dataset: DatasetSpec, arm: Arm, run_d
     ]
 
 
+def _launch(arm: Arm) -> tuple[str, str]:
+    """How a cell of `arm` starts (a comment) and the text that starts it: the plan's command
+    (one node here), every node's block (several nodes here), or the job script (Slurm)."""
+    from dspark_cli.launch.layout import node_layout
+    from dspark_cli.launch.layout_render import layout_script
+
+    layout = node_layout(arm.cfg, arm.plan)
+    target = str(arm.cfg.deploy.target)
+    if target == "slurm":
+        from dspark_cli.deploy.command import sbatch_spec
+        from dspark_cli.deploy.sbatch import sbatch_script
+
+        return ("a cold Slurm job for this cell (the load goes to its head once it runs)",
+                sbatch_script(layout, sbatch_spec(arm.cfg), arm.plan.env))
+    if target != "local":
+        return f"a cold deploy={target} deployment for this cell", ""
+    if layout.nodes > 1:
+        return (f"{layout.nodes} cold nodes on this host for this cell (head 127.0.0.1)",
+                layout_script(layout))
+    return "a cold server for this cell", shell_script(arm.plan)
+
+
 def plan_text(
     protocol: Protocol, dataset: DatasetSpec, arms: Mapping[str, Arm], run_dir: Path
 ) -> str:
@@ -55,11 +77,12 @@ def plan_text(
     ]
     for i, cell in enumerate(cells, start=1):
         arm = arms[cell.arm]
+        how, text = _launch(arm)
         lines += [
             f"# ---- cell {i}/{len(cells)}: {cell.id} (arm {cell.arm}, concurrency "
             f"{cell.concurrency}, repeat {cell.repeat}) ----",
-            "# launch: a cold server for this cell",
-            shell_script(arm.plan).rstrip("\n"),
+            f"# launch: {how}",
+            text.rstrip("\n"),
         ]
         for phase, argv in _loads(cell, protocol, dataset, arm, run_dir):
             what = "measured" if phase.measured else "warmup"

@@ -72,8 +72,8 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         checked_layout(arm.cfg, arm.plan)
     if opts.dry_run:
         return _dry_run(protocol, dataset, arms, _run_dir(opts), opts)
-    with _job_port(cfg):
-        return _render(_run(cfg, protocol, dataset, arms, _run_dir(opts),
+    with _job_port(cfg):  # the arms are planned again on the ports this job claimed
+        return _render(_run(cfg, protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts),
                             opts.stop_on_failure), opts)
 
 
