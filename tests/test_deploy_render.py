@@ -181,3 +181,19 @@ def test_a_hub_model_gets_no_model_volume_and_a_pvc_needs_a_path():
 def test_bad_k8s_settings_are_refused(kw, message):
     with pytest.raises(UsageError, match=message):
         manifests(dp_layout(), spec(**kw), ENV)
+
+
+def test_dollar_parens_reach_the_container_as_written():
+    """Kubernetes expands `$(VAR)` (and `$$`) in commands and env values: what dspark writes
+    is escaped so the container gets the plan's text."""
+    from tests.doubles.fake_kubectl import container_env, expand
+
+    literal = "$(HOME) $$ $x ${y}"
+    layout = NodeLayout("single", 1, 8, (NodeLaunch(0, True, (*COMMON[:3], "--tokenizer",
+                                                              literal), {}, 8000),))
+    deployment, _ = manifests(layout, spec(), (("ODD", literal),))
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = container_env(container, {})
+    assert env["ODD"] == literal
+    command = [expand(c, {**env, "HOME": "/root"}) for c in container["command"]]
+    assert run_dispatch(command[2], "0") == [*COMMON[:3], "--tokenizer", literal]

@@ -230,3 +230,22 @@ def test_tp_16_on_two_8_gpu_nodes_passes_the_dry_run() -> None:
                       "hw.args.tensor_parallel_size=16", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "FAILED" not in done.stderr and done.stdout.count("--tensor-parallel-size 16") == 2
+
+
+def test_nodes_run_here_share_this_machines_gpus() -> None:
+    """deploy=local runs every node on this host: the world across nodes must fit its GPUs."""
+    from dspark_cli.config.schema import Platform
+    from dspark_cli.launch.rules import Context, run_rules
+    from dspark_cli.machine.detect import Gpu, Machine
+
+    h200x8 = Machine(Platform.cuda, tuple(Gpu(i, "NVIDIA H200", "sm_90") for i in range(8)))
+
+    def fits(overrides: list[str]) -> Status:
+        cfg = compose_config(overrides)
+        found = {f.rule: f for f in run_rules(Context(cfg, build_plan(cfg), h200x8))}
+        return found["parallel-fits-machine"].status
+
+    assert fits(["+hw=h200"]) is Status.passed
+    assert fits(["+hw=h200", "hw.nodes=2"]) is Status.failed  # 2 x 8 GPUs on one 8-GPU host
+    assert fits(["+hw=h200", "hw.nodes=2", "hw.layout=tp",
+                 "hw.args.tensor_parallel_size=16"]) is Status.failed

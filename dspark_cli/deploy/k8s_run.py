@@ -44,6 +44,8 @@ STUCK = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageNa
          "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
 MANIFEST_NAME = "manifests.yaml"
+NO_KUBECTL = ("`kubectl` is not on PATH: deploy=k8s runs the deployment through kubectl with "
+              "your kubeconfig and context; nothing was applied")
 
 
 def pod_problem(pod: dict[str, Any]) -> str | None:
@@ -87,6 +89,14 @@ class Kubectl:
         ns = ["--namespace", self.namespace] if self.namespace else []
         return ["kubectl", *ns, *args]
 
+    @staticmethod
+    def require() -> None:
+        """UsageError when `kubectl` is not on PATH."""
+        if shutil.which("kubectl") is None:
+            raise UsageError(NO_KUBECTL, hint="install kubectl and select the cluster's "
+                             "context, or print the manifests with `dspark serve deploy=k8s "
+                             "--dry-run`")
+
     def run(self, *args: str, stdin: str | None = None, timeout: float = REQUEST_TIMEOUT_S,
             check: bool = True) -> subprocess.CompletedProcess[str]:
         """One API call, bounded by `timeout` (kubectl's own and ours)."""
@@ -95,11 +105,7 @@ class Kubectl:
             done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
                                   timeout=timeout + 10)
         except FileNotFoundError as e:
-            raise UsageError("`kubectl` is not on PATH: deploy=k8s runs the deployment through "
-                             "kubectl with your kubeconfig; nothing was applied",
-                             hint="install kubectl and select the cluster's context, or "
-                             "print the manifests with `dspark serve deploy=k8s --dry-run`"
-                             ) from e
+            raise UsageError(NO_KUBECTL) from e
         except subprocess.TimeoutExpired as e:
             raise ServerError(f"`kubectl {' '.join(args[:2])}` did not answer within "
                               f"{timeout:.0f} s; is the cluster reachable?") from e
@@ -115,7 +121,7 @@ class Kubectl:
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                     start_new_session=True)
         except FileNotFoundError as e:
-            raise UsageError("`kubectl` is not on PATH") from e
+            raise UsageError(NO_KUBECTL) from e
 
 
 def _stop(proc: subprocess.Popen[str] | None, grace_s: float = 5.0) -> None:
@@ -156,8 +162,7 @@ class KubernetesRun:
     def start(self) -> None:
         from dspark_cli.deploy.k8s_render import to_yaml
 
-        if shutil.which("kubectl") is None:
-            self.kubectl.run("version")  # raises the UsageError naming kubectl
+        self.kubectl.require()
         probe = self.kubectl.run("version", "-o", "json", timeout=CONNECT_TIMEOUT_S, check=False)
         if probe.returncode != 0:
             raise ServerError("no Kubernetes cluster answers kubectl (its current context): "
