@@ -7,7 +7,6 @@ would otherwise be carried silently; this walk finds every such key before anyth
 from __future__ import annotations
 
 import dataclasses
-import difflib
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -24,6 +23,8 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[tuple[str, list[str
     for key in node:
         full = f"{prefix}{key}"
         if fields is not None and key not in fields:
+            import difflib  # only a mistyped key needs it
+
             found.append((full, difflib.get_close_matches(str(key), sorted(fields), n=2)))
             continue
         child = node._get_node(key)

