@@ -18,12 +18,15 @@ from dspark_cli.errors import ExitCode, UsageError
 
 
 def register_schemas(module: Any) -> None:
-    """Put the shared schema and the command's own primary schema in Hydra's ConfigStore."""
+    """Put the schema the command composes in Hydra's ConfigStore: its own primary's (smoke,
+    bench and validate extend the shared one), else the shared `launch_schema`. Only that one:
+    building a schema node costs start-up, and every composition deep-copies the whole store."""
+    if hasattr(module, "register"):
+        module.register()
+        return
     from dspark_cli.config import schema
 
     schema.register()
-    if hasattr(module, "register"):
-        module.register()
 
 
 def compose_once(module: Any, config: str, overrides: list[str]) -> Any:

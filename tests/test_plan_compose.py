@@ -1,9 +1,12 @@
 """A plain dry run composes the same config as Hydra's app, without loading Hydra's help or
-run-time configs; the compose cache's key follows every config and Python file."""
+run-time configs; a command stores only the schema it composes; the compose cache's key follows
+every config and Python file."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from omegaconf import OmegaConf
 import dspark_cli.commands.serve as serve
 from dspark_cli.config import cache
 from dspark_cli.hydra_app import compose_once
-from tests.conftest import compose_config
+from tests.conftest import REPO, compose_config
 
 
 @pytest.mark.parametrize("overrides", [
@@ -66,3 +69,19 @@ def test_the_key_follows_config_and_python_files(tmp_path: Path,
     assert second != first
     os.utime(conf / "hw" / "x.yaml", ns=(1, 1))  # same size, another mtime
     assert cache.key_text("serve", []) not in (first, second)
+
+
+@pytest.mark.parametrize(("command", "stored"), [
+    ("serve", ["launch_schema.yaml"]), ("verify_checkpoint", ["launch_schema.yaml"]),
+    ("smoke", ["smoke_schema.yaml"]), ("bench", ["bench_schema.yaml"]),
+    ("validate", ["validate_schema.yaml"]),
+])
+def test_a_command_stores_only_the_schema_it_composes(command: str, stored: list[str]) -> None:
+    code = ("import importlib\n"
+            "from hydra.core.config_store import ConfigStore\n"
+            "from dspark_cli.hydra_app import register_schemas\n"
+            f"register_schemas(importlib.import_module('dspark_cli.commands.{command}'))\n"
+            "print(*sorted(k for k in ConfigStore.instance().repo if k.endswith('_schema.yaml')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         check=True, timeout=60).stdout
+    assert out.split() == stored
