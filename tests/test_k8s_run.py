@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.deploy.k8s_run import kubernetes_run, pod_problem
+from dspark_cli.deploy.k8s_pods import pod_problem
+from dspark_cli.deploy.k8s_run import kubernetes_run
 from dspark_cli.errors import CheckFailed, ServerError, UsageError
 from dspark_cli.launch.layout import node_layout
 from dspark_cli.launch.plan import build_plan

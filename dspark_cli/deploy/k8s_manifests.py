@@ -34,6 +34,7 @@ from dspark_cli.launch.secrets import ShellRefs, redact_urls
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # every object and pod of one deployment
 RANK_VAR = "LWS_WORKER_INDEX"
 GPU_RESOURCE = {"rocm": "amd.com/gpu", "cuda": "nvidia.com/gpu"}
 DIGEST = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
@@ -106,7 +107,7 @@ def check_spec(spec: K8sSpec) -> None:
 
 
 def _labels(spec: K8sSpec) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "dspark", "app.kubernetes.io/instance": spec.name}
+    return {"app.kubernetes.io/name": "dspark", INSTANCE_LABEL: spec.name}
 
 
 def _metadata(spec: K8sSpec, name: str | None = None) -> dict[str, Any]:

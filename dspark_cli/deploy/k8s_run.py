@@ -3,136 +3,48 @@ k8s branch), through `kubectl` with the user's kubeconfig and context.
 
 `start()` writes the manifests to the run directory and applies them (the plan's secrets go
 into a Secret of the run's own, applied from stdin, never written); the pods' status
-(`kubectl get pods -o json`) says whether the deployment still runs: a container waiting in
-CrashLoopBackOff, ImagePullBackOff and the like, a terminated or restarted container, or pods
-that vanished end it with the pod's name and reason. Each running pod's output is followed
-(`kubectl logs --follow`) into `log_path` (a worker's lines start with `[node N] `, as for local
-nodes); the head is reached through `kubectl port-forward service/NAME :PORT`, whose
-"Forwarding from 127.0.0.1:N" line gives the base URL. `stop()` deletes everything it applied
-(`kubectl delete --wait`) and confirms nothing is left. Every kubectl call has a timeout.
+(`kubectl get pods -o json`, read by `k8s_pods.py`) says whether the deployment still runs: a
+container waiting in CrashLoopBackOff, ImagePullBackOff and the like, a terminated or restarted
+container, or pods that vanished end it with the pod's name and reason. Each running pod's
+output is followed (`kubectl logs --follow`) into `log_path` (a worker's lines start with
+`[node N] `, as for local nodes); the head is reached through `kubectl port-forward
+service/NAME :PORT`, whose "Forwarding from 127.0.0.1:N" line gives the base URL. `stop()`
+deletes everything it applied (`kubectl delete --wait`) and confirms nothing is left. Every
+kubectl call has a timeout (`kubectl.py`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 from omegaconf import DictConfig
 
 from dspark_cli.console import progress
-from dspark_cli.errors import CheckFailed, ServerError, UsageError
+from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, image_problem, manifests
+from dspark_cli.deploy.k8s_pods import node_index, pod_line, pod_problem, running
+from dspark_cli.deploy.kubectl import (
+    CONNECT_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    Kubectl,
+    stop_stream,
+)
+from dspark_cli.errors import CheckFailed, ServerError
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server.process import Teardown
 
-REQUEST_TIMEOUT_S = 30.0  # one API call
-CONNECT_TIMEOUT_S = 15.0  # `kubectl version` at start: does a cluster answer?
 FORWARD_WAIT_S = 15.0  # port-forward's "Forwarding from" line
 POLL_S = 1.0  # pods' status is asked at most this often
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-# A container waiting for one of these will not run without a change: the deployment ended.
-STUCK = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
-         "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
 MANIFEST_NAME = "manifests.yaml"
-NO_KUBECTL = ("`kubectl` is not on PATH: deploy=k8s runs the deployment through kubectl with "
-              "your kubeconfig and context; nothing was applied")
-
-
-def pod_problem(pod: dict[str, Any]) -> str | None:
-    """Why a pod (`kubectl get pods -o json`'s item) stopped serving, or None while it is
-    pending or running. Pure."""
-    name = pod.get("metadata", {}).get("name", "?")
-    status = pod.get("status", {})
-    if status.get("phase") == "Failed":
-        return f"pod {name} failed ({status.get('reason') or status.get('message') or 'Failed'})"
-    for c in status.get("containerStatuses", []):
-        state, last = c.get("state", {}), c.get("lastState", {})
-        exit_code = (last.get("terminated") or state.get("terminated") or {}).get("exitCode")
-        exited = f", last exit code {exit_code}" if exit_code is not None else ""
-        waiting = state.get("waiting") or {}
-        if waiting.get("reason") in STUCK:
-            message = f": {waiting['message']}" if waiting.get("message") else ""
-            return f"pod {name}: {waiting['reason']}{exited}{message}"
-        if "terminated" in state:
-            t = state["terminated"]
-            return f"pod {name}: container terminated ({t.get('reason', '?')}{exited})"
-        if int(c.get("restartCount") or 0) > 0:
-            return f"pod {name}: container restarted {c['restartCount']} time(s){exited}"
-    return None
-
-
-def pod_line(pod: dict[str, Any]) -> str:
-    """`name phase[ ready]` for progress."""
-    status = pod.get("status", {})
-    ready = all(c.get("ready") for c in status.get("containerStatuses", [])) and bool(
-        status.get("containerStatuses"))
-    return f"{pod['metadata']['name']} {status.get('phase', '?')}{' ready' if ready else ''}"
-
-
-@dataclass(frozen=True)
-class Kubectl:
-    """The `kubectl` client with the user's kubeconfig and context, in one namespace."""
-
-    namespace: str | None = None
-
-    def argv(self, *args: str) -> list[str]:
-        ns = ["--namespace", self.namespace] if self.namespace else []
-        return ["kubectl", *ns, *args]
-
-    @staticmethod
-    def require() -> None:
-        """UsageError when `kubectl` is not on PATH."""
-        if shutil.which("kubectl") is None:
-            raise UsageError(NO_KUBECTL, hint="install kubectl and select the cluster's "
-                             "context, or print the manifests with `dspark serve deploy=k8s "
-                             "--dry-run`")
-
-    def run(self, *args: str, stdin: str | None = None, timeout: float = REQUEST_TIMEOUT_S,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
-        """One API call, bounded by `timeout` (kubectl's own and ours)."""
-        argv = self.argv(f"--request-timeout={max(1, int(timeout))}s", *args)
-        try:
-            done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                                  timeout=timeout + 10)
-        except FileNotFoundError as e:
-            raise UsageError(NO_KUBECTL) from e
-        except subprocess.TimeoutExpired as e:
-            raise ServerError(f"`kubectl {' '.join(args[:2])}` did not answer within "
-                              f"{timeout:.0f} s; is the cluster reachable?") from e
-        if check and done.returncode != 0:
-            raise ServerError(f"`kubectl {' '.join(args[:3])}` failed (exit {done.returncode}): "
-                              f"{(done.stderr or done.stdout).strip()}")
-        return done
-
-    def stream(self, *args: str) -> subprocess.Popen[str]:
-        """A long-running call (logs --follow, port-forward); the caller stops it."""
-        try:
-            return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                    start_new_session=True)
-        except FileNotFoundError as e:
-            raise UsageError(NO_KUBECTL) from e
-
-
-def _stop(proc: subprocess.Popen[str] | None, grace_s: float = 5.0) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(grace_s)
 
 
 class KubernetesRun:
@@ -187,11 +99,11 @@ class KubernetesRun:
                                 key=lambda p: p["metadata"]["name"])
             self._asked = time.monotonic()
             self._seen_pods |= bool(self._pods)
-            self._follow_running()
+            self._followrunning()
         return self._pods
 
     def base_url(self) -> str | None:
-        if self._url is None and any(_running(p) for p in self.pods()):
+        if self._url is None and any(running(p) for p in self.pods()):
             self._port_forward()
         return self._url
 
@@ -217,7 +129,7 @@ class KubernetesRun:
 
     def stop(self, timeout_s: float) -> Teardown:
         start = time.monotonic()
-        _stop(self._forward)
+        stop_stream(self._forward)
         gone = True
         if self._applied:
             wait = f"--timeout={max(1, int(timeout_s))}s"
@@ -230,7 +142,7 @@ class KubernetesRun:
             gone = self._wait_gone(start + timeout_s + REQUEST_TIMEOUT_S)
         for proc, thread in self._followers.values():
             thread.join(5)
-            _stop(proc)
+            stop_stream(proc)
         if self._log is not None:
             self._log.close()
         if not gone:
@@ -281,16 +193,16 @@ class KubernetesRun:
             progress(f"kubectl port-forward service/{self.name}: {self._url} -> "
                      f"{self.api_port}")
         else:  # the pod may not be running yet: asked again on the next poll
-            _stop(proc)
+            stop_stream(proc)
 
-    def _follow_running(self) -> None:
+    def _followrunning(self) -> None:
         for pod in self._pods:
             name = pod["metadata"]["name"]
-            if name in self._followers or not _running(pod):
+            if name in self._followers or not running(pod):
                 continue
-            index = int(pod["metadata"].get("labels", {}).get(WORKER_INDEX, "0") or 0)
             proc = self.kubectl.stream("logs", "--follow", name)
-            thread = threading.Thread(target=self._copy, args=(proc, index), daemon=True)
+            thread = threading.Thread(target=self._copy, args=(proc, node_index(pod)),
+                                      daemon=True)
             thread.start()
             self._followers[name] = (proc, thread)
 
@@ -302,11 +214,6 @@ class KubernetesRun:
                 if self._log is not None and not self._log.closed:
                     self._log.write(prefix + line)
                     self._log.flush()
-
-
-def _running(pod: dict[str, Any]) -> bool:
-    return any("running" in c.get("state", {})
-               for c in pod.get("status", {}).get("containerStatuses", []))
 
 
 def _secret_object(name: str, namespace: str | None, instance: str,
@@ -323,7 +230,6 @@ def kubernetes_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
     """The deployment of `layout` as Kubernetes objects, validated offline; nothing is applied
     until `start()`. The image must be pinned by digest (CheckFailed otherwise, as `serve`)."""
     from dspark_cli.deploy.command import k8s_spec
-    from dspark_cli.deploy.k8s_manifests import image_problem, manifests
     from dspark_cli.deploy.k8s_validate import validate
     from dspark_cli.deploy.node_script import secret_environment, url_refs
 

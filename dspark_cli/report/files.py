@@ -8,7 +8,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from dspark_cli.report import markdown, model, sources
+from dspark_cli.report import markdown, sources
+from dspark_cli.report.build import build
+from dspark_cli.report.sections import Report
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -23,11 +25,11 @@ def _write(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[model.Report, str]:
+def write_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Report, str]:
     """Build the report of the records under `run_dirs` and write it into `out_dir`; returns
     the report and its Markdown."""
     out = out_dir.resolve()
-    report = model.build(sources.collect(run_dirs), str(out))
+    report = build(sources.collect(run_dirs), str(out))
     text = markdown.render(report)
     out.mkdir(parents=True, exist_ok=True)
     _write(out / REPORT_MD, text)

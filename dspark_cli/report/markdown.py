@@ -4,9 +4,9 @@ formats, rows in the records' order)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from dspark_cli.report.model import (
+from dspark_cli.report.sections import (
     NOT_RUN,
     Environment,
     Focused,
@@ -138,20 +138,22 @@ def _methodology(m: Methodology | None) -> list[str]:
     return [*lines, *(f"- {r}" for r in m.validity_rules)]
 
 
+def _interval(estimate: str, low: float | None, high: float | None,
+              bound: Callable[[float], str]) -> str:
+    """An estimate with its 95% interval, where the record has both bounds."""
+    return estimate if low is None or high is None else f"{estimate} [{bound(low)}, {bound(high)}]"
+
+
 def _throughput(r: ResultRow) -> str:
     if r.throughput is None:
         return "- (no valid repeat)"
-    if r.low is None or r.high is None:
-        return f"{_num(r.throughput)} (n={r.n})"
-    return f"{_num(r.throughput)} [{_num(r.low)}, {_num(r.high)}] (n={r.n})"
+    return _interval(_num(r.throughput), r.low, r.high, _num) + f" (n={r.n})"
 
 
 def _speedup(r: ResultRow) -> str:
     if r.speedup is None:
         return "-"
-    if r.speedup_low is None or r.speedup_high is None:
-        return f"{r.speedup:.3f}x"
-    return f"{r.speedup:.3f}x [{r.speedup_low:.3f}, {r.speedup_high:.3f}]"
+    return _interval(f"{r.speedup:.3f}x", r.speedup_low, r.speedup_high, lambda v: f"{v:.3f}")
 
 
 def _latency(r: ResultRow, metric: str) -> str:

@@ -58,6 +58,17 @@ class Sources:
     bench: BenchRecords | None
 
 
+def lookup(record: Mapping[str, Any] | None, *path: str) -> Any:
+    """The value at `path` in a record read back; None where a step is missing or not a map
+    (records from older versions lack newer keys)."""
+    node: Any = record or {}
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
+
+
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))

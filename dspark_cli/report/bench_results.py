@@ -1,0 +1,168 @@
+"""The benchmark's sections: how it was measured (the protocol) and what it measured (each arm
+at each concurrency over its repeats, with its speedup over the baseline), from the bench run's
+records. Pure: records in, sections out; floats rounded here for stable renderings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dspark_cli.report.sections import (
+    UNKNOWN,
+    Methodology,
+    ResultRow,
+    Results,
+    ResultTable,
+    known,
+)
+from dspark_cli.report.sources import BenchRecords, lookup
+
+# What `dspark_cli/bench/validity.py` judges every cell by.
+VALIDITY_RULES = (
+    "client and server generated-token counts match (vllm:generation_tokens_total delta)",
+    "no preemptions (vllm:num_preemptions_total delta)",
+    "every measured request completed, none failed",
+    "no fatal line in the server log (GPU fault, hang, engine death, traceback)",
+)
+
+
+def _round(value: Any, places: int = 4) -> Any:
+    return round(value, places) if isinstance(value, float) else value
+
+
+def _protocol_config(bench: BenchRecords) -> Mapping[str, Any]:
+    for arm in sorted(bench.arm_configs):
+        if bench.arm_configs[arm].get("bench"):
+            return bench.arm_configs[arm]["bench"]
+    return {}
+
+
+def _repeats(proto: Mapping[str, Any], summary: Mapping[str, Any] | None) -> int:
+    """The protocol's repeats per cell (1 in records from before repeats existed)."""
+    return int(proto.get("repeats") or (summary or {}).get("repeats") or 1)
+
+
+def methodology(bench: BenchRecords | None) -> Methodology | None:
+    if bench is None:
+        return None
+    proto = _protocol_config(bench)
+    info = lookup(bench.cells[0], "protocol") if bench.cells else {}
+    dataset = next((c["dataset"] for c in bench.cells if c.get("dataset")), {})
+    d = proto.get("dataset") or {}
+    kind = d.get("kind") or dataset.get("kind")
+    where = dataset.get("file") or d.get("path")
+    described = f"{known(kind)}" + (f" {d['subset']}" if d.get("subset") else "") + (
+        f" ({where})" if where else "") + (
+        f", {d['input_tokens']} input tokens, seed {d.get('seed')}" if kind == "random" else "")
+    sampling = proto.get("sampling") or {}
+    warmups = tuple(
+        f"{w['num_prompts']} requests at " + (
+            f"concurrency {w['concurrency']}" if w.get("concurrency") is not None
+            else "the cell concurrency") + f" with output length {w['output_tokens']}"
+        for w in proto.get("warmups") or ())
+    measured = proto.get("measured_prompts")
+    return Methodology(
+        protocol=known(proto.get("name") or lookup(info, "name")),
+        dataset=described,
+        dataset_sha256=known(dataset.get("sha256") or d.get("sha256"))
+        if kind != "random" else "none (synthetic random prompts: nothing to pin)",
+        requests=f"{measured} measured requests per cell" if measured else UNKNOWN,
+        sampling=(f"temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, "
+                  f"maximum output length {sampling.get('max_output_tokens')}, ignore_eos "
+                  f"{str(sampling.get('ignore_eos')).lower()}") if sampling else UNKNOWN,
+        concurrency_order=tuple(int(c) for c in (proto.get("concurrencies")
+                                                 or lookup(info, "concurrencies") or ())),
+        arms=tuple(proto.get("arms") or lookup(info, "arms") or ()),
+        baseline=known(proto.get("baseline") or lookup(info, "baseline")),
+        repeats=_repeats(proto, bench.summary),
+        equivalence_margin=_round(proto.get("equivalence_margin",
+                                            (bench.summary or {}).get("equivalence_margin")), 4),
+        cold_boot="each cell (and each repeat) boots its own cold server from the arm's launch",
+        warmups=(*warmups, f"{measured} measured requests at the cell concurrency"),
+        validity_rules=VALIDITY_RULES,
+    )
+
+
+def _legacy_results(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A summary written before repeats: each cell is its arm's only repeat."""
+    return [{"arm": c["arm"], "concurrency": c["concurrency"], "repeats": [1],
+             "invalid_repeats": 0 if c.get("valid") else 1,
+             "throughput": {"estimate": c["output_throughput"], "low": None, "high": None,
+                            "n": 1} if c.get("valid") and c.get("output_throughput") else None,
+             "acceptance_length": c.get("acceptance_length"), "accepted_per_draft": None,
+             "latency_ms": {}} for c in summary.get("cells") or ()]
+
+
+def _speedups(summary: Mapping[str, Any]) -> dict[tuple[str, int], Mapping[str, Any]]:
+    """Each recorded speedup in the statistics contract's form (`bench/stats.py`); a summary
+    written before intervals existed has one plain ratio, which is one repeat: no verdict."""
+    out = {}
+    for s in summary.get("speedups") or ():
+        if "ratio" not in s:
+            ratio = None if s.get("speedup") is None else {
+                "estimate": s["speedup"], "low": None, "high": None, "n": 1}
+            s = {"arm": s["arm"], "baseline": summary["baseline"], "ratio": ratio,
+                 "concurrency": s["concurrency"], "verdict": "cannot tell", "margin": 0.0,
+                 "note": s.get("note") or ""}
+        out[(str(s["arm"]), int(s["concurrency"]))] = s
+    return out
+
+
+def _row(result: Mapping[str, Any], speedup: Mapping[str, Any] | None, baseline: str,
+         reasons: tuple[str, ...]) -> ResultRow:
+    t = result.get("throughput") or {}
+    ratio = (speedup or {}).get("ratio") or {}
+    if result["arm"] == baseline:
+        verdict, note = "baseline", ""
+    elif speedup is None:
+        verdict, note = "cannot tell", "no speedup recorded"
+    else:
+        verdict, note = str(speedup["verdict"]), str(speedup.get("note") or "")
+    latency = {m: {p: _round(v, 1) for p, v in sorted(ps.items())}
+               for m, ps in sorted((result.get("latency_ms") or {}).items())}
+    return ResultRow(
+        str(result["arm"]), _round(t.get("estimate"), 2), _round(t.get("low"), 2),
+        _round(t.get("high"), 2), int(t.get("n") or 0),
+        _round(result.get("acceptance_length"), 3), _round(result.get("accepted_per_draft"), 3),
+        latency, _round(ratio.get("estimate"), 3), _round(ratio.get("low"), 3),
+        _round(ratio.get("high"), 3), verdict, note,
+        not result.get("invalid_repeats") and bool(t), reasons)
+
+
+def results_sentence(speedups: Mapping[tuple[str, int], Mapping[str, Any]]) -> str:
+    """The results claim, generated by the statistics from the recorded speedups."""
+    from dspark_cli.bench import stats
+
+    return stats.results_sentence([stats.Speedup.from_dict(dict(s))
+                                   for _, s in sorted(speedups.items()) if s.get("ratio")])
+
+
+def _reasons(summary: Mapping[str, Any], arm: str, concurrency: int) -> tuple[str, ...]:
+    cells = [c for c in summary.get("cells") or ()
+             if (c["arm"], int(c["concurrency"])) == (arm, concurrency) and not c.get("valid")]
+    many = len({c.get("repeat", 1) for c in summary.get("cells") or ()}) > 1
+    return tuple((f"repeat {c.get('repeat', 1)}: " if many else "") + r
+                 for c in cells for r in c.get("reasons") or ())
+
+
+def results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
+    if bench is None or bench.summary is None:
+        return None
+    summary = bench.summary
+    baseline = str(summary["baseline"])
+    speedups = _speedups(summary)
+    results = summary.get("results") or _legacy_results(summary)
+    order = {a: i for i, a in enumerate(summary.get("arms") or ())}
+    tables = []
+    for c in summary.get("concurrencies") or ():
+        mine = sorted((r for r in results if int(r["concurrency"]) == c),
+                      key=lambda r: order.get(r["arm"], len(order)))
+        tables.append(ResultTable(int(c), tuple(
+            _row(r, speedups.get((str(r["arm"]), int(c))), baseline,
+                 _reasons(summary, str(r["arm"]), int(c))) for r in mine)))
+    plot = None
+    if bench.plot is not None:
+        plot = os.path.relpath(bench.plot, out_dir) if out_dir else str(bench.plot)
+    sentence = summary.get("results_sentence") or results_sentence(speedups)
+    return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / "summary.json"))

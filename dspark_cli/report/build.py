@@ -1,0 +1,25 @@
+"""The report of a set of run records (pure: `Sources` in, `Report` out). Every section says
+where its facts came from; what no record holds is "unknown" or "not run", never left out."""
+
+from __future__ import annotations
+
+from dspark_cli.report import bench_results, environment, outcomes
+from dspark_cli.report.sections import Report
+from dspark_cli.report.sources import Sources
+
+
+def build(src: Sources, out_dir: str | None = None) -> Report:
+    """The report of the given records; `out_dir` (where report.md goes) makes the plot's
+    link relative."""
+    env, prov, serving = environment.launch_sections(src)
+    return Report(
+        sources=tuple(str(d) for d in src.directories),
+        stages=outcomes.stages(src),
+        focused=outcomes.focused(src.tests),
+        smoke=outcomes.smoke(src.smoke),
+        environment=env,
+        provenance=prov,
+        serving=serving,
+        methodology=bench_results.methodology(src.bench),
+        results=bench_results.results(src.bench, out_dir),
+    )

@@ -1,0 +1,168 @@
+"""The report's sections as frozen records: data only, built from run records by `build.py`
+and rendered by `markdown.py`. What no record holds is "unknown" or "not run", never left out;
+floats are rounded before they get here, so the JSON and the Markdown are stable."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+UNKNOWN = "unknown"
+NOT_RUN = "not run"
+
+
+def known(value: Any) -> str:
+    """A recorded fact as text; "unknown" where the record has none."""
+    return UNKNOWN if value is None or value == "" else str(value)
+
+
+@dataclass(frozen=True)
+class StageRow:
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Focused:
+    status: str  # passed / failed / not run
+    tests: tuple[str, ...]
+    source: str | None
+    counts: Mapping[str, int]
+    detail: str
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    name: str
+    status: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Counters:
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    k: int | None
+    relation: str  # "126 = 18 x K=7", or why there is none
+
+
+@dataclass(frozen=True)
+class Smoke:
+    verdict: str
+    passed: bool
+    mode: str
+    checks: tuple[CheckRow, ...]
+    generated_tokens: int | None
+    counters: Counters | None
+    limits: str
+    record: str
+
+
+@dataclass(frozen=True)
+class Environment:
+    hardware: str
+    tensor_parallel_size: str
+    data_parallel_size: str
+    model: str
+    model_path: str
+    architecture: str
+    quantization: str
+    checkpoint_size: str
+    config_sha256: str
+    index_sha256: str
+    record: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    image_tag: str
+    image_id: str
+    base_digest: str
+    vllm_version: str
+    vllm_commit: str
+    aiter_version: str
+    aiter_commit: str
+    aiter_wheel_sha256: str
+    pytorch: str
+    rocm: str
+    cuda: str
+    record: str
+
+
+@dataclass(frozen=True)
+class Serving:
+    script: str  # the export lines and the command, as the run record has them
+    record: str
+
+
+@dataclass(frozen=True)
+class Methodology:
+    protocol: str
+    dataset: str
+    dataset_sha256: str
+    requests: str
+    sampling: str
+    concurrency_order: tuple[int, ...]
+    arms: tuple[str, ...]
+    baseline: str
+    repeats: int
+    equivalence_margin: float | None
+    cold_boot: str
+    warmups: tuple[str, ...]
+    validity_rules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One arm at one concurrency over its repeats (bench/summary.py's result and speedup)."""
+
+    arm: str
+    throughput: float | None  # mean output tokens/s over the valid repeats
+    low: float | None
+    high: float | None
+    n: int  # valid repeats
+    acceptance_length: float | None
+    accepted_per_draft: float | None
+    latency_ms: Mapping[str, Mapping[str, float]]  # ttft/tpot/itl: p50, p99, ...
+    speedup: float | None
+    speedup_low: float | None
+    speedup_high: float | None
+    verdict: str  # "baseline" for the baseline arm
+    note: str  # why there is no speedup, or which repeats it leaves out
+    valid: bool  # every repeat valid
+    reasons: tuple[str, ...]  # each invalid repeat's reasons
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    concurrency: int
+    rows: tuple[ResultRow, ...]
+
+
+@dataclass(frozen=True)
+class Results:
+    sentence: str
+    baseline: str
+    tables: tuple[ResultTable, ...]
+    plot: str | None
+    record: str
+
+
+@dataclass(frozen=True)
+class Report:
+    sources: tuple[str, ...]
+    stages: tuple[StageRow, ...]
+    focused: Focused
+    smoke: Smoke | None
+    environment: Environment
+    provenance: Provenance
+    serving: Serving | None
+    methodology: Methodology | None
+    results: Results | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
