@@ -246,7 +246,9 @@ def _start_pod(cluster: Cluster, owner: dict[str, Any], pod: str, template: dict
     env["FAKE_KUBECTL_POD"] = f"{cluster.root}/{pod}"  # how `processes` finds its children
     command = [expand(c, env) for c in [*container.get("command", []),
                                         *container.get("args", [])]]
-    spec_path = cluster.root / "pods" / f"{pod}.spec.json"
+    # Not *.json: `pods()` reads every *.json as a pod record (a spec read there raced the
+    # kubelet that deletes it, and a `get pods` failed with KeyError 'labels').
+    spec_path = cluster.root / "pods" / f"{pod}.container"
     spec_path.write_text(json.dumps({"command": command, "env": env}))
     with open(cluster.log(pod), "ab") as log:
         kubelet = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "_kubelet",
@@ -259,8 +261,8 @@ def _start_pod(cluster: Cluster, owner: dict[str, Any], pod: str, template: dict
 def _kubelet(root: str, pod: str) -> int:
     """Run one pod's container, then record its exit code (the pod's supervisor)."""
     cluster = Cluster(Path(root))
-    spec = json.loads((cluster.root / "pods" / f"{pod}.spec.json").read_text())
-    (cluster.root / "pods" / f"{pod}.spec.json").unlink()  # the env held the Secret's values
+    spec = json.loads((cluster.root / "pods" / f"{pod}.container").read_text())
+    (cluster.root / "pods" / f"{pod}.container").unlink()  # the env held the Secret's values
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's SIGTERM is the container's
     child = subprocess.Popen(spec["command"], env=spec["env"], stdin=subprocess.DEVNULL)
     while True:
@@ -286,7 +288,7 @@ def _stop_pods(cluster: Cluster, owner: tuple[str, str], wait: bool) -> None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pod["pgid"], signal.SIGKILL)
             time.sleep(0.2)
-        for suffix in (".json", ".exit", ".log", ".spec.json"):
+        for suffix in (".json", ".exit", ".log", ".container"):
             (cluster.root / "pods" / f"{pod['name']}{suffix}").unlink(missing_ok=True)
 
 
