@@ -12,7 +12,7 @@ from typing import Any
 
 from dspark_cli.bench.cell import CellRecord, ProtocolInfo
 from dspark_cli.bench.report import summarize_records
-from dspark_cli.bench.summary import write
+from dspark_cli.bench.summary_files import write
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.record import write_record
 

@@ -12,7 +12,8 @@ import pytest
 
 from dspark_cli.errors import ExitCode, ServerError
 from dspark_cli.server import probe
-from dspark_cli.server.session import ATTACH_REFUSED_S, ServerSession, Target
+from dspark_cli.server.session import ATTACH_REFUSED_S, ServerSession
+from dspark_cli.server.target import Target
 from tests.conftest import wait_until
 from tests.doubles.fake_vllm import SCRIPT, free_port
 from tests.smoke_support import smoke_env

@@ -19,7 +19,8 @@ import pytest
 from dspark_cli.errors import ServerError
 from dspark_cli.server.logscan import compile_patterns
 from dspark_cli.server.metrics import GENERATION_TOKENS
-from dspark_cli.server.session import ServerSession, Target
+from dspark_cli.server.session import ServerSession
+from dspark_cli.server.target import Target
 from tests.doubles.fake_vllm import SCRIPT, free_port
 from tests.smoke_support import smoke_argv, smoke_env
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.arms import Arm
-from dspark_cli.server.session import Target
+from dspark_cli.server.target import Target
 
 
 @dataclass(frozen=True)

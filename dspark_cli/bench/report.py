@@ -11,7 +11,8 @@ from typing import Any
 
 from dspark_cli.bench import records as rec
 from dspark_cli.bench.cell import CellRecord
-from dspark_cli.bench.summary import Summary, summarize, write
+from dspark_cli.bench.summary import Summary, summarize
+from dspark_cli.bench.summary_files import write
 from dspark_cli.errors import UsageError
 
 

@@ -1,6 +1,7 @@
 """Turn cell records into the protocol's summary: per repeat, per arm and concurrency (the
 repeats aggregated: mean throughput with its interval, acceptance, latency percentiles), the
-speedups with their intervals and verdicts, JSON and CSV (`render.py` draws it for the terminal).
+speedups with their intervals and verdicts. Pure: `summary_files.py` writes it as JSON and CSV,
+`render.py` draws it for the terminal.
 
 Only valid cells (repeats) enter a speedup or an average; an invalid one is listed with its
 reasons and its raw number, so a reader sees what was measured and why it does not count.
@@ -8,37 +9,14 @@ reasons and its raw number, so a reader sees what was measured and why it does n
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, fields, replace
 from statistics import fmean
 from typing import Any
 
 from dspark_cli.bench import stats
 from dspark_cli.bench.cell import CellRecord
-
-SUMMARY_JSON = "summary.json"
-SUMMARY_CSV = "summary.csv"
-# The latency percentiles the CSV and the table show (the summary.json keeps all recorded).
-SHOWN_LATENCY = tuple((m, p) for m in ("ttft", "tpot", "itl") for p in ("p50", "p99"))
-CSV_COLUMNS = (
-    "arm",
-    "concurrency",
-    "repeat",
-    "valid",
-    "output_throughput",
-    "speedup",
-    "request_throughput",
-    "total_output_tokens",
-    "acceptance_length",
-    "accepted_per_draft",
-    *(f"{m}_{p}_ms" for m, p in SHOWN_LATENCY),
-    "boot_s",
-    "reasons",
-)
 
 Latency = Mapping[str, Mapping[str, float]]
 
@@ -172,22 +150,9 @@ def _plain(latency: Latency) -> dict[str, dict[str, float]]:
 
 
 def _row(record: CellRecord) -> CellRow:
-    return CellRow(
-        arm=record.arm,
-        concurrency=record.concurrency,
-        repeat=record.repeat,
-        cell_id=record.cell_id,
-        valid=record.valid,
-        reasons=record.reasons,
-        output_throughput=record.output_throughput,
-        request_throughput=record.request_throughput,
-        total_output_tokens=record.total_output_tokens,
-        acceptance_length=record.acceptance_length,
-        accepted_per_draft=record.accepted_per_draft,
-        latency_ms=record.latency_ms,
-        boot_s=record.boot_s,
-        speedup=None,
-    )
+    """The record's fields of the same names; `speedup` is its arm's, set once all are read."""
+    return CellRow(speedup=None, **{f.name: getattr(record, f.name) for f in fields(CellRow)
+                                    if f.name != "speedup"})
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -290,23 +255,3 @@ def summarize(
         speedups=tuple(speedups),
         mean_speedup=mean,
     )
-
-
-def _csv_row(cell: CellRow) -> dict[str, Any]:
-    row = cell.to_dict()
-    row["reasons"] = "; ".join(cell.reasons)
-    for m, p in SHOWN_LATENCY:
-        row[f"{m}_{p}_ms"] = cell.latency_ms.get(m, {}).get(p)
-    return {k: row[k] for k in CSV_COLUMNS}
-
-
-def write(summary: Summary, directory: Path) -> tuple[Path, Path]:
-    """Write summary.json and summary.csv into `directory`; returns their paths."""
-    json_path = directory / SUMMARY_JSON
-    csv_path = directory / SUMMARY_CSV
-    json_path.write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(_csv_row(cell) for cell in summary.cells)
-    return json_path, csv_path

@@ -77,7 +77,8 @@ def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expecta
     from dspark_cli.launch.prepare import prepare
     from dspark_cli.launch.provenance import collect
     from dspark_cli.server.process import ensure_port_free
-    from dspark_cli.server.session import ServerSession, Target
+    from dspark_cli.server.session import ServerSession
+    from dspark_cli.server.target import Target
     from dspark_cli.smoke.background import BackgroundCheck
 
     watch = dict(fatal=exp.fatal, watch=exp.watch, context_lines=exp.context_lines,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dspark_cli.launch.layout import NodeLayout
     from dspark_cli.launch.plan import LaunchPlan
     from dspark_cli.server.process import Teardown
-    from dspark_cli.server.session import Target
+    from dspark_cli.server.target import Target
 
 
 class ClusterRun(Protocol):
@@ -65,7 +65,7 @@ def cluster_target(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, direct
                    **watch: Any) -> Target:
     """The managed session's target for a deployment on the cluster engine, its files (job
     script, output) in `directory`; `watch`: the fatal/watch patterns and metrics timeout."""
-    from dspark_cli.server.session import Target
+    from dspark_cli.server.target import Target
 
     run = cluster_run(cfg, plan, layout, directory)
     return Target(plan.base_url, plan.client_host, plan.port, run.log_path,

@@ -15,7 +15,7 @@ from dspark_cli.launch.layout_render import layout_script
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.prepare import Prepared
 from dspark_cli.launch.rules import Finding
-from dspark_cli.server.session import NodeProcess, Target
+from dspark_cli.server.target import NodeProcess, Target
 
 LOCAL_HEAD = "127.0.0.1"
 NODES_SCRIPT = "nodes.sh"

@@ -17,7 +17,7 @@ from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.rules import Finding
 from dspark_cli.machine.detect import Machine, detect
 from dspark_cli.server.logscan import Pattern
-from dspark_cli.server.session import Target
+from dspark_cli.server.target import Target
 
 
 @dataclass(frozen=True)

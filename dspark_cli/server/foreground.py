@@ -9,7 +9,8 @@ import signal
 import sys
 
 from dspark_cli.errors import ExitCode, ServerError
-from dspark_cli.server.session import ServerSession, Target
+from dspark_cli.server.session import ServerSession
+from dspark_cli.server.target import Target
 
 
 def serve(target: Target) -> int:

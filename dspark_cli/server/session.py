@@ -9,8 +9,9 @@ they settle, and tear it down into a frozen `Teardown`.
         after = session.scrape_settled(before, tokens)
     session.teardown                            # None when attached: not ours to stop
 
-Attached (`target.argv is None`) is the same interface over a running server: no start, no
-teardown, and log checks only when the target names a log file.
+What a session is given is a frozen `Target` (`target.py`). Attached (`target.argv is None`) is
+the same interface over a running server: no start, no teardown, and log checks only when the
+target names a log file.
 
 Several nodes on this host (`deploy=local`, `hw.nodes` > 1): `target.argv` is the head's command
 and `target.nodes` the others'. Each node is its own process group with its own TMPDIR, all
@@ -32,19 +33,15 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.server import probe
-from dspark_cli.server.logscan import LogSnapshot, LogWatcher, Pattern
+from dspark_cli.server.logscan import LogSnapshot, LogWatcher
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
 from dspark_cli.server.process import ServerProcess, Teardown, ensure_port_free
-
-if TYPE_CHECKING:
-    from dspark_cli.deploy.cluster_run import ClusterRun
+from dspark_cli.server.target import Target
 
 HEALTH_POLL_S = 0.1
 # Attached: how long connections may be refused before nothing listening is the verdict (not
@@ -54,46 +51,6 @@ SETTLE_S = 3.0  # vLLM may count a request's last tokens just after answering it
 SETTLE_POLL_S = 0.1
 PROGRESS_EVERY_S = 15.0  # a cluster deployment's state while waiting: on change, else this often
 TAIL_LINES = 15
-
-
-@dataclass(frozen=True)
-class NodeProcess:
-    """A node of a multi-node launch that runs on this host beside the head."""
-
-    rank: int
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-    port: int | None = None  # its API port (hybrid load balancing); None: headless
-
-    @property
-    def prefix(self) -> str:
-        return f"[node {self.rank}] "
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a server is (or is to be started) and what its session watches."""
-
-    base_url: str
-    host: str
-    port: int
-    log_path: Path | None
-    ready_timeout_s: float
-    stop_grace_s: float = 15.0
-    argv: tuple[str, ...] | None = None  # None: attached, not ours to start or stop
-    env: Mapping[str, str] = field(default_factory=dict)
-    fatal: tuple[Pattern, ...] = ()
-    watch: tuple[Pattern, ...] = ()
-    context_lines: int = 10
-    metrics_timeout_s: float = 5.0
-    nodes: tuple[NodeProcess, ...] = ()  # the other nodes of a multi-node launch (managed)
-    # A deployment a cluster engine runs (managed; `base_url` is only the planned URL then,
-    # the run says the real one once it runs); `log_path` is the run's.
-    cluster: ClusterRun | None = None
-
-    @property
-    def managed(self) -> bool:
-        return self.argv is not None or self.cluster is not None
 
 
 class ServerSession:
@@ -327,7 +284,6 @@ class ServerSession:
 
     def version(self) -> str | None:
         return probe.version(self.base_url)
-
 
 
 def _file_tail(path: Path, n: int = TAIL_LINES) -> tuple[str, ...]:

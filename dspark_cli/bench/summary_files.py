@@ -1,0 +1,51 @@
+"""The summary on disk: summary.json (the whole `Summary`) and summary.csv (one row per cell,
+the latency percentiles the table shows)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from dspark_cli.bench.summary import CellRow, Summary
+
+SUMMARY_JSON = "summary.json"
+SUMMARY_CSV = "summary.csv"
+# The latency percentiles the CSV and the table show (the summary.json keeps all recorded).
+SHOWN_LATENCY = tuple((m, p) for m in ("ttft", "tpot", "itl") for p in ("p50", "p99"))
+CSV_COLUMNS = (
+    "arm",
+    "concurrency",
+    "repeat",
+    "valid",
+    "output_throughput",
+    "speedup",
+    "request_throughput",
+    "total_output_tokens",
+    "acceptance_length",
+    "accepted_per_draft",
+    *(f"{m}_{p}_ms" for m, p in SHOWN_LATENCY),
+    "boot_s",
+    "reasons",
+)
+
+
+def _csv_row(cell: CellRow) -> dict[str, Any]:
+    row = cell.to_dict()
+    row["reasons"] = "; ".join(cell.reasons)
+    for m, p in SHOWN_LATENCY:
+        row[f"{m}_{p}_ms"] = cell.latency_ms.get(m, {}).get(p)
+    return {k: row[k] for k in CSV_COLUMNS}
+
+
+def write(summary: Summary, directory: Path) -> tuple[Path, Path]:
+    """Write summary.json and summary.csv into `directory`; returns their paths."""
+    json_path = directory / SUMMARY_JSON
+    csv_path = directory / SUMMARY_CSV
+    json_path.write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(_csv_row(cell) for cell in summary.cells)
+    return json_path, csv_path
