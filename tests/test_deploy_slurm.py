@@ -8,14 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import REPO, run_dspark, wait_until
+from tests.conftest import REPO, run_dspark
 from tests.doubles.fake_vllm import free_port
+from tests.foreground_serve import ForegroundServe
 
 TINY_OVERRIDES = ("+hw=cpu", "hw.nodes=2", "deploy=slurm")
 
@@ -67,32 +67,18 @@ def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_clust
             "server.ready_timeout_s=600", f"hydra.run.dir={tmp_path / 'run'}"]
     env = {**os.environ, **slurm_cluster.env,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if "ready at " in line:
-                ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    serve = ForegroundServe(argv, tmp_path, env)
     try:
-        wait_until(lambda: ready.is_set() or proc.poll() is not None, 900,
-                   "the Slurm job's head to answer /health")
-        assert ready.is_set(), "".join(lines[-40:])
-        job = next(ln for ln in lines if "submitted Slurm job" in ln).split()[4].rstrip(";")
+        url = serve.wait_ready(900)
+        job = next(ln for ln in serve.lines if "submitted Slurm job" in ln).split()[4].rstrip(";")
         assert slurm_cluster.jobs() == [job]
-        url = next(ln for ln in lines if "ready at " in ln).split("ready at ")[1].split()[0]
         grown = per_engine_generation(url, "tiny")
         assert set(grown) == {"0", "1"}, grown
     finally:
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=120)
-    assert code == 130, "".join(lines[-40:])
-    assert any(f"cancelling Slurm job {job}" in ln for ln in lines)
+        serve.proc.send_signal(signal.SIGINT)
+        code = serve.proc.wait(timeout=120)
+    assert code == 130, serve.tail()
+    assert any(f"cancelling Slurm job {job}" in ln for ln in serve.lines)
     assert slurm_cluster.jobs() == []
     assert job_processes(job) == []
     script = (tmp_path / "run" / "job.sbatch").read_text()

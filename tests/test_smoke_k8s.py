@@ -12,16 +12,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, wait_until
+from tests.conftest import REPO
 from tests.doubles.fake_kubectl import install, processes, reap
 from tests.doubles.fake_vllm import free_port
+from tests.foreground_serve import ForegroundServe
 
 DIGEST = "registry.example/dspark-av@sha256:" + "49067946ae13f404" * 4
 
@@ -119,29 +119,16 @@ def test_serve_apply_follows_the_deployment_and_ctrl_c_deletes_it(tmp_path):
             "deploy=k8s", f"deploy.k8s.image={DIGEST}", f"server.port={free_port()}",
             f"hw.dp_rpc_port={free_port()}", "model.synthetic=null",
             f"hydra.run.dir={tmp_path / 'run'}", "--apply"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if "ready at " in line:
-                ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
+    serve = ForegroundServe(argv, tmp_path, env)
     try:
-        wait_until(lambda: ready.is_set() or proc.poll() is not None, 120, "ready")
-        assert ready.is_set(), "".join(lines[-30:])
-        url = next(ln for ln in lines if "ready at " in ln).split("ready at ")[1].split()[0]
+        url = serve.wait_ready(120)
         with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
             assert r.status == 200
         assert len(left_on(state)[0]) == 2  # the LeaderWorkerSet and its Service
     finally:
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=120)
-    assert code == 130, "".join(lines[-30:])
+        serve.proc.send_signal(signal.SIGINT)
+        code = serve.proc.wait(timeout=120)
+    assert code == 130, serve.tail()
     assert left_on(state) == ([], [])
     assert (tmp_path / "run" / "manifests.yaml").is_file()
 
