@@ -14,7 +14,7 @@ import pytest
 from checkpoint_factory import INDEX, build_checkpoint, rewrite_json
 
 from dspark_cli.checkpoint.head import stage_gaps
-from dspark_cli.checkpoint.report import LISTED_PER_CODE
+from dspark_cli.checkpoint.result import LISTED_PER_CODE
 from dspark_cli.checkpoint.verify import verify_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from checkpoint_factory import (
     shard_of,
 )
 
-from dspark_cli.checkpoint.report import HEAD_WAYS_OUT, Check
+from dspark_cli.checkpoint.result import HEAD_WAYS_OUT, Check
 from dspark_cli.checkpoint.verify import verify_checkpoint
 
 HEAD = "mtp.2.confidence_head.proj.weight"

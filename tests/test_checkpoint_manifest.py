@@ -19,7 +19,7 @@ from dspark_cli.checkpoint.manifest import (
     write_manifest,
     write_refusal,
 )
-from dspark_cli.checkpoint.report import Check
+from dspark_cli.checkpoint.result import Check
 from dspark_cli.checkpoint.verify import ContentRequest, verify_checkpoint
 
 pytestmark = pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils")

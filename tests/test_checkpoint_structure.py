@@ -24,7 +24,7 @@ from checkpoint_factory import (
 
 from dspark_cli.checkpoint.headers import HeaderError, read_header
 from dspark_cli.checkpoint.index import ParseError, parse_index, unsafe_reason
-from dspark_cli.checkpoint.report import Check
+from dspark_cli.checkpoint.result import Check
 from dspark_cli.checkpoint.verify import verify_checkpoint
 
 SHARD1 = "model-00001-of-00003.safetensors"

@@ -20,7 +20,7 @@ import pytest
 from checkpoint_factory import build_checkpoint
 
 from dspark_cli.checkpoint.manifest import ManifestError, parse_manifest
-from dspark_cli.checkpoint.report import Check
+from dspark_cli.checkpoint.result import Check
 from dspark_cli.checkpoint.verify import ContentRequest, verify_checkpoint
 
 pytestmark = pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils")

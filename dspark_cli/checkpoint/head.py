@@ -23,7 +23,7 @@ from dspark_cli.checkpoint.headers import (
     count_non_finite,
 )
 from dspark_cli.checkpoint.index import INDEX_NAME, Layout
-from dspark_cli.checkpoint.report import Check, Problem, problem
+from dspark_cli.checkpoint.result import Check, Problem, problem
 from dspark_cli.checkpoint.structure import Structure
 
 MASK_TOKEN_KEYS = (

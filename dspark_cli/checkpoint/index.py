@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 
-from dspark_cli.checkpoint.report import Check, Problem, problem
+from dspark_cli.checkpoint.result import Check, Problem, problem
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"

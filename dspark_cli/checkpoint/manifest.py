@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dspark_cli.checkpoint.hashing import GIT_SHA1, SHA256
-from dspark_cli.checkpoint.report import Check, Problem, problem
+from dspark_cli.checkpoint.result import Check, Problem, problem
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r"}
 _UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}

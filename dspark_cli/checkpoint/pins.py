@@ -14,7 +14,7 @@ from typing import Any
 
 from dspark_cli.checkpoint.hashing import sha256_file
 from dspark_cli.checkpoint.index import CONFIG_NAME, INDEX_NAME, Layout
-from dspark_cli.checkpoint.report import Check, Problem, problem
+from dspark_cli.checkpoint.result import Check, Problem, problem
 
 PINNED = ("config_sha256", "index_sha256", "num_shards", "total_bytes", "architecture")
 

@@ -1,4 +1,4 @@
-"""The people's view of a CheckpointReport: a rich summary of each check and a table of every
+"""The people's view of a CheckpointResult: a rich summary of each check and a table of every
 problem with its hint, on stdout."""
 
 from __future__ import annotations
@@ -6,19 +6,19 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from dspark_cli.checkpoint.report import Check, CheckpointReport
+from dspark_cli.checkpoint.result import Check, CheckpointResult
 
 
-def _detail(report: CheckpointReport, check: Check) -> str:
+def _detail(result: CheckpointResult, check: Check) -> str:
     if check is Check.structure:
-        return (f"{report.num_shards} shards, {report.num_tensors:,} tensors, "
-                f"{report.total_bytes:,} bytes")
+        return (f"{result.num_shards} shards, {result.num_tensors:,} tensors, "
+                f"{result.total_bytes:,} bytes")
     if check is Check.pins:
         return "model.expected.* compared with the files"
     if check is Check.head:
-        return ("DSpark confidence and Markov heads verified" if report.head_verified
+        return ("DSpark confidence and Markov heads verified" if result.head_verified
                 else "DSpark heads NOT verified")
-    c = report.content
+    c = result.content
     if c is None:
         return ""
     parts = [f"{c.hashed_files} files, {c.hashed_bytes:,} bytes in {c.seconds:.1f} s"]
@@ -29,28 +29,28 @@ def _detail(report: CheckpointReport, check: Check) -> str:
     return "; ".join(parts)
 
 
-def render_report(report: CheckpointReport, console: Console | None = None) -> None:
+def render(result: CheckpointResult, console: Console | None = None) -> None:
     console = console or Console(soft_wrap=False)
-    summary = Table(title=f"dspark verify-checkpoint {report.path}", title_justify="left")
+    summary = Table(title=f"dspark verify-checkpoint {result.path}", title_justify="left")
     summary.add_column("check")
     summary.add_column("result")
     summary.add_column("detail")
-    for check in report.checks:
-        bad = report.problems_of(check)
-        result = f"[red]FAILED ({report.count_of(bad):,})[/red]" if bad else "[green]passed[/green]"
-        summary.add_row(check.value, result, _detail(report, check))
-    if not report.dspark:
+    for check in result.checks:
+        bad = result.problems_of(check)
+        shown = f"[red]FAILED ({result.count_of(bad):,})[/red]" if bad else "[green]passed[/green]"
+        summary.add_row(check.value, shown, _detail(result, check))
+    if not result.dspark:
         summary.add_row("head", "not checked", "config.json declares no DSpark draft")
-    if Check.content not in report.checks:
+    if Check.content not in result.checks:
         summary.add_row("content", "not hashed", "--hash, --manifest FILE or --write-manifest")
     console.print(summary)
-    if report.problems:
+    if result.problems:
         problems = Table(title="problems", title_justify="left", show_lines=True)
         for column in ("code", "subject", "expected", "actual", "what to do"):
             problems.add_column(column, overflow="fold")
-        for p in report.problems:
+        for p in result.problems:
             problems.add_row(p.code, p.subject, p.expected, p.actual, p.hint)
         console.print(problems)
-        console.print(f"[red]FAILED[/red]: {report.count_of(report.problems):,} problem(s).")
+        console.print(f"[red]FAILED[/red]: {result.count_of(result.problems):,} problem(s).")
     else:
         console.print("[green]OK[/green]: every check passed.")

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from dspark_cli.checkpoint.headers import HeaderError, ShardHeader, TensorInfo, read_header
 from dspark_cli.checkpoint.index import INDEX_NAME, Layout
-from dspark_cli.checkpoint.report import Check, Problem, problem
+from dspark_cli.checkpoint.result import Check, Problem, problem
 
 
 @dataclass(frozen=True)

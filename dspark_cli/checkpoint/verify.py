@@ -1,7 +1,7 @@
-"""verify_checkpoint: run every check on a checkpoint directory and return one report.
+"""verify_checkpoint: run every check on a checkpoint directory and return one result.
 
 Read-only: nothing here writes to disk (writing a manifest is the command's job, from the
-digests in the report). Order: structure (config, index, headers), pins, heads, then content
+digests in the result). Order: structure (config, index, headers), pins, heads, then content
 hashing when asked for, which is the only step that reads tensor data.
 """
 
@@ -25,9 +25,9 @@ from dspark_cli.checkpoint.manifest import (
     unsafe_name,
 )
 from dspark_cli.checkpoint.pins import check_pins, gather_facts
-from dspark_cli.checkpoint.report import (
+from dspark_cli.checkpoint.result import (
     Check,
-    CheckpointReport,
+    CheckpointResult,
     Content,
     Problem,
     problem,
@@ -114,7 +114,7 @@ def verify_checkpoint(
     root: Path,
     expected: Mapping[str, Any] | None = None,
     content: ContentRequest | None = None,
-) -> CheckpointReport:
+) -> CheckpointResult:
     """Check the checkpoint directory root (which must exist) and report every problem."""
     layout, problems = load_layout(root)
     structure = check_structure(layout)
@@ -132,7 +132,7 @@ def verify_checkpoint(
         checks.append(Check.content)
         hashed, found = check_content(root, content)
         problems += found
-    return CheckpointReport(
+    return CheckpointResult(
         path=str(root),
         checks=tuple(checks),
         problems=summarize(problems),

@@ -148,27 +148,27 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     content = content_request(root, opts)
     expected = OmegaConf.to_container(cfg.model.expected, resolve=True) if "expected" in (
         cfg.model) else {}
-    report = verify_checkpoint(root, expected, content)
+    result = verify_checkpoint(root, expected, content)
 
     written = None
-    if opts.write_manifest and report.ok and report.content is not None:
+    if opts.write_manifest and result.ok and result.content is not None:
         try:
-            write_manifest(opts.write_manifest, format_manifest(report.content.digests))
+            write_manifest(opts.write_manifest, format_manifest(result.content.digests))
         except OSError as e:
             raise UsageError(f"cannot write --write-manifest {opts.write_manifest}: "
                              f"{e.strerror}.") from None
         written = str(opts.write_manifest)
 
     if opts.json:
-        print(json.dumps({**report.to_dict(), "manifest_written": written}, indent=2))
+        print(json.dumps({**result.to_dict(), "manifest_written": written}, indent=2))
     else:
-        from dspark_cli.checkpoint.render import render_report
+        from dspark_cli.checkpoint.render import render
 
-        render_report(report)
+        render(result)
     if written:
-        print(f"dspark: wrote {written} ({len(report.content.digests)} files); "
+        print(f"dspark: wrote {written} ({len(result.content.digests)} files); "
               f"`cd {root} && sha256sum -c {Path(written).resolve()}` checks it too.",
               file=sys.stderr)
     elif opts.write_manifest:
         print("dspark: manifest not written: the checkpoint failed its checks.", file=sys.stderr)
-    return int(ExitCode.OK if report.ok else ExitCode.CHECK_FAILED)
+    return int(ExitCode.OK if result.ok else ExitCode.CHECK_FAILED)

@@ -16,7 +16,7 @@ from dspark_cli.launch.rules import Finding
 from dspark_cli.status import Status
 
 if TYPE_CHECKING:  # the checkpoint modules load only when a local checkpoint is checked
-    from dspark_cli.checkpoint.report import CheckpointReport, Problem
+    from dspark_cli.checkpoint.result import CheckpointResult, Problem
 
 OVERRIDE_KEY = "checks.allow_missing_confidence_head"
 _SHOWN = 3  # problems quoted in one finding; `dspark verify-checkpoint` lists them all
@@ -41,7 +41,7 @@ def _summary(problems: tuple[Problem, ...] | list[Problem]) -> str:
     return shown + (f"; and {more} more" if more > 0 else "")
 
 
-def _verify(path: Path, model_cfg: Any) -> CheckpointReport:
+def _verify(path: Path, model_cfg: Any) -> CheckpointResult:
     from omegaconf import OmegaConf
 
     from dspark_cli.checkpoint.verify import verify_checkpoint
@@ -53,7 +53,7 @@ def _verify(path: Path, model_cfg: Any) -> CheckpointReport:
 
 
 def _head_finding(
-    report: CheckpointReport | None, method: str | None, adaptive: bool, allow: bool, why: str
+    report: CheckpointResult | None, method: str | None, adaptive: bool, allow: bool, why: str
 ) -> Finding:
     """The head verdict; `why` says why there is no report (the draft is not local)."""
     rule = "checkpoint-confidence-head"
@@ -62,7 +62,7 @@ def _head_finding(
     if report is not None and not report.dspark:
         why = f"{report.path}/config.json declares no DSpark draft (no dspark_* key)"
     elif report is not None:
-        from dspark_cli.checkpoint.report import Check
+        from dspark_cli.checkpoint.result import Check
 
         problems = [p for p in report.problems_of(Check.head)
                     if adaptive or p.code not in _CONFIDENCE_ONLY]
@@ -103,7 +103,7 @@ def checkpoint_findings(
             head = Finding(head.rule, Status.skipped, f"{why}; a real launch refuses adaptive "
                            "verification until the head is verified", head.key)
         return [Finding("checkpoint-structure", Status.skipped, why, "model.path"), head]
-    from dspark_cli.checkpoint.report import Check
+    from dspark_cli.checkpoint.result import Check
 
     report = _verify(path, model_cfg)
     structure = report.problems_of(Check.structure)

@@ -1,4 +1,4 @@
-"""The checkpoint report: every problem found, as frozen values the command renders.
+"""What a verify-checkpoint run found: every problem, as frozen values the command renders.
 
 Library functions never print or exit: they return problems, each with a stable `code`, the
 `subject` it is about (a file, a tensor, a config key), what was `expected`, what was found
@@ -147,7 +147,7 @@ class Content:
 
 
 @dataclass(frozen=True)
-class CheckpointReport:
+class CheckpointResult:
     """Everything a verify-checkpoint run found; `ok` when there is no problem."""
 
     path: str
