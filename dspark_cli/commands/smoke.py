@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the command imports its machinery lazily, when it runs
     from dspark_cli.server.session import ServerSession
     from dspark_cli.smoke.background import BackgroundCheck
     from dspark_cli.smoke.expectations import Expectations
-    from dspark_cli.smoke.report import SmokeReport
+    from dspark_cli.smoke.result import SmokeResult
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -119,14 +119,14 @@ def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expecta
             collect(plan.model_path, prepared.machine))
 
 
-def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
+def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
     callable as a stage of `dspark validate`."""
     from dspark_cli.console import progress
     from dspark_cli.launch.layout_rules import checked_layout
     from dspark_cli.launch.plan import build_plan
     from dspark_cli.server.process import sigterm_as_interrupt
-    from dspark_cli.smoke import report
+    from dspark_cli.smoke import result
     from dspark_cli.smoke.expectations import expectations
     from dspark_cli.smoke.runner import run_smoke
 
@@ -137,7 +137,7 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeReport:
     progress(f"run directory {directory}")
     with sigterm_as_interrupt():
         smoke = run_smoke(exp, session, plan.served_model_name, validation)
-    doc = report.build(smoke, mode="managed" if session.managed else "attached",
+    doc = result.build(smoke, mode="managed" if session.managed else "attached",
                        base_url=session.base_url, log_path=session.target.log_path,
                        profiles=_profiles(cfg), provenance=provenance)
     doc.write(directory / "smoke.json")

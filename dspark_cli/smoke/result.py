@@ -1,5 +1,5 @@
-"""The smoke's record: a frozen report with `to_dict()` (smoke.json, `--json`); `render.py`
-draws it for people."""
+"""What a smoke found, frozen, with `to_dict()` (smoke.json, `--json`); `render.py` draws it
+for people."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class Counters:
 
 
 @dataclass(frozen=True)
-class SmokeReport:
+class SmokeResult:
     verdict: Verdict
     mode: str  # "managed" or "attached"
     base_url: str
@@ -83,8 +83,8 @@ def counters(run: SmokeRun) -> Counters | None:
 
 
 def build(run: SmokeRun, *, mode: str, base_url: str, log_path: Path | None,
-          profiles: Mapping[str, Any], provenance: Mapping[str, Any]) -> SmokeReport:
-    """The report of one smoke run: verdict, every check with evidence, timings, counters."""
-    return SmokeReport(run.verdict, mode, base_url, log_path, profiles, run.results,
+          profiles: Mapping[str, Any], provenance: Mapping[str, Any]) -> SmokeResult:
+    """What one smoke run found: verdict, every check with evidence, timings, counters."""
+    return SmokeResult(run.verdict, mode, base_url, log_path, profiles, run.results,
                        run.timings, run.decided_at, run.observations.request, counters(run),
                        run.server_version, provenance)
