@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.cell import CellRecord, ProtocolInfo
-from dspark_cli.bench.report import summarize_records
+from dspark_cli.bench.merge import summarize_records
 from dspark_cli.bench.summary_files import write
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.record import write_record

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dspark_cli.bench import records, report
+from dspark_cli.bench import records
 from dspark_cli.bench.cell import CellRecord
+from dspark_cli.bench.merge import merge
 from dspark_cli.bench.render import table
 from dspark_cli.bench.stats import Speedup, Verdict, mean_interval, results_sentence
 from dspark_cli.bench.summary import summarize
@@ -69,7 +70,7 @@ def test_files_table_and_plot(tmp_path: Path) -> None:
         d = records.cell_dir(tmp_path, f"{rec['arm']}-c{rec['concurrency']}")
         d.mkdir(parents=True)
         (d / records.CELL_JSON).write_text(json.dumps(rec))
-    rep = report.build(tmp_path)
+    rep = merge(tmp_path)
     data = json.loads(rep.summary_json.read_text())
     assert data["counts"] == {"cells": 6, "valid": 5, "invalid": 1}
     assert {(c["arm"], c["concurrency"]) for c in data["cells"]} == {
@@ -98,7 +99,7 @@ def test_report_merges_multirun_jobs_and_prefers_the_valid_retry(tmp_path: Path)
         d = tmp_path / str(n) / "cells" / f"{rec['arm']}-c4"
         d.mkdir(parents=True)
         (d / "cell.json").write_text(json.dumps(rec))
-    rep = report.build(tmp_path)
+    rep = merge(tmp_path)
     assert [(c.arm, c.valid) for c in rep.summary.cells] == [("fixed", True), ("adaptive", True)]
     assert speedups(rep.summary)[("adaptive", 4)] == pytest.approx(1.3)
     assert (tmp_path / "summary.png").is_file()
@@ -106,20 +107,20 @@ def test_report_merges_multirun_jobs_and_prefers_the_valid_retry(tmp_path: Path)
 
 def test_report_refuses_mixed_protocols_and_empty_dirs(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="No cell records"):
-        report.build(tmp_path)
+        merge(tmp_path)
     for n, name in enumerate(["a", "b"]):
         d = tmp_path / str(n)
         d.mkdir()
         (d / "cell.json").write_text(json.dumps(cell("fixed", 4, 1, protocol={
             **PROTOCOL, "name": name})))
     with pytest.raises(UsageError, match="mix protocols"):
-        report.build(tmp_path)
+        merge(tmp_path)
 
 
 def test_a_foreign_json_named_cell_json_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "cell.json").write_text("{}")
     with pytest.raises(UsageError, match="not a dspark bench cell record"):
-        report.build(tmp_path)
+        merge(tmp_path)
 
 
 def test_resume_bookkeeping(tmp_path: Path) -> None:
@@ -224,7 +225,7 @@ def test_summary_json_carries_the_contract(tmp_path: Path) -> None:
         d = records.cell_dir(tmp_path, f"{rec['arm']}-c4-r{rec['repeat']}")
         d.mkdir(parents=True)
         (d / records.CELL_JSON).write_text(json.dumps(rec))
-    rep = report.build(tmp_path)
+    rep = merge(tmp_path)
     data = json.loads(rep.summary_json.read_text())
     assert (data["repeats"], data["equivalence_margin"]) == (3, 0.05)
     res = {(r["arm"], r["concurrency"]): r for r in data["results"]}
@@ -255,7 +256,7 @@ def test_report_refuses_records_of_different_margins(tmp_path: Path) -> None:
         (d / "cell.json").write_text(json.dumps(cell("fixed", 4, 1, protocol={
             **PROTOCOL, "equivalence_margin": margin})))
     with pytest.raises(UsageError, match="equivalence margins"):
-        report.build(tmp_path)
+        merge(tmp_path)
 
 
 def test_an_old_cell_record_loads_as_one_repeat_with_its_kept_evidence() -> None:

@@ -160,9 +160,9 @@ def _report_findings(findings: dict[str, Any]) -> None:
 
 def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
          stop_on_failure: bool) -> Any:
-    from dspark_cli.bench import report
     from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
     from dspark_cli.bench.dataset import verify
+    from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.server.logscan import fatal_patterns
     from dspark_cli.server.process import sigterm_as_interrupt
@@ -177,13 +177,13 @@ def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], dir
 
     with sigterm_as_interrupt():
         run_cells(protocol.cells, arms, prepare_arm, ctx, stop_on_failure)
-    return report.build(directory)
+    return merge(directory)
 
 
 def _report(directory: Path, opts: argparse.Namespace) -> int:
-    from dspark_cli.bench import report
+    from dspark_cli.bench.merge import merge
 
-    return _render(report.build(directory.resolve()), opts)
+    return _render(merge(directory.resolve()), opts)
 
 
 def _render(rep: Any, opts: argparse.Namespace) -> int:

@@ -139,7 +139,8 @@ def bench(cfg: DictConfig, directory: Path) -> StageResult:
 
 def summarize_interrupted_bench(directory: Path) -> None:
     """After Ctrl-C: the summary of the cells that finished, so the report shows them."""
-    from dspark_cli.bench import records, report
+    from dspark_cli.bench import records
+    from dspark_cli.bench.merge import merge
 
     if directory.is_dir() and records.collect(directory):
-        report.build(directory)
+        merge(directory)

@@ -17,7 +17,9 @@ from dspark_cli.errors import UsageError
 
 
 @dataclass(frozen=True)
-class Report:
+class Merged:
+    """The summary of every cell record under `directory`, and the files written from it."""
+
     directory: Path
     summary: Summary
     summary_json: Path
@@ -57,7 +59,7 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
     )
 
 
-def build(directory: Path) -> Report:
+def merge(directory: Path) -> Merged:
     """Collect, summarize, and write summary.json/csv/png into `directory`."""
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory.")
@@ -71,4 +73,4 @@ def build(directory: Path) -> Report:
 
     summary = summarize_records(records)
     json_path, csv_path = write(summary, directory)
-    return Report(directory, summary, json_path, csv_path, plot(summary, directory))
+    return Merged(directory, summary, json_path, csv_path, plot(summary, directory))
