@@ -78,7 +78,7 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
         # Jobs in other processes (submitit) report only through their outcome files.
         sweep = multirun.sweep_dir() if _sweeps(argv) else None
         if sweep is not None and sweep.is_dir():
-            state["code"] = max(state["code"], multirun.report(sweep))
+            state["code"] = max(state["code"], multirun.print_failures(sweep))
     except SystemExit as e:
         if isinstance(e.__context__, BrokenPipeError):  # Hydra printed into a closed pipe
             raise e.__context__ from None

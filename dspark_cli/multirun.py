@@ -118,7 +118,7 @@ def outcomes(sweep: Path) -> list[JobOutcome]:
     return found
 
 
-def report(sweep: Path, echo: TextIO = sys.stderr) -> int:
+def print_failures(sweep: Path, echo: TextIO = sys.stderr) -> int:
     """One paragraph per failed job on `echo`; the worst exit code (1 for a job that left no
     outcome)."""
     jobs = outcomes(sweep)

@@ -43,7 +43,7 @@ def test_a_sweep_whose_jobs_pass_exits_0_and_says_nothing_more(tmp_path: Path) -
 def test_a_job_that_died_without_an_outcome_is_named(tmp_path: Path) -> None:
     import io
 
-    from dspark_cli.multirun import report
+    from dspark_cli.multirun import print_failures
 
     (tmp_path / "0").mkdir()
     (tmp_path / "0" / JOB_FILE).write_text(json.dumps(
@@ -51,6 +51,6 @@ def test_a_job_that_died_without_an_outcome_is_named(tmp_path: Path) -> None:
     (tmp_path / "1" / ".hydra").mkdir(parents=True)  # started, never finished
     (tmp_path / ".submitit").mkdir()  # submitit's own folder is no job
     out = io.StringIO()
-    assert report(tmp_path, out) == 1
+    assert print_failures(tmp_path, out) == 1
     assert f"multirun job {tmp_path / '1'} left no outcome" in out.getvalue()
     assert "1 of 2 multirun jobs failed" in out.getvalue()

@@ -140,22 +140,22 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
         print(json.dumps(plan_dict(protocol, dataset, arms, directory, findings), indent=2))
     else:
         sys.stdout.write(plan_text(protocol, dataset, arms, directory))
-    _report_findings(findings)
+    _print_findings(findings)
     return max((checks.exit_code(f) for f in findings.values()), default=0)
 
 
-def _report_findings(findings: dict[str, Any]) -> None:
+def _print_findings(findings: dict[str, Any]) -> None:
     """Preflight failures per arm, to stderr; a skip that every arm shares, once."""
-    from dspark_cli.launch.checks import report
+    from dspark_cli.launch.checks import print_findings
     from dspark_cli.status import Status
 
     skipped = {}
     for arm, found in findings.items():
-        report([f for f in found if f.failed], label=arm)
+        print_findings([f for f in found if f.failed], label=arm)
         for f in found:
             if f.status is Status.skipped:
                 skipped.setdefault((f.rule, f.message), f)
-    report(skipped.values())
+    print_findings(skipped.values())
 
 
 def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,

@@ -49,7 +49,7 @@ def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
         print(json.dumps({**doc, "layout": layout_dict(layout)} if several else doc, indent=2))
     else:
         sys.stdout.write(layout_script(layout) if several else shell_script(plan))
-    checks.report(findings)
+    checks.print_findings(findings)
     return checks.exit_code(findings)
 
 

@@ -78,11 +78,11 @@ def _dry_run(cfg: DictConfig) -> int:
         for name, arm in arms.items():
             failed = [f for f in checks.check(arm.cfg, arm.plan, None, validate=False)
                       if f.failed]
-            checks.report(failed, label=name)
+            checks.print_findings(failed, label=name)
             findings += failed
         bench_text = bench_plan(protocol, dataset, arms, directory / "bench")
     sys.stdout.write(plan_text(cfg, directory, shell_script(plan), bench_text))
-    checks.report(findings)
+    checks.print_findings(findings)
     return checks.exit_code(findings)
 
 

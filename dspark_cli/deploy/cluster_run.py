@@ -105,7 +105,7 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: Pa
                          f"deploy={target} runs the plan's node commands on the cluster; drop "
                          "server.command, or use deploy=local.")
     findings = (*checks.check(cfg, plan, machine=None, validate=False), *target_findings(cfg))
-    checks.report(findings)
+    checks.print_findings(findings)
     if any(f.failed for f in findings):
         raise CheckFailed("preflight failed; nothing was submitted (details above).")
     ensure_model(cfg)

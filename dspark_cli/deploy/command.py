@@ -128,7 +128,7 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
     findings = (*checks.check(cfg, plan, machine=None, validate=opts.validate),
                 *target_findings(cfg))
     if not opts.dry_run and any(f.failed for f in findings):
-        checks.report(findings)
+        checks.print_findings(findings)
         raise CheckFailed("preflight failed; nothing was submitted or written (details above).")
     if opts.dry_run:
         if opts.json:
@@ -137,9 +137,9 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
                               "preflight": [f.to_dict() for f in findings]}, indent=2))
         else:
             sys.stdout.write(_text(cfg, plan, layout))
-        checks.report(findings)
+        checks.print_findings(findings)
         return checks.exit_code(findings)
-    checks.report(findings)
+    checks.print_findings(findings)
     if target == "slurm":
         from dspark_cli.deploy.slurm_job import require_clients
 

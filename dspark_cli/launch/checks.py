@@ -41,7 +41,7 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     return tuple(findings)
 
 
-def report(findings: Iterable[Finding], label: str = "") -> None:
+def print_findings(findings: Iterable[Finding], label: str = "") -> None:
     """Failures, then skips, to stderr, one line each; a failure names the key to change."""
     findings = list(findings)
     tag = f"[{label}] " if label else ""

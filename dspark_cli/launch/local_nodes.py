@@ -36,9 +36,9 @@ def validate_nodes(layout: NodeLayout) -> tuple[Finding, ...]:
 
 
 def require_valid(findings: tuple[Finding, ...]) -> None:
-    from dspark_cli.launch.checks import report
+    from dspark_cli.launch.checks import print_findings
 
-    report(findings)
+    print_findings(findings)
     if any(f.failed for f in findings):
         raise CheckFailed("a node's command did not pass vLLM's own validation; nothing was "
                           "started.")

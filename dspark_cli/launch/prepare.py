@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from dspark_cli.errors import CheckFailed, UsageError
-from dspark_cli.launch.checks import check, report
+from dspark_cli.launch.checks import check, print_findings
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.rules import Finding
 from dspark_cli.machine.detect import Machine, detect
@@ -77,7 +77,7 @@ def _argv(cfg: DictConfig, plan: LaunchPlan, validate: bool) -> tuple[tuple[str,
 
     validation = validate_with_vllm(plan)
     if validation.failed:
-        report([validation])
+        print_findings([validation])
         raise CheckFailed("the command did not pass vLLM's own validation; nothing was started.")
     return tuple(vllm_command(plan.argv)), (validation,)
 
@@ -89,7 +89,7 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, record_dir: Path | None,
     validation to the caller (`smoke` runs it beside the boot)."""
     machine = detect()
     findings = check(cfg, plan, machine, validate=False)
-    report(findings)
+    print_findings(findings)
     if any(f.failed for f in findings):
         raise CheckFailed("preflight failed; nothing was started (details above).")
     ensure_model(cfg)
