@@ -130,8 +130,8 @@ def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str])
 
 
 def hide_secrets(overrides: list[str], flags: list[str]) -> list[str]:
-    """Secrets out of the overrides before Hydra writes them (config/secret_overrides.py)."""
-    from dspark_cli.config.secret_overrides import hide
+    """Secrets out of the overrides before Hydra writes them (launch/secret_overrides.py)."""
+    from dspark_cli.launch.secret_overrides import hide
 
     overrides, hidden = hide(overrides)
     if hidden and "--resolve" in flags:

@@ -181,7 +181,7 @@ def completion_line(line: str) -> str:
 def redact_hydra_files(cfg: Any) -> None:
     """Hydra saves the job's config (`.hydra/config.yaml`, and a multirun's `multirun.yaml`)
     before the job runs, unresolved. Secrets given as overrides are references by then
-    (config/secret_overrides.py); one typed into a config file is rewritten there as redacted."""
+    (launch/secret_overrides.py); one typed into a config file is rewritten there as redacted."""
     if "hydra.core.hydra_config" not in sys.modules:
         return  # a plain dry run composed without Hydra's app (or from the cache): no files
     from hydra.core.hydra_config import HydraConfig

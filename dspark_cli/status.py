@@ -1,8 +1,11 @@
-"""The one status every check reports, whatever it checks (preflight rules, smoke checks)."""
+"""The one status every check reports, whatever it checks (preflight rules, smoke checks), and
+the finding a preflight check returns."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Status(StrEnum):
@@ -10,3 +13,22 @@ class Status(StrEnum):
     failed = "failed"
     skipped = "skipped"  # does not apply to this configuration (or a dry run)
     not_run = "not_run"  # would apply, but an earlier failure ended the run first
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One preflight check's verdict; `key` is the config key a user changes to fix it."""
+
+    rule: str
+    status: Status
+    message: str
+    key: str | None = None
+    overridden: bool = False  # a check switched off on purpose by an explicit setting
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "status": self.status.value, "message": self.message,
+                "key": self.key, "overridden": self.overridden}

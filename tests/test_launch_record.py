@@ -7,9 +7,8 @@ from pathlib import Path
 from dspark_cli.config.schema import Platform
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.prepare import Prepared, write
-from dspark_cli.launch.rules import Finding
 from dspark_cli.machine.detect import Machine
-from dspark_cli.status import Status
+from dspark_cli.status import Finding, Status
 from tests.conftest import compose_config
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.config.secret_overrides import hide
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
+from dspark_cli.launch.secret_overrides import hide
 from tests.conftest import compose_config, run_dspark
 from tests.doubles.fake_vllm import free_port
 from tests.smoke_support import smoke_argv, smoke_env

@@ -11,10 +11,8 @@ and report only numbers that kept the validity rules.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,62 +57,12 @@ def register() -> None:
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     if opts.report is not None:
         return _report(opts.report, opts)
-    from dspark_cli.bench.arms import compose_arms
-    from dspark_cli.bench.dataset import dataset_spec
-    from dspark_cli.bench.protocol import build_protocol
-    from dspark_cli.config.plain import plain
-    from dspark_cli.launch.layout_rules import checked_layout
+    from dspark_cli.bench.workflow import bench_in, planned_arms, protocol_of
 
-    protocol = build_protocol(plain(cfg.bench))
-    dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
-    arms = compose_arms(cfg, protocol)
-    for arm in arms.values():  # a bad node layout is refused before anything runs
-        checked_layout(arm.cfg, arm.plan)
     if opts.dry_run:
-        return _dry_run(protocol, dataset, arms, _run_dir(opts), opts)
-    with _job_port(cfg):  # the arms are planned again on the ports this job claimed
-        return _render(_run(cfg, protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts),
-                            opts.stop_on_failure), opts)
-
-
-@contextlib.contextmanager
-def _job_port(cfg: DictConfig) -> Iterator[None]:
-    """A sweep's jobs may run side by side on one host (submitit_local, Slurm jobs sharing a
-    node): each claims its own port, from `server.port` up, for as long as it runs; several
-    local nodes claim a block of API ports (one per node) and their own DP RPC and master
-    ports. A single run keeps the ports as given (a busy port is refused as before)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if (cfg.server.url is not None or not HydraConfig.initialized()
-            or HydraConfig.get().mode != RunMode.MULTIRUN):
-        yield
-        return
-    from dspark_cli.launch.plan import client_host
-    from dspark_cli.server.port_claim import claimed_port
-
-    host = client_host(cfg.server.host)
-    nodes = int(cfg.hw.nodes) if str(cfg.deploy.target) == "local" else 1
-    with contextlib.ExitStack() as claims:
-        cfg.server.port = claims.enter_context(claimed_port(host, int(cfg.server.port),
-                                                            width=nodes))
-        if nodes > 1:
-            for key in ("dp_rpc_port", "master_port"):
-                cfg.hw[key] = claims.enter_context(claimed_port(host, int(cfg.hw[key])))
-        yield
-
-
-def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool) -> Any:
-    """Run the protocol of `cfg.bench` into `directory` and summarize it (the bench Report):
-    `dspark bench`'s work, callable as a stage of `dspark validate`."""
-    from dspark_cli.bench.arms import compose_arms
-    from dspark_cli.bench.dataset import dataset_spec
-    from dspark_cli.bench.protocol import build_protocol
-    from dspark_cli.config.plain import plain
-
-    protocol = build_protocol(plain(cfg.bench))
-    dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
-    return _run(cfg, protocol, dataset, compose_arms(cfg, protocol), directory, stop_on_failure)
+        protocol, dataset = protocol_of(cfg)
+        return _dry_run(protocol, dataset, planned_arms(cfg, protocol), _run_dir(opts), opts)
+    return _render(bench_in(cfg, _run_dir(opts), opts.stop_on_failure), opts)
 
 
 def _run_dir(opts: argparse.Namespace) -> Path:
@@ -156,28 +104,6 @@ def _print_findings(findings: dict[str, Any]) -> None:
             if f.status is Status.skipped:
                 skipped.setdefault((f.rule, f.message), f)
     print_findings(skipped.values())
-
-
-def _run(cfg: DictConfig, protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
-         stop_on_failure: bool) -> Any:
-    from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
-    from dspark_cli.bench.dataset import verify
-    from dspark_cli.bench.merge import merge
-    from dspark_cli.bench.runner import CellContext, run_cells
-    from dspark_cli.server.logscan import fatal_patterns
-    from dspark_cli.server.process import sigterm_as_interrupt
-
-    needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
-    ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
-                      fatal=fatal_patterns(cfg.logs))
-    print(f"dspark: run directory {directory}", file=sys.stderr)
-
-    def prepare_arm(arm: Any) -> ArmLaunch:
-        return arm_launch(arm, directory / "arms" / arm.name)
-
-    with sigterm_as_interrupt():
-        run_cells(protocol.cells, arms, prepare_arm, ctx, stop_on_failure)
-    return merge(directory)
 
 
 def _report(directory: Path, opts: argparse.Namespace) -> int:

@@ -41,9 +41,9 @@ def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
     if several:
         findings += layout_findings(cfg, layout)
         if opts.validate:
-            from dspark_cli.vllm.validate import validate_layout
+            from dspark_cli.launch.vllm_verdict import layout_verdict
 
-            findings += validate_layout(layout)
+            findings += layout_verdict(layout)
     if opts.json:
         doc = {**plan_dict(plan), "preflight": [f.to_dict() for f in findings]}
         print(json.dumps({**doc, "layout": layout_dict(layout)} if several else doc, indent=2))

@@ -34,9 +34,8 @@ from dspark_cli.launch import checks
 from dspark_cli.launch.layout import NodeLayout, node_layout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import is_secret
-from dspark_cli.launch.rules import Finding
 from dspark_cli.launch.secrets import redact_urls
-from dspark_cli.status import Status
+from dspark_cli.status import Finding, Status
 
 SCRIPT_NAME = "job.sbatch"
 MANIFEST_NAME = "manifests.yaml"

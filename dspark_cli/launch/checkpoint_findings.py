@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.launch.rules import Finding
-from dspark_cli.status import Status
+from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:  # the checkpoint modules load only when a local checkpoint is checked
     from dspark_cli.checkpoint.result import CheckpointResult, Problem

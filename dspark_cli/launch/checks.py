@@ -12,8 +12,8 @@ from omegaconf import DictConfig
 
 from dspark_cli.errors import ExitCode
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.rules import Context, Finding, run_rules
-from dspark_cli.status import Status
+from dspark_cli.launch.rules import Context, run_rules
+from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
     from dspark_cli.machine.detect import Machine
@@ -35,9 +35,9 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
                                     dry_run=machine is None)
     findings.append(runtime_pins.finding(plain(cfg.runtime.expected), dry_run=machine is None))
     if validate:
-        from dspark_cli.vllm.validate import validate_with_vllm
+        from dspark_cli.launch.vllm_verdict import plan_verdict
 
-        findings.append(validate_with_vllm(plan))
+        findings.append(plan_verdict(plan))
     return tuple(findings)
 
 

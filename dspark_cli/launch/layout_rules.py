@@ -19,8 +19,7 @@ from dspark_cli.config.schema import Platform
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLaunch, NodeLayout, node_layout
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.rules import Finding
-from dspark_cli.status import Status
+from dspark_cli.status import Finding, Status
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")

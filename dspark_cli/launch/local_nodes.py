@@ -14,8 +14,8 @@ from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.layout_render import layout_script
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.prepare import Prepared
-from dspark_cli.launch.rules import Finding
 from dspark_cli.server.target import NodeProcess, Target
+from dspark_cli.status import Finding
 
 LOCAL_HEAD = "127.0.0.1"
 NODES_SCRIPT = "nodes.sh"
@@ -30,9 +30,9 @@ def refuse_custom_command(cfg: DictConfig, layout: NodeLayout) -> None:
 
 def validate_nodes(layout: NodeLayout) -> tuple[Finding, ...]:
     """vLLM's own verdict on every node's command (the head at 127.0.0.1)."""
-    from dspark_cli.vllm.validate import validate_layout
+    from dspark_cli.launch.vllm_verdict import layout_verdict
 
-    return validate_layout(layout, LOCAL_HEAD)
+    return layout_verdict(layout, LOCAL_HEAD)
 
 
 def require_valid(findings: tuple[Finding, ...]) -> None:

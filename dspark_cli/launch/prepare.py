@@ -14,10 +14,10 @@ from omegaconf import DictConfig
 from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch.checks import check, print_findings
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.rules import Finding
 from dspark_cli.machine.detect import Machine, detect
 from dspark_cli.server.logscan import Pattern
 from dspark_cli.server.target import Target
+from dspark_cli.status import Finding
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ class Prepared:
 
 def child_environ() -> dict[str, str]:
     """This process's environment without the secrets dspark moved out of its overrides
-    (config/secret_overrides.py): the child gets those only under their real names."""
-    from dspark_cli.config.secret_overrides import PREFIX
+    (launch/secret_overrides.py): the child gets those only under their real names."""
+    from dspark_cli.launch.secret_overrides import PREFIX
 
     return {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
 
@@ -73,9 +73,9 @@ def _argv(cfg: DictConfig, plan: LaunchPlan, validate: bool) -> tuple[tuple[str,
 
     if not validate:
         return tuple(vllm_command(plan.argv)), ()
-    from dspark_cli.vllm.validate import validate_with_vllm
+    from dspark_cli.launch.vllm_verdict import plan_verdict
 
-    validation = validate_with_vllm(plan)
+    validation = plan_verdict(plan)
     if validation.failed:
         print_findings([validation])
         raise CheckFailed("the command did not pass vLLM's own validation; nothing was started.")

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from dspark_cli.config.schema import Platform
 from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.status import Status
+from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
     from dspark_cli.machine.detect import Machine
@@ -27,23 +27,6 @@ if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
 ADAPTIVE_INCOMPATIBLE_ARGS = ("enable_return_routed_experts", "enable_batch_sharded_sampling")
 # vLLM's SpeculativeConfig re-detects the method from these words in a draft model's path.
 METHOD_RENAMING_WORDS = ("eagle-", "eagle3", "dflash", "dspark")
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    status: Status
-    message: str
-    key: str | None = None
-    overridden: bool = False  # a check switched off on purpose by an explicit setting
-
-    @property
-    def failed(self) -> bool:
-        return self.status is Status.failed
-
-    def to_dict(self) -> dict:
-        return {"rule": self.rule, "status": self.status.value, "message": self.message,
-                "key": self.key, "overridden": self.overridden}
 
 
 @dataclass(frozen=True)

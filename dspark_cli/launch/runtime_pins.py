@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.launch.rules import Finding
-from dspark_cli.status import Status
+from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:  # metadata is read only where a pin is checked, never to plan
     from importlib.metadata import Distribution

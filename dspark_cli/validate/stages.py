@@ -1,10 +1,9 @@
-"""The stages of `dspark validate`, each a thin call into the command that owns the work
-(verify-checkpoint, smoke, bench), writing its records under its own folder of the run
-directory and returning a frozen `StageResult`."""
+"""The stages of `dspark validate`, each a thin call into the library that owns the work
+(`checkpoint/`, `smoke/workflow.py`, `bench/workflow.py`), writing its records under its own
+folder of the run directory and returning a frozen `StageResult`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -41,8 +40,8 @@ def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:
     """verify-checkpoint's structure, pins and heads (and hashes when asked) on model.path."""
     from omegaconf import OmegaConf
 
+    from dspark_cli.checkpoint.request import checkpoint_root, content_request
     from dspark_cli.checkpoint.verify import verify_checkpoint
-    from dspark_cli.commands.verify_checkpoint import checkpoint_root, content_request
     from dspark_cli.launch.prepare import ensure_model
 
     ensure_model(cfg)  # the tiny model is made before it can be verified
@@ -50,11 +49,11 @@ def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:
         return StageResult("checkpoint", Status.skipped, 0, f"model.path {cfg.model.path} is "
                            "not a local directory (a hub id is checked by vLLM at load)")
     stage = cfg.validate.checkpoint
-    root = checkpoint_root(cfg)
-    opts = argparse.Namespace(hash=stage.hash, workers=None, write_manifest=None,
+    root = checkpoint_root(OmegaConf.select(cfg, "model.path"))
+    content = content_request(root, hash_blobs=bool(stage.hash),
                               manifest=Path(stage.manifest) if stage.manifest else None)
     expected = OmegaConf.to_container(cfg.model.expected, resolve=True)
-    report = verify_checkpoint(root, expected, content_request(root, opts))
+    report = verify_checkpoint(root, expected, content)
     _write_json(directory / "checkpoint.json", report.to_dict())
     hashed = (f", {report.content.hashed_files} files hashed" if report.content else "")
     if report.ok:
@@ -116,7 +115,7 @@ def tests(cfg: DictConfig, directory: Path) -> StageResult:
 
 
 def smoke(cfg: DictConfig, directory: Path) -> StageResult:
-    from dspark_cli.commands.smoke import smoke_in
+    from dspark_cli.smoke.workflow import smoke_in
 
     doc = smoke_in(cfg, directory)
     code = int(doc.verdict.exit_code)
@@ -125,7 +124,7 @@ def smoke(cfg: DictConfig, directory: Path) -> StageResult:
 
 
 def bench(cfg: DictConfig, directory: Path) -> StageResult:
-    from dspark_cli.commands.bench import bench_in
+    from dspark_cli.bench.workflow import bench_in
 
     if cfg.validate.bench is None:
         return StageResult("bench", Status.skipped, 0, "validate.bench=null")

@@ -11,19 +11,10 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from dspark_cli.errors import MissingEngine
-from dspark_cli.launch.layout import NodeLayout
-from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.rules import Finding
-from dspark_cli.status import Status
+from dspark_cli.status import Finding, Status
 
 VALIDATE_TIMEOUT_S = 120.0
 RULE, KEY = "vllm-accepts-command", "serving.extra_args"
-LOCAL_HEAD = "127.0.0.1"  # where a layout's head is when nothing else says
-
-
-def validate_with_vllm(plan: LaunchPlan) -> Finding:
-    """A finding: vLLM accepts the command, or why not (not installed, rejected, no answer)."""
-    return validate_command(plan.argv, plan.env_map)
 
 
 def validate_command(argv: Sequence[str], env: Mapping[str, str], label: str = "") -> Finding:
@@ -60,15 +51,3 @@ def _finding(result: dict, label: str) -> Finding:
     note = f" ({result['error']})" if result.get("error") else ""
     return Finding(RULE, Status.passed,
                    f"{label}vLLM accepts the command ({result['stage']}){note}", KEY)
-
-
-def validate_layout(layout: NodeLayout, head_addr: str = LOCAL_HEAD) -> tuple[Finding, ...]:
-    """vLLM's verdict on every node's command, the head's address placeholder resolved; one
-    subprocess when the nodes share their environment (they do when planned from one config)."""
-    labels = [f"node {node.rank}: " for node in layout.launches]
-    argvs = [node.resolved(head_addr) for node in layout.launches]
-    envs = [dict(node.env) for node in layout.launches]
-    if all(e == envs[0] for e in envs):
-        return validate_commands(argvs, envs[0], labels)
-    return tuple(validate_command(a, e, label) for a, e, label in zip(argvs, envs, labels,
-                                                                        strict=True))

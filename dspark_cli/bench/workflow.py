@@ -1,0 +1,94 @@
+"""`dspark bench`'s work, from a composed config to the summarized run directory: the ports this
+job claims, every arm planned once on them, the cells run. Also `dspark validate`'s bench stage."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from dspark_cli.bench.arms import Arm, compose_arms
+from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
+from dspark_cli.bench.protocol import Protocol, build_protocol
+from dspark_cli.config.plain import plain
+from dspark_cli.launch.layout_rules import checked_layout
+
+
+def protocol_of(cfg: DictConfig) -> tuple[Protocol, DatasetSpec]:
+    """The protocol and request set `cfg.bench` describes (pure; the dataset is verified when
+    the run starts)."""
+    return build_protocol(plain(cfg.bench)), dataset_spec(plain(cfg.bench.dataset), Path.cwd())
+
+
+def planned_arms(cfg: DictConfig, protocol: Protocol) -> dict[str, Arm]:
+    """Every arm planned once; a bad node layout is refused before anything runs."""
+    arms = compose_arms(cfg, protocol)
+    for arm in arms.values():
+        checked_layout(arm.cfg, arm.plan)
+    return arms
+
+
+@contextlib.contextmanager
+def claimed_ports(cfg: DictConfig) -> Iterator[DictConfig]:
+    """`cfg` with the ports this job holds while it runs, claimed before anything is planned.
+    A sweep's jobs may run side by side on one host (submitit_local, Slurm jobs sharing a node):
+    each claims its own port, from `server.port` up; several local nodes claim a block of API
+    ports (one per node) and their own DP RPC and master ports. A single run keeps the ports as
+    given (a busy port is refused as before). The caller's `cfg` is left as it is."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if (cfg.server.url is not None or not HydraConfig.initialized()
+            or HydraConfig.get().mode != RunMode.MULTIRUN):
+        yield cfg
+        return
+    from dspark_cli.launch.plan import client_host
+    from dspark_cli.server.port_claim import claimed_port
+
+    host = client_host(cfg.server.host)
+    nodes = int(cfg.hw.nodes) if str(cfg.deploy.target) == "local" else 1
+    claimed = copy.deepcopy(cfg)
+    with contextlib.ExitStack() as claims:
+        claimed.server.port = claims.enter_context(claimed_port(host, int(cfg.server.port),
+                                                                width=nodes))
+        if nodes > 1:
+            for key in ("dp_rpc_port", "master_port"):
+                claimed.hw[key] = claims.enter_context(claimed_port(host, int(cfg.hw[key])))
+        yield claimed
+
+
+def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
+                 arms: dict[str, Arm], directory: Path, stop_on_failure: bool) -> Any:
+    """Run every pending cell into `directory` and summarize it (the bench Report)."""
+    from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
+    from dspark_cli.bench.dataset import verify
+    from dspark_cli.bench.merge import merge
+    from dspark_cli.bench.runner import CellContext, run_cells
+    from dspark_cli.server.logscan import fatal_patterns
+    from dspark_cli.server.process import sigterm_as_interrupt
+
+    needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
+    ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
+                      fatal=fatal_patterns(cfg.logs))
+    print(f"dspark: run directory {directory}", file=sys.stderr)
+
+    def prepare_arm(arm: Arm) -> ArmLaunch:
+        return arm_launch(arm, directory / "arms" / arm.name)
+
+    with sigterm_as_interrupt():
+        run_cells(protocol.cells, arms, prepare_arm, ctx, stop_on_failure)
+    return merge(directory)
+
+
+def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool) -> Any:
+    """Run the protocol of `cfg.bench` into `directory` on the ports this job claims, and
+    summarize it (the bench Report)."""
+    protocol, dataset = protocol_of(cfg)
+    with claimed_ports(cfg) as claimed:
+        arms = planned_arms(claimed, protocol)
+        return run_protocol(claimed, protocol, dataset, arms, directory, stop_on_failure)

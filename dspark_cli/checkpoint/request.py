@@ -1,0 +1,111 @@
+"""What `verify-checkpoint` is asked to check: the checkpoint directory and the content request
+(hash HF blobs, a sha256sum manifest to verify against, or one to write), refused as usage
+errors before anything is read. Shared by the command and `dspark validate`'s stage."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from dspark_cli.checkpoint.manifest import (
+    ManifestError,
+    blob_expectation,
+    list_checkpoint_files,
+    parse_manifest,
+    write_refusal,
+)
+from dspark_cli.checkpoint.verify import ContentRequest
+from dspark_cli.errors import UsageError
+
+USAGE_HINT = "dspark verify-checkpoint model.path=DIR  (or model=NAME for a pinned profile)"
+
+
+def checkpoint_root(path: str | None) -> Path:
+    """The checkpoint directory `model.path` names (None: not set); a usage error unless it
+    is a directory."""
+    if path is None:
+        raise UsageError("model.path is not set.", hint=USAGE_HINT)
+    root = Path(str(path)).expanduser()
+    if not root.exists():
+        raise UsageError(f"model.path {root} does not exist.", hint=USAGE_HINT)
+    if not root.is_dir():
+        raise UsageError(f"model.path {root} is not a directory; give the checkpoint directory "
+                         "(the one holding config.json).", hint=USAGE_HINT)
+    return root
+
+
+def content_request(root: Path, *, hash_blobs: bool = False, manifest: Path | None = None,
+                    write_manifest: Path | None = None,
+                    workers: int | None = None) -> ContentRequest | None:
+    """What content hashing the options ask for (None: none), every conflict and unusable
+    file refused as a usage error before anything is read."""
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers {workers}: give at least 1.")
+    manifest_file, manifest = manifest, None
+    if manifest_file and write_manifest:
+        raise UsageError("--manifest and --write-manifest exclude each other: verify against "
+                         "a manifest, or write a new one.")
+    if manifest_file:
+        _check_manifest_file(manifest_file.expanduser())
+        try:
+            # Bytes, not read_text: universal newlines would split a name at a lone CR.
+            manifest = parse_manifest(manifest_file.expanduser().read_bytes().decode(
+                "utf-8", "surrogateescape"))
+        except OSError as e:
+            raise UsageError(f"cannot read --manifest {manifest_file}: {e.strerror}.") from None
+        except ManifestError as e:
+            raise UsageError(f"--manifest {manifest_file} is not a sha256sum manifest: {e}.",
+                             hint="write one with --write-manifest FILE, or `sha256sum`") from None
+    if write_manifest:
+        target = write_manifest.expanduser()
+        if not target.parent.is_dir():
+            raise UsageError(f"--write-manifest {target}: folder {target.parent} does not exist.")
+        protected = {root.resolve()} | {
+            (root / f).resolve().parent for f in list_checkpoint_files(root)
+        }
+        if root.resolve().parent.name == "snapshots":  # a Hugging Face cache repo folder
+            protected.add(root.resolve().parent.parent)
+        refusal = write_refusal(target, protected)
+        if refusal:
+            raise UsageError(f"--write-manifest refused: {refusal}.",
+                             hint="write the manifest somewhere else, e.g. ~/ckpt.sha256")
+    if hash_blobs and manifest is None and not write_manifest and not any(
+        blob_expectation(root / f) for f in list_checkpoint_files(root)
+    ):
+        raise UsageError(f"--hash: the files in {root} are not Hugging Face cache blobs, so "
+                         "their names promise no hash to check against.",
+                         hint="pass --manifest FILE (write one once with --write-manifest FILE)")
+    if not (hash_blobs or manifest is not None or write_manifest):
+        return None
+    return ContentRequest(manifest=manifest, every_file=bool(write_manifest),
+                          workers=workers, unlisted_ok=_inside(root, manifest_file))
+
+
+# A manifest lists files, one short line each: far past this it is not a manifest.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+
+def _check_manifest_file(path: Path) -> None:
+    """UsageError unless `path` is a regular file of a manifest's size: a FIFO, a device
+    (`/dev/zero`) or a directory would block, never end, or fail later."""
+    try:
+        info = path.stat()
+    except OSError as e:
+        raise UsageError(f"cannot read --manifest {path}: {e.strerror}.") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"--manifest {path} is not a regular file.",
+                         hint="give the file `sha256sum` wrote")
+    if info.st_size > MAX_MANIFEST_BYTES:
+        raise UsageError(f"--manifest {path} holds {info.st_size:,} bytes, more than a manifest "
+                         f"({MAX_MANIFEST_BYTES:,} at most).", hint="give the file `sha256sum` "
+                         "wrote")
+
+
+def _inside(root: Path, manifest: Path | None) -> frozenset[str]:
+    """The manifest's own name when it is kept in the checkpoint directory, else nothing."""
+    if manifest is None:
+        return frozenset()
+    try:
+        return frozenset({manifest.expanduser().resolve().relative_to(root.resolve()).as_posix()})
+    except ValueError:
+        return frozenset()
