@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.config.schema import RuntimePins
-from dspark_cli.launch import runtime_pins
-from dspark_cli.launch.runtime_pins import Runtime, finding, mismatches, wheel_sha256
+from dspark_cli.launch import runtime
+from dspark_cli.launch.runtime import Runtime, wheel_sha256
+from dspark_cli.launch.runtime_pins import finding, mismatches
 from dspark_cli.status import Status
 from tests.conftest import compose_config, run_dspark
 
@@ -42,7 +43,7 @@ def test_a_wheel_installed_from_a_file_gives_its_sha256_and_commit(tmp_path: Pat
     dist = next(metadata.distributions(path=[str(target)]))
     recorded = json.loads(dist.read_text("direct_url.json"))
     assert wheel_sha256(recorded) == hashlib.sha256(wheel.read_bytes()).hexdigest()
-    assert runtime_pins.commit(dist, dist.version, None) == "804648bcb"
+    assert runtime.commit(dist, dist.version, None) == "804648bcb"
 
 
 def test_the_legacy_hash_field_and_no_archive() -> None:
@@ -52,7 +53,7 @@ def test_the_legacy_hash_field_and_no_archive() -> None:
 
 @pytest.mark.vllm  # reads the installed vLLM's and torch's metadata
 def test_installed_reads_this_environment_without_importing_torch_or_vllm() -> None:
-    code = ("import sys; from dspark_cli.launch.runtime_pins import installed; r = installed(); "
+    code = ("import sys; from dspark_cli.launch.runtime import installed; r = installed(); "
             "print(r.vllm_version, r.torch); "
             "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -16,8 +16,12 @@ class Domain:
     low_open: bool = False  # (low, high]: the low end itself is not allowed
     nonempty: bool = False  # a string that is set must hold more than blanks
     regex: bool = False  # a Python regular expression
+    hex_digits: tuple[int, int] | None = None  # a hex string of (least, most) digits
 
     def describe(self) -> str:
+        if self.hex_digits:
+            least, most = self.hex_digits
+            return f"{least} to {most} hex digits" if least != most else f"{least} hex digits"
         if self.regex:
             return "a valid regular expression"
         if self.nonempty:
@@ -30,6 +34,11 @@ class Domain:
         """Why `value` is outside the domain, or None; None (unset) is always allowed."""
         if value is None:
             return None
+        if self.hex_digits:
+            least, most = self.hex_digits
+            text = str(value)
+            return None if least <= len(text) <= most and all(
+                c in "0123456789abcdefABCDEF" for c in text) else "is not a hex hash of that length"
         if self.regex:
             try:
                 re.compile(str(value))
@@ -63,6 +72,14 @@ def regexes() -> dict[str, Domain]:
     return {"domain": Domain(regex=True)}
 
 
+def hex_digits(least: int, most: int | None = None) -> dict[str, Domain]:
+    """Field metadata: a hex hash (a commit, a SHA-256); a commit of 7 digits or more, so an
+    empty or one-character pin never matches every commit by prefix."""
+    return {"domain": Domain(hex_digits=(least, most or least))}
+
+
+COMMIT = hex_digits(7, 40)
+SHA256 = hex_digits(64)
 PORT = between(1, 65535)
 POSITIVE = between(1)
 

