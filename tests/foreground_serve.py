@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -13,12 +14,20 @@ from tests.conftest import wait_until
 READY = "ready at "
 
 
+def default_signals() -> None:
+    """In the child before exec: the default SIGINT and SIGHUP, which a suite started from a
+    background job (`nohup make test &`) would otherwise hand down ignored."""
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class ForegroundServe:
     """The process, every stderr line read so far, and the URL it said it is ready at."""
 
     def __init__(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> None:
         self.proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env),
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=default_signals)
         self.lines: list[str] = []
         self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()

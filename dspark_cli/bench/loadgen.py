@@ -8,10 +8,8 @@ measured phase would put tokens on the server's counters that the client does no
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +20,7 @@ from typing import Any
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.server.groups import descendants, stop_group
 
 # The latency metrics and percentiles asked of vLLM; its result file then holds
 # `p<percentile>_<metric>_ms` for each pair (e.g. p99_itl_ms).
@@ -155,8 +154,8 @@ def latency_ms(result: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    """At once (no grace): a phase cut short is discarded, not asked to finish."""
+    stop_group(proc.pid, grace=0.0, also=descendants(proc.pid))
     proc.wait()
 
 

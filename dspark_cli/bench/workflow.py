@@ -70,7 +70,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.server.logscan import fatal_patterns
-    from dspark_cli.server.process import sigterm_as_interrupt
+    from dspark_cli.server.process import stop_signals_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
     ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
@@ -80,7 +80,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     def prepare_arm(arm: Arm) -> ArmLaunch:
         return arm_launch(arm, directory / "arms" / arm.name)
 
-    with sigterm_as_interrupt():
+    with stop_signals_as_interrupt():
         run_cells(protocol.cells, arms, prepare_arm, ctx, stop_on_failure)
     return merge(directory)
 

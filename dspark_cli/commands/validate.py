@@ -100,12 +100,12 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     from dspark_cli.console import progress
     from dspark_cli.launch.record import redacted
     from dspark_cli.report.files import REPORT_MD, write_report
-    from dspark_cli.server.process import sigterm_as_interrupt
+    from dspark_cli.server.process import stop_signals_as_interrupt
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
     progress(f"run directory {directory}")
-    with sigterm_as_interrupt():  # SIGTERM (a scheduler's limit) ends the run as Ctrl-C does
+    with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends the run as Ctrl-C does
         results = _stages(cfg, directory, keep_going=opts.keep_going)
     code = max((r.exit_code for r in results), default=0)
     (directory / "validate.json").write_text(json.dumps(

@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 
 from dspark_cli.errors import ServerError, UsageError
+from dspark_cli.server.groups import descendants, stop_group
 
 REQUEST_TIMEOUT_S = 30.0  # one API call
 CONNECT_TIMEOUT_S = 15.0  # `kubectl version` at start: does a cluster answer?
@@ -66,9 +67,5 @@ def stop_stream(proc: subprocess.Popen[str] | None, grace_s: float = 5.0) -> Non
     """End a `stream()` call: SIGTERM, then SIGKILL after `grace_s`."""
     if proc is None or proc.poll() is not None:
         return
-    proc.terminate()
-    try:
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(grace_s)
+    stop_group(proc.pid, grace_s, descendants(proc.pid))
+    proc.wait(grace_s)

@@ -1,14 +1,17 @@
 """`dspark serve`'s action: a managed session in the foreground until the server exits or we
-are told to stop. SIGINT/SIGTERM go to the server's process groups (a second one kills them), and
-the session's teardown makes sure no process is left. A cluster deployment (`deploy=slurm`) is
+are told to stop. SIGINT/SIGTERM go to the server's process groups (a SIGHUP, from a closed
+terminal or a dropped ssh session, as SIGTERM; a second signal kills them), and the session's
+teardown makes sure no process is left. A cluster deployment (`deploy=slurm`) is
 followed until it ends; a signal cancels it, and dspark waits until the engine says it is gone."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 
 from dspark_cli.errors import ExitCode, ServerError
+from dspark_cli.server.process import STOP_SIGNALS
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.target import Target
 
@@ -23,9 +26,10 @@ def serve(target: Target) -> int:
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        session.signal(signal.SIGKILL if len(received) > 1 else signum)
+        session.signal(signal.SIGKILL if len(received) > 1
+                       else signal.SIGTERM if signum == signal.SIGHUP else signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, *STOP_SIGNALS)}
     try:
         with session:
             try:
@@ -63,5 +67,6 @@ def _check_teardown(session: ServerSession) -> None:
 def _stopped(session: ServerSession) -> int:
     session.close()
     _check_teardown(session)
-    print("dspark: stopped.", file=sys.stderr)
+    with contextlib.suppress(OSError):  # a hangup may have closed the terminal
+        print("dspark: stopped.", file=sys.stderr)
     return int(ExitCode.INTERRUPTED)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from dspark_cli.errors import ServerError
+from dspark_cli.server import watchdog
+from dspark_cli.server.groups import descendants, stop_group
 
 LineListener = Callable[[str], None]
 _SIGNAL_ORDER = ("exited", "SIGTERM", "SIGKILL")
@@ -96,41 +98,25 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+# What ends dspark like Ctrl-C: a scheduler's time limit or `kill` (SIGTERM), a closed terminal
+# or dropped ssh session (SIGHUP).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Turn a SIGTERM to dspark (a scheduler's time limit, `kill`) into KeyboardInterrupt, so a
-    managed server is torn down as on Ctrl-C instead of outliving dspark in its own group."""
+def stop_signals_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP to dspark into KeyboardInterrupt, so a managed server is torn
+    down as on Ctrl-C instead of outliving dspark in its own group."""
 
     def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {s: signal.signal(s, interrupt) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _group_members(pgid: int) -> set[int]:
-    members = set()
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(proc.pid) == pgid:
-                members.add(proc.pid)
-        except (ProcessLookupError, PermissionError):
-            continue
-    return members
-
-
-def _alive(pids: set[int]) -> set[int]:
-    left = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                left.add(pid)
-        except psutil.NoSuchProcess:
-            continue
-    return left
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 class ServerProcess:
@@ -138,15 +124,17 @@ class ServerProcess:
     `session.py` decides when)."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path,
-                 host: str, port: int | None, prefix: str = "") -> None:
+                 host: str, port: int | None, prefix: str = "", grace: float = 15.0) -> None:
         """`host`/`port`: where it listens, checked to be free again after teardown (None: it
         listens nowhere, a headless node); `prefix` starts each of its lines in the log, so
-        several processes can share one log file."""
+        several processes can share one log file; `grace`: how long its watchdog waits after
+        SIGTERM before SIGKILL when dspark itself died (see `watchdog.py`)."""
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = Path(log_path)
         self.host, self.port = host, port
         self.prefix = prefix
+        self.grace = grace
         self.started_at = 0.0
         self.teardown: Teardown | None = None
         self._proc: subprocess.Popen[str] | None = None
@@ -154,6 +142,7 @@ class ServerProcess:
         self._listeners: list[LineListener] = []
         self._tail: collections.deque[str] = collections.deque(maxlen=400)
         self._lock = threading.Lock()
+        self._lifeline: int | None = None  # the write end of the watchdog's pipe
 
     # -- lifecycle ---------------------------------------------------------------------------
     def add_listener(self, listener: LineListener) -> None:
@@ -162,15 +151,24 @@ class ServerProcess:
             self._listeners.append(listener)
 
     def start(self) -> ServerProcess:
+        """Start it under its watchdog (`watchdog.py`), the leader of a new process group that
+        tears the group down when dspark dies; dspark holds the pipe's only write end."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if shutil.which(self.argv[0], path=self.env.get("PATH", os.defpath)) is None:
+            raise ServerError(f"could not start {self.argv[0]!r}: no such executable file")
+        lifeline, self._lifeline = os.pipe()  # both close-on-exec; only `lifeline` is passed
         try:
             self._proc = subprocess.Popen(
-                self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1,
-                start_new_session=True,
+                watchdog.command(self.argv, lifeline, self.grace), env=self.env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                text=True, errors="replace", bufsize=1, start_new_session=True,
+                pass_fds=(lifeline,),
             )
         except OSError as e:
-            raise ServerError(f"could not start {self.argv[0]!r}: {e.strerror or e}") from None
+            self._close_lifeline()
+            raise ServerError(f"could not start {sys.executable!r}: {e.strerror or e}") from None
+        finally:
+            os.close(lifeline)
         self.started_at = time.monotonic()
         self._reader = threading.Thread(target=self._pump, name="server-output", daemon=True)
         self._reader.start()
@@ -188,7 +186,8 @@ class ServerProcess:
                     self._tail.append(line)
                     listeners = list(self._listeners)
                 for listener in listeners:
-                    listener(line)
+                    with contextlib.suppress(OSError):  # an echo to a closed terminal
+                        listener(line)
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -228,29 +227,17 @@ class ServerProcess:
             self.teardown = Teardown(0.0, "exited", (), True)
             return self.teardown
         start = time.monotonic()
-        pids = _group_members(self.pid) | {self.pid}
-        with contextlib.suppress(psutil.NoSuchProcess):
-            pids |= {c.pid for c in psutil.Process(self.pid).children(recursive=True)}
-        how = "exited"
-        if _alive(pids):
-            how = "SIGTERM"
-            self.signal_group(signal.SIGTERM)
-            while _alive(pids) and time.monotonic() - start < grace:
-                self._proc.poll()
-                time.sleep(0.05)
-        if _alive(pids):
-            how = "SIGKILL"
-            self.signal_group(signal.SIGKILL)
-            for pid in _alive(pids):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            kill_deadline = time.monotonic() + 5
-            while _alive(pids) and time.monotonic() < kill_deadline:
-                time.sleep(0.05)
+        stopped = stop_group(self.pid, grace, descendants(self.pid))
         self._proc.wait(timeout=5)
+        self._close_lifeline()
         if self._reader is not None:
             self._reader.join(timeout=2)
         port_free = self.port is None or not port_in_use(self.host, self.port)
-        self.teardown = Teardown(time.monotonic() - start, how, tuple(sorted(_alive(pids))),
-                                 port_free)
+        self.teardown = Teardown(time.monotonic() - start, stopped.signal,
+                                 stopped.leftover_pids, port_free)
         return self.teardown
+
+    def _close_lifeline(self) -> None:
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None

@@ -103,9 +103,11 @@ class ServerSession:
             for port in (t.port, *(n.port for n in t.nodes if n.port is not None)):
                 ensure_port_free(t.host, port)
             assert t.log_path is not None
-            self.process = ServerProcess(t.argv, self._env(t.env), t.log_path, t.host, t.port)
+            grace = t.stop_grace_s
+            self.process = ServerProcess(t.argv, self._env(t.env), t.log_path, t.host, t.port,
+                                         grace=grace)
             self.nodes = [ServerProcess(n.argv, self._env(n.env), t.log_path, t.host, n.port,
-                                        prefix=n.prefix) for n in t.nodes]
+                                        prefix=n.prefix, grace=grace) for n in t.nodes]
         if t.log_path is not None:
             self.watcher = LogWatcher(t.log_path, t.fatal, t.watch,
                                       context=t.context_lines).start()

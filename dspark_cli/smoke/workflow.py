@@ -19,7 +19,7 @@ from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.prepare import prepare
 from dspark_cli.launch.provenance import collect
 from dspark_cli.launch.vllm_verdict import plan_verdict
-from dspark_cli.server.process import ensure_port_free, sigterm_as_interrupt
+from dspark_cli.server.process import ensure_port_free, stop_signals_as_interrupt
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.target import Target
 from dspark_cli.smoke import result
@@ -100,7 +100,7 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
     exp = replace(expectations(cfg), engines=layout.engines)
     session, validation, provenance = _session(cfg, plan, layout, exp, directory)
     progress(f"run directory {directory}")
-    with sigterm_as_interrupt():
+    with stop_signals_as_interrupt():
         smoke = run_smoke(exp, session, plan.served_model_name, validation)
     doc = result.build(smoke, mode="managed" if session.managed else "attached",
                        base_url=session.base_url, log_path=session.target.log_path,

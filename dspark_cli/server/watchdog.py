@@ -1,0 +1,86 @@
+"""A server's supervisor-death watchdog: `python -m dspark_cli.server.watchdog FD GRACE -- ARGV`.
+
+dspark starts every server it manages through this wrapper, as the leader of a new process
+group; the wrapper runs ARGV as its child in that group and mirrors its exit. FD is the read end
+of a pipe whose only write end dspark holds and never writes: when dspark dies in any way
+(SIGKILL, the OOM killer, a crash), the kernel closes it, the wrapper reads end-of-file and tears
+the whole group down (SIGTERM, SIGKILL after GRACE seconds) without dspark's help. A pipe, not
+PR_SET_PDEATHSIG: that fires when the *thread* that started the child ends, which in a threaded
+supervisor is not when the process dies. A change of parent (reparented to init or a
+subreaper) counts as the same death, should the pipe ever be inherited elsewhere.
+
+Signals dspark sends the group (SIGTERM, SIGINT, SIGHUP, SIGKILL) reach the server directly; the
+wrapper only outlives them until its child is gone, then exits as the child did (the same code,
+or killed by the same signal), so dspark sees the server's own exit.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from dspark_cli.server.groups import descendants, stop_group
+
+CHECK_PARENT_S = 0.5
+CANNOT_START = 127  # as a shell says for a command it cannot run
+
+
+def command(argv: Sequence[str], lifeline_fd: int, grace: float) -> list[str]:
+    """The argv that runs `argv` under the watchdog (FD passed to it with `pass_fds`)."""
+    return [sys.executable, "-m", "dspark_cli.server.watchdog", str(lifeline_fd), repr(grace),
+            "--", *argv]
+
+
+def _ignore(_signum: int, _frame: object) -> None:
+    """A handler, not SIG_IGN: handled signals are reset to their default in the child at exec,
+    ignored ones would stay ignored there."""
+
+
+def _exit_as(code: int) -> None:
+    if code < 0:  # killed by a signal: die of the same one, so the supervisor reads the same
+        if -code != signal.SIGKILL:
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+def watch(lifeline_fd: int, grace: float, argv: Sequence[str]) -> int:
+    """Run `argv`; its exit code, or tear the group down once the supervisor is gone."""
+    parent = os.getppid()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _ignore)
+    try:
+        child = subprocess.Popen(list(argv))
+    except OSError as e:
+        print(f"dspark: could not start {argv[0]!r}: {e.strerror or e}", file=sys.stderr)
+        return CANNOT_START
+    pidfd = os.pidfd_open(child.pid) if hasattr(os, "pidfd_open") else None
+    watched = [lifeline_fd] + ([pidfd] if pidfd is not None else [])
+    while child.poll() is None:
+        timeout = CHECK_PARENT_S if pidfd is not None else 0.05
+        try:
+            ready, _, _ = select.select(watched, [], [], timeout)
+        except InterruptedError:
+            continue
+        orphaned = os.getppid() != parent
+        if lifeline_fd in ready and not os.read(lifeline_fd, 1):
+            orphaned = True
+        if orphaned and child.poll() is None:
+            stop_group(os.getpgid(0), grace, descendants(os.getpid()), spare=os.getpid())
+            child.wait()
+            return 0
+    return child.returncode
+
+
+def main(args: Sequence[str]) -> None:
+    if len(args) < 4 or args[2] != "--":
+        sys.exit(f"usage: python -m dspark_cli.server.watchdog FD GRACE -- ARGV (got {args!r})")
+    _exit_as(watch(int(args[0]), float(args[1]), args[3:]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
