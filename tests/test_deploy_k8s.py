@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dspark_cli.deploy.k8s_validate import problems
+from dspark_cli.deploy.k8s_schema import problems
 from tests.conftest import run_dspark, wait_until
 from tests.doubles.fake_vllm import free_port
 

@@ -12,7 +12,7 @@ import yaml
 
 from dspark_cli.deploy.k8s_manifests import IMAGE_UNSET, K8sSpec, image_problem, manifests
 from dspark_cli.deploy.k8s_render import to_yaml
-from dspark_cli.deploy.k8s_validate import problems
+from dspark_cli.deploy.k8s_schema import problems
 from dspark_cli.deploy.node_script import dispatch, shell_word
 from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
 from dspark_cli.errors import UsageError

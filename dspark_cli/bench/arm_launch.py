@@ -46,9 +46,9 @@ def arm_launch(arm: Arm, record_dir: Path) -> ArmLaunch:
         return ArmLaunch(tuple(vllm_command(plan.argv)), child_environ(), on_cluster)
     local_nodes.refuse_custom_command(cfg, layout)
     several = layout.nodes > 1
-    prepared = prepare(cfg, plan, record_dir, validate=not several)
+    prepared = prepare(cfg, plan, record_dir, ask_vllm=not several)
     if several:
-        local_nodes.require_valid(local_nodes.validate_nodes(layout))
+        local_nodes.require_accepted(local_nodes.vllm_accepts_nodes(layout))
         local_nodes.write_script(layout, record_dir)
 
     def here(cell_dir: Path, **watch: Any) -> Target:

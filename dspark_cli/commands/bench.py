@@ -82,7 +82,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
     from dspark_cli.bench.dry_run import plan_dict, plan_text
     from dspark_cli.launch import checks
 
-    findings = {name: checks.check(arm.cfg, arm.plan, None, validate=False)
+    findings = {name: checks.check(arm.cfg, arm.plan, None, ask_vllm=False)
                 for name, arm in arms.items()}
     if opts.json:
         print(json.dumps(plan_dict(protocol, dataset, arms, directory, findings), indent=2))

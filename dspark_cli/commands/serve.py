@@ -37,7 +37,7 @@ def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
     """Print the plan (one node) or every node's block, and the preflight that needs no
     machine; --validate asks vLLM about every node's command."""
     several = layout.nodes > 1
-    findings = checks.check(cfg, plan, machine=None, validate=opts.validate and not several)
+    findings = checks.check(cfg, plan, machine=None, ask_vllm=opts.validate and not several)
     if several:
         findings += layout_findings(cfg, layout)
         if opts.validate:
@@ -77,9 +77,9 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     local_nodes.refuse_custom_command(cfg, layout)
     ensure_port_free(plan.client_host, plan.port)  # before anything is written
     directory = run_dir()
-    prepared = prepare(cfg, plan, directory, validate=not several)
+    prepared = prepare(cfg, plan, directory, ask_vllm=not several)
     if several:
-        local_nodes.require_valid(local_nodes.validate_nodes(layout))
+        local_nodes.require_accepted(local_nodes.vllm_accepts_nodes(layout))
         local_nodes.write_script(layout, directory)
     print(f"dspark: run directory {directory}", file=sys.stderr)
     return foreground.serve(local_nodes.node_target(prepared, plan, layout, cfg.server,

@@ -69,14 +69,14 @@ def _dry_run(cfg: DictConfig) -> int:
 
     directory = Path.cwd() / "runs" / "validate" / "<time>"
     plan = build_plan(cfg)
-    findings = list(checks.check(cfg, plan, None, validate=False))
+    findings = list(checks.check(cfg, plan, None, ask_vllm=False))
     bench_text = None
     if cfg.validate.bench is not None:
         protocol = build_protocol(plain(cfg.bench))
         dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
         arms = compose_arms(cfg, protocol)
         for name, arm in arms.items():
-            failed = [f for f in checks.check(arm.cfg, arm.plan, None, validate=False)
+            failed = [f for f in checks.check(arm.cfg, arm.plan, None, ask_vllm=False)
                       if f.failed]
             checks.print_findings(failed, label=name)
             findings += failed

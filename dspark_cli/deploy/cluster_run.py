@@ -104,7 +104,7 @@ def prepare(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: Pa
         raise UsageError(f"server.command replaces the command dspark starts on this host, but "
                          f"deploy={target} runs the plan's node commands on the cluster; drop "
                          "server.command, or use deploy=local.")
-    findings = (*checks.check(cfg, plan, machine=None, validate=False), *target_findings(cfg))
+    findings = (*checks.check(cfg, plan, machine=None, ask_vllm=False), *target_findings(cfg))
     checks.print_findings(findings)
     if any(f.failed for f in findings):
         raise CheckFailed("preflight failed; nothing was submitted (details above).")

@@ -56,10 +56,10 @@ def k8s_spec(cfg: DictConfig) -> K8sSpec:
 
 def k8s_objects(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> list[dict[str, Any]]:
     """The manifests, validated offline (CheckFailed names every problem)."""
-    from dspark_cli.deploy.k8s_validate import validate
+    from dspark_cli.deploy.k8s_schema import require_valid_manifests
 
     objects = manifests(layout, k8s_spec(cfg), plan.env)
-    validate(objects)
+    require_valid_manifests(objects)
     return objects
 
 
@@ -124,7 +124,7 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
         raise UsageError(f"deploy.target={target!r} is not a deploy target here; use "
                          "deploy=local, deploy=slurm or deploy=k8s")
     layout = node_layout(cfg, plan)
-    findings = (*checks.check(cfg, plan, machine=None, validate=opts.validate),
+    findings = (*checks.check(cfg, plan, machine=None, ask_vllm=opts.validate),
                 *target_findings(cfg))
     if not opts.dry_run and any(f.failed for f in findings):
         checks.print_findings(findings)

@@ -1,6 +1,6 @@
 """A node layout as Kubernetes objects: a LeaderWorkerSet for more than one node, a Deployment
 for one node per replica, and a Service in front of the API server(s). Pure: dicts in the API's
-own field names, validated by `k8s_validate` and rendered as YAML by `k8s_render`.
+own field names, validated by `k8s_schema` and rendered as YAML by `k8s_render`.
 
 The pods run the layout's rank dispatch in bash: LWS injects `LWS_LEADER_ADDRESS`,
 `LWS_WORKER_INDEX` and `LWS_GROUP_SIZE` into every container, so the rank and the head address

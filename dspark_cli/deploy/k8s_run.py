@@ -230,7 +230,7 @@ def kubernetes_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
     """The deployment of `layout` as Kubernetes objects, validated offline; nothing is applied
     until `start()`. The image must be pinned by digest (CheckFailed otherwise, as `serve`)."""
     from dspark_cli.deploy.command import k8s_spec
-    from dspark_cli.deploy.k8s_validate import validate
+    from dspark_cli.deploy.k8s_schema import require_valid_manifests
     from dspark_cli.deploy.node_script import secret_environment, url_refs
 
     spec = k8s_spec(cfg)
@@ -241,7 +241,7 @@ def kubernetes_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
     # The run's own Secret: a user's `deploy.k8s.secret_name` is never replaced or deleted.
     spec = replace(spec, secret_name=f"{spec.name}-run-secrets")
     objects = manifests(layout, spec, plan.env)
-    validate(objects)
+    require_valid_manifests(objects)
     secret = (_secret_object(spec.secret_name, spec.namespace, spec.name, values)
               if values else None)
     directory.mkdir(parents=True, exist_ok=True)

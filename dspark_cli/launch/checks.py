@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
 
 
 def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
-          validate: bool) -> tuple[Finding, ...]:
+          ask_vllm: bool) -> tuple[Finding, ...]:
     """All preflight findings; machine rules are skipped without a machine (a dry run)."""
     from dspark_cli.config.plain import plain
     from dspark_cli.launch import runtime_pins
@@ -34,7 +34,7 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     findings += checkpoint_findings(cfg.model, ctx.launch.speculative, cfg.checks,
                                     dry_run=machine is None)
     findings.append(runtime_pins.finding(plain(cfg.runtime.expected), dry_run=machine is None))
-    if validate:
+    if ask_vllm:
         from dspark_cli.launch.vllm_verdict import plan_verdict
 
         findings.append(plan_verdict(plan))

@@ -28,14 +28,14 @@ def refuse_custom_command(cfg: DictConfig, layout: NodeLayout) -> None:
                          "runs one per node; drop server.command or set hw.nodes=1.")
 
 
-def validate_nodes(layout: NodeLayout) -> tuple[Finding, ...]:
+def vllm_accepts_nodes(layout: NodeLayout) -> tuple[Finding, ...]:
     """vLLM's own verdict on every node's command (the head at 127.0.0.1)."""
     from dspark_cli.launch.vllm_verdict import layout_verdict
 
     return layout_verdict(layout, LOCAL_HEAD)
 
 
-def require_valid(findings: tuple[Finding, ...]) -> None:
+def require_accepted(findings: tuple[Finding, ...]) -> None:
     from dspark_cli.launch.checks import print_findings
 
     print_findings(findings)

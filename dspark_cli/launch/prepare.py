@@ -59,7 +59,7 @@ def ensure_model(cfg: DictConfig) -> None:
         raise UsageError(f"model.synthetic={cfg.model.synthetic!r} is unknown; use `tiny` or null")
 
 
-def _argv(cfg: DictConfig, plan: LaunchPlan, validate: bool) -> tuple[tuple[str, ...],
+def _argv(cfg: DictConfig, plan: LaunchPlan, ask_vllm: bool) -> tuple[tuple[str, ...],
                                                                        tuple[Finding, ...]]:
     """The argv to start (vLLM through the shim, or `server.command`) and vLLM's finding."""
     custom = cfg.server.command
@@ -71,7 +71,7 @@ def _argv(cfg: DictConfig, plan: LaunchPlan, validate: bool) -> tuple[tuple[str,
         return argv, ()
     from dspark_cli.vllm.shim import vllm_command
 
-    if not validate:
+    if not ask_vllm:
         return tuple(vllm_command(plan.argv)), ()
     from dspark_cli.launch.vllm_verdict import plan_verdict
 
@@ -83,17 +83,17 @@ def _argv(cfg: DictConfig, plan: LaunchPlan, validate: bool) -> tuple[tuple[str,
 
 
 def prepare(cfg: DictConfig, plan: LaunchPlan, record_dir: Path | None,
-            validate: bool = True) -> Prepared:
+            ask_vllm: bool = True) -> Prepared:
     """Preflight on this machine (CheckFailed when a rule fails), the model, vLLM's validation
-    and, when `record_dir` is given, the run record there. `validate=False` leaves vLLM's
+    and, when `record_dir` is given, the run record there. `ask_vllm=False` leaves vLLM's
     validation to the caller (`smoke` runs it beside the boot)."""
     machine = detect()
-    findings = check(cfg, plan, machine, validate=False)
+    findings = check(cfg, plan, machine, ask_vllm=False)
     print_findings(findings)
     if any(f.failed for f in findings):
         raise CheckFailed("preflight failed; nothing was started (details above).")
     ensure_model(cfg)
-    argv, validation = _argv(cfg, plan, validate)
+    argv, validation = _argv(cfg, plan, ask_vllm)
     prepared = Prepared(argv, {**child_environ(), **plan.env_map}, machine,
                         findings + validation, cfg.server.command is not None)
     if record_dir is not None:

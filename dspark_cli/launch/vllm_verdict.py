@@ -1,4 +1,4 @@
-"""vLLM's own verdict on what a plan runs (`vllm/validate.py` asks vLLM in a subprocess): the
+"""vLLM's own verdict on what a plan runs (`vllm/accepts.py` asks vLLM in a subprocess): the
 plan's command, or every node's command with the head's address resolved."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.status import Finding
-from dspark_cli.vllm.validate import validate_command, validate_commands
+from dspark_cli.vllm.accepts import vllm_accepts_command, vllm_accepts_commands
 
 LOCAL_HEAD = "127.0.0.1"  # where a layout's head is when nothing else says
 
 
 def plan_verdict(plan: LaunchPlan) -> Finding:
     """A finding: vLLM accepts the command, or why not (not installed, rejected, no answer)."""
-    return validate_command(plan.argv, plan.env_map)
+    return vllm_accepts_command(plan.argv, plan.env_map)
 
 
 def layout_verdict(layout: NodeLayout, head_addr: str = LOCAL_HEAD) -> tuple[Finding, ...]:
@@ -23,6 +23,6 @@ def layout_verdict(layout: NodeLayout, head_addr: str = LOCAL_HEAD) -> tuple[Fin
     argvs = [node.resolved(head_addr) for node in layout.launches]
     envs = [dict(node.env) for node in layout.launches]
     if all(e == envs[0] for e in envs):
-        return validate_commands(argvs, envs[0], labels)
-    return tuple(validate_command(a, e, label) for a, e, label in zip(argvs, envs, labels,
+        return vllm_accepts_commands(argvs, envs[0], labels)
+    return tuple(vllm_accepts_command(a, e, label) for a, e, label in zip(argvs, envs, labels,
                                                                         strict=True))

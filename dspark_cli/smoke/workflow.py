@@ -44,8 +44,8 @@ def _validated_nodes(layout: NodeLayout) -> tuple[bool, str]:
     """vLLM's verdict on every node's command, taken before the boot: beside several booting
     nodes, on a small machine, the validator can starve past its timeout. A rejection stops
     the smoke before anything starts (as `serve`)."""
-    findings = local_nodes.validate_nodes(layout)
-    local_nodes.require_valid(findings)
+    findings = local_nodes.vllm_accepts_nodes(layout)
+    local_nodes.require_accepted(findings)
     return True, "; ".join(f.message for f in findings)
 
 
@@ -71,7 +71,7 @@ def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expecta
         return ServerSession(target), None, collect(plan.model_path, None)
     local_nodes.refuse_custom_command(cfg, layout)
     ensure_port_free(plan.client_host, plan.port)  # before the run record is written
-    prepared = prepare(cfg, plan, directory, validate=False)
+    prepared = prepare(cfg, plan, directory, ask_vllm=False)
     local_nodes.write_script(layout, directory)
     if layout.nodes > 1:
         verdict = _validated_nodes(layout)

@@ -13,17 +13,17 @@ from collections.abc import Mapping, Sequence
 from dspark_cli.errors import MissingEngine
 from dspark_cli.status import Finding, Status
 
-VALIDATE_TIMEOUT_S = 120.0
+ACCEPTS_TIMEOUT_S = 120.0
 RULE, KEY = "vllm-accepts-command", "serving.extra_args"
 
 
-def validate_command(argv: Sequence[str], env: Mapping[str, str], label: str = "") -> Finding:
+def vllm_accepts_command(argv: Sequence[str], env: Mapping[str, str], label: str = "") -> Finding:
     """vLLM's verdict on one `vllm serve ...` argv with its env; `label` (e.g. "node 1: ")
     starts the message."""
-    return validate_commands([argv], env, [label])[0]
+    return vllm_accepts_commands([argv], env, [label])[0]
 
 
-def validate_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
+def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
                       labels: Sequence[str]) -> tuple[Finding, ...]:
     """One finding per argv, all from one subprocess (vLLM is imported once)."""
     from dspark_cli.vllm.shim import require_engine
@@ -33,7 +33,7 @@ def validate_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
         done = subprocess.run(
             [sys.executable, "-m", "dspark_cli.vllm.parser_check"],
             input=json.dumps([list(a[2:]) for a in argvs]), capture_output=True, text=True,
-            env={**os.environ, **env}, timeout=VALIDATE_TIMEOUT_S)
+            env={**os.environ, **env}, timeout=ACCEPTS_TIMEOUT_S)
         results = json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
         return tuple(Finding(RULE, Status.failed, f"{label}vLLM's validator did not answer "

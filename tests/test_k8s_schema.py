@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from dspark_cli.deploy.k8s_validate import problems, validate
+from dspark_cli.deploy.k8s_schema import problems, require_valid_manifests
 from dspark_cli.errors import CheckFailed
 
 POD = {"metadata": {"labels": {"app": "x"}},
@@ -38,7 +38,7 @@ def edited(obj, path, value):
 
 def test_good_objects_pass():
     assert problems([LWS, DEPLOYMENT, SERVICE]) == []
-    validate([LWS, DEPLOYMENT, SERVICE])
+    require_valid_manifests([LWS, DEPLOYMENT, SERVICE])
 
 
 WORKER = ("spec", "leaderWorkerTemplate", "workerTemplate")
@@ -72,7 +72,7 @@ def test_each_mistake_is_named(obj, path, value, where):
     found = problems([LWS, edited(obj, path, value)])
     assert [p.path for p in found] == [where], found
     with pytest.raises(CheckFailed, match="problem"):
-        validate([edited(obj, path, value)])
+        require_valid_manifests([edited(obj, path, value)])
 
 
 def test_missing_required_and_unknown_kinds():

@@ -109,7 +109,7 @@ def problems(objects: Iterable[Any]) -> list[Problem]:
     return found
 
 
-def validate(objects: Sequence[Any]) -> None:
+def require_valid_manifests(objects: Sequence[Any]) -> None:
     """CheckFailed listing every problem, if any."""
     found = problems(objects)
     if found:
