@@ -144,7 +144,8 @@ def test_a_job_that_fails_ends_the_smoke_with_exit_3_naming_it(slurm_cluster, sh
 
 @pytest.mark.slurm
 @pytest.mark.vllm  # the tiny model is made with torch
-def test_sigterm_while_the_job_runs_cancels_it(slurm_cluster, short_dir):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_hangup_while_the_job_runs_cancels_it(slurm_cluster, short_dir, sig):
     argv = [sys.executable, "-m", "dspark_cli.cli", "smoke", *SLURM,
             f"server.port={free_port()}", "deploy.slurm.setup=[sleep 600]"]
     proc = subprocess.Popen(argv, cwd=short_dir, env=_env(slurm_cluster.env),
@@ -162,7 +163,11 @@ def test_sigterm_while_the_job_runs_cancels_it(slurm_cluster, short_dir):
         assert proc.poll() is None, "".join(lines)
         job = _job_of("".join(lines))
         assert slurm_cluster.jobs() == [job]
-        proc.send_signal(signal.SIGTERM)
+        # should dspark be killed (no teardown), the run record names the job and its cancel
+        (record,) = short_dir.rglob("deployment.json")
+        assert json.loads(record.read_text()) == {"deployment": f"Slurm job {job}",
+                                                  "cancel": [f"scancel {job}"]}
+        proc.send_signal(sig)
         _, rest = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 from tests.doubles.fake_kubectl import install, processes, reap
 from tests.doubles.fake_vllm import free_port
 from tests.foreground_serve import ForegroundServe
@@ -106,10 +106,9 @@ def test_no_cluster_fails_the_smoke_with_exit_3_before_anything_is_applied(tmp_p
     assert not (state / "objects.json").exists()
 
 
-def test_serve_apply_follows_the_deployment_and_ctrl_c_deletes_it(tmp_path):
-    """`dspark serve deploy=k8s --apply`: applied, ready through the port-forward, then SIGINT
-    deletes it (exit 130) with nothing left. The image's `vllm` is fake_vllm (the head) and a
-    sleeper (the headless worker), so no model loads."""
+def serve_apply(tmp_path: Path) -> tuple[ForegroundServe, Path, dict[str, str]]:
+    """`dspark serve deploy=k8s --apply` started on the fake cluster. The image's `vllm` is
+    fake_vllm (the head) and a sleeper (the headless worker), so no model loads."""
     fake = Path(__file__).resolve().parent / "doubles" / "fake_vllm.py"
     env, state = cluster_env(tmp_path, 'port=8000\nfor a in "$@"; do [ "$p" = --port ] && '
                                        'port=$a; p=$a; done\n'
@@ -119,18 +118,48 @@ def test_serve_apply_follows_the_deployment_and_ctrl_c_deletes_it(tmp_path):
             "deploy=k8s", f"deploy.k8s.image={DIGEST}", f"server.port={free_port()}",
             f"hw.dp_rpc_port={free_port()}", "model.synthetic=null",
             f"hydra.run.dir={tmp_path / 'run'}", "--apply"]
-    serve = ForegroundServe(argv, tmp_path, env)
+    return ForegroundServe(argv, tmp_path, env), state, env
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_serve_apply_follows_the_deployment_and_ctrl_c_or_hangup_deletes_it(tmp_path, sig):
+    """Applied, ready through the port-forward, then SIGINT (or a hangup: a closed terminal)
+    deletes it (exit 130) with nothing left."""
+    serve, state, _ = serve_apply(tmp_path)
     try:
         url = serve.wait_ready(120)
         with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
             assert r.status == 200
         assert len(left_on(state)[0]) == 2  # the LeaderWorkerSet and its Service
     finally:
-        serve.proc.send_signal(signal.SIGINT)
+        serve.proc.send_signal(sig)
         code = serve.proc.wait(timeout=120)
     assert code == 130, serve.tail()
     assert left_on(state) == ([], [])
     assert (tmp_path / "run" / "manifests.yaml").is_file()
+
+
+def test_after_kill_9_the_run_record_names_the_objects_and_its_lines_delete_them(tmp_path):
+    """No teardown runs after `kill -9`: deployment.json names what is applied and the shell
+    lines that delete it; run as printed (bash), they leave nothing on the cluster."""
+    serve, state, env = serve_apply(tmp_path)
+    try:
+        serve.wait_ready(120)
+    finally:
+        serve.proc.kill()
+        serve.proc.wait(timeout=30)
+    assert len(left_on(state)[0]) == 2
+    record = json.loads((tmp_path / "run" / "deployment.json").read_text())
+    assert record["deployment"] == "Kubernetes LeaderWorkerSet dspark, Service dspark"
+    manifest = tmp_path / "run" / "manifests.yaml"
+    assert record["cancel"] == [f"kubectl delete -f {manifest}"]
+    assert " && ".join(record["cancel"]) in serve.tail()
+    for line in record["cancel"]:
+        done = subprocess.run(["bash", "-c", line], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    # the port-forward and log followers dspark ran here end with it (their watchdogs)
+    wait_until(lambda: left_on(state) == ([], []), 10, "nothing left on the cluster")
 
 
 def test_apply_is_only_for_k8s(tmp_path):

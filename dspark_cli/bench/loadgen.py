@@ -20,6 +20,7 @@ from typing import Any
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.server import watchdog
 from dspark_cli.server.groups import descendants, stop_group
 
 # The latency metrics and percentiles asked of vLLM; its result file then holds
@@ -176,14 +177,8 @@ def run_phase(
     code: int | None = None
     aborted = None
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **env},
-            start_new_session=True,
-        )
+        proc = watchdog.popen(argv, 0.0, stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env={**os.environ, **env})
         try:
             while (code := proc.poll()) is None:
                 aborted = abort()

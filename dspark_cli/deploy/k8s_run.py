@@ -28,6 +28,7 @@ from typing import IO, Any
 from omegaconf import DictConfig
 
 from dspark_cli.console import progress
+from dspark_cli.deploy.deployment_record import k8s_delete, record_deployment
 from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, image_problem, manifests
 from dspark_cli.deploy.k8s_pods import node_index, pod_line, pod_problem, running
 from dspark_cli.deploy.kubectl import (
@@ -80,6 +81,9 @@ class KubernetesRun:
             raise ServerError("no Kubernetes cluster answers kubectl (its current context): "
                               f"{(probe.stderr or probe.stdout).strip()}; nothing was applied")
         self.manifest.write_text(to_yaml(self.objects))
+        secret = None if self.secret is None else str(self.secret["metadata"]["name"])
+        record_deployment(self.manifest.parent, f"Kubernetes {self.describe_objects()}",
+                          k8s_delete(self.kubectl.argv(), self.manifest, secret))
         self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in stop)
         if self.secret is not None:  # from stdin: its values are never on disk
             self.kubectl.run("apply", "-f", "-", stdin=json.dumps(self.secret))

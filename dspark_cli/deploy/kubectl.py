@@ -10,9 +10,11 @@ import subprocess
 from dataclasses import dataclass
 
 from dspark_cli.errors import ServerError, UsageError
+from dspark_cli.server import watchdog
 from dspark_cli.server.groups import descendants, stop_group
 
 REQUEST_TIMEOUT_S = 30.0  # one API call
+STREAM_GRACE_S = 5.0  # a stream's SIGTERM before SIGKILL
 CONNECT_TIMEOUT_S = 15.0  # `kubectl version` at start: does a cluster answer?
 NO_KUBECTL = ("`kubectl` is not on PATH: deploy=k8s runs the deployment through kubectl with "
               "your kubeconfig and context; nothing was applied")
@@ -54,16 +56,14 @@ class Kubectl:
         return done
 
     def stream(self, *args: str) -> subprocess.Popen[str]:
-        """A long-running call (logs --follow, port-forward); the caller stops it."""
-        try:
-            return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                    start_new_session=True)
-        except FileNotFoundError as e:
-            raise UsageError(NO_KUBECTL) from e
+        """A long-running call (logs --follow, port-forward); the caller stops it, and its
+    watchdog should dspark die."""
+        self.require()
+        return watchdog.popen(self.argv(*args), STREAM_GRACE_S, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
 
 
-def stop_stream(proc: subprocess.Popen[str] | None, grace_s: float = 5.0) -> None:
+def stop_stream(proc: subprocess.Popen[str] | None, grace_s: float = STREAM_GRACE_S) -> None:
     """End a `stream()` call: SIGTERM, then SIGKILL after `grace_s`."""
     if proc is None or proc.poll() is not None:
         return

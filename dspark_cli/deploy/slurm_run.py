@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from dspark_cli.console import progress
 from dspark_cli.deploy import slurm_job
+from dspark_cli.deploy.deployment_record import record_deployment, slurm_cancel
 from dspark_cli.deploy.slurm_job import JobState
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
@@ -48,6 +49,7 @@ class SlurmRun:
     def start(self) -> None:
         self.job = slurm_job.submit(self.script, str(self.log_path), self._secrets)
         progress(f"submitted Slurm job {self.job}; its output: {self.log_path}")
+        record_deployment(self.script.parent, self.name, slurm_cancel(self.job))
 
     def _current(self) -> JobState | None:
         """squeue's answer, asked at most every `poll_s` (health is polled far more often)."""

@@ -142,7 +142,6 @@ class ServerProcess:
         self._listeners: list[LineListener] = []
         self._tail: collections.deque[str] = collections.deque(maxlen=400)
         self._lock = threading.Lock()
-        self._lifeline: int | None = None  # the write end of the watchdog's pipe
 
     # -- lifecycle ---------------------------------------------------------------------------
     def add_listener(self, listener: LineListener) -> None:
@@ -152,23 +151,17 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         """Start it under its watchdog (`watchdog.py`), the leader of a new process group that
-        tears the group down when dspark dies; dspark holds the pipe's only write end."""
+        tears the group down should dspark die."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if shutil.which(self.argv[0], path=self.env.get("PATH", os.defpath)) is None:
             raise ServerError(f"could not start {self.argv[0]!r}: no such executable file")
-        lifeline, self._lifeline = os.pipe()  # both close-on-exec; only `lifeline` is passed
         try:
-            self._proc = subprocess.Popen(
-                watchdog.command(self.argv, lifeline, self.grace), env=self.env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                text=True, errors="replace", bufsize=1, start_new_session=True,
-                pass_fds=(lifeline,),
-            )
+            self._proc = watchdog.popen(
+                self.argv, self.grace, env=self.env, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+                bufsize=1)
         except OSError as e:
-            self._close_lifeline()
             raise ServerError(f"could not start {sys.executable!r}: {e.strerror or e}") from None
-        finally:
-            os.close(lifeline)
         self.started_at = time.monotonic()
         self._reader = threading.Thread(target=self._pump, name="server-output", daemon=True)
         self._reader.start()
@@ -229,15 +222,9 @@ class ServerProcess:
         start = time.monotonic()
         stopped = stop_group(self.pid, grace, descendants(self.pid))
         self._proc.wait(timeout=5)
-        self._close_lifeline()
         if self._reader is not None:
             self._reader.join(timeout=2)
         port_free = self.port is None or not port_in_use(self.host, self.port)
         self.teardown = Teardown(time.monotonic() - start, stopped.signal,
                                  stopped.leftover_pids, port_free)
         return self.teardown
-
-    def _close_lifeline(self) -> None:
-        if self._lifeline is not None:
-            os.close(self._lifeline)
-            self._lifeline = None

@@ -1,10 +1,11 @@
-"""A server's supervisor-death watchdog: `python -m dspark_cli.server.watchdog FD GRACE -- ARGV`.
+"""A child's supervisor-death watchdog: `python -m dspark_cli.server.watchdog FD GRACE -- ARGV`.
 
-dspark starts every server it manages through this wrapper, as the leader of a new process
-group; the wrapper runs ARGV as its child in that group and mirrors its exit. FD is the read end
-of a pipe whose only write end dspark holds and never writes: when dspark dies in any way
-(SIGKILL, the OOM killer, a crash), the kernel closes it, the wrapper reads end-of-file and tears
-the whole group down (SIGTERM, SIGKILL after GRACE seconds) without dspark's help. A pipe, not
+dspark starts every long-running child (a server node, a load generator, a kubectl stream)
+through this wrapper (`popen()`), as the leader of a new process group; the wrapper runs ARGV as
+its child in that group and mirrors its exit. FD is the read end of a pipe whose only write end
+dspark holds for its whole life and never writes: when dspark dies in any way (SIGKILL, the OOM
+killer, a crash), the kernel closes it, the wrapper reads end-of-file and tears the whole group
+down (SIGTERM, SIGKILL after GRACE seconds) without dspark's help. A pipe, not
 PR_SET_PDEATHSIG: that fires when the *thread* that started the child ends, which in a threaded
 supervisor is not when the process dies. A change of parent (reparented to init or a
 subreaper) counts as the same death, should the pipe ever be inherited elsewhere.
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from dspark_cli.server.groups import descendants, stop_group
 
@@ -29,10 +31,23 @@ CHECK_PARENT_S = 0.5
 CANNOT_START = 127  # as a shell says for a command it cannot run
 
 
+_lifeline: list[int] = []  # this process's pipe (read end, write end), made on first use
+
+
 def command(argv: Sequence[str], lifeline_fd: int, grace: float) -> list[str]:
     """The argv that runs `argv` under the watchdog (FD passed to it with `pass_fds`)."""
     return [sys.executable, "-m", "dspark_cli.server.watchdog", str(lifeline_fd), repr(grace),
             "--", *argv]
+
+
+def popen(argv: Sequence[str], grace: float, **kwargs: Any) -> subprocess.Popen[Any]:
+    """Start `argv` under a watchdog, the leader of a new session and process group
+    (`kwargs` as for Popen: output, env...). One pipe serves every watchdog of this process;
+    both its ends are close-on-exec, and only the read end is passed on."""
+    if not _lifeline:
+        _lifeline.extend(os.pipe())
+    return subprocess.Popen(command(argv, _lifeline[0], grace), start_new_session=True,
+                            pass_fds=(_lifeline[0],), **kwargs)
 
 
 def _ignore(_signum: int, _frame: object) -> None:
