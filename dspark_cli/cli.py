@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli import __version__
-from dspark_cli.errors import DsparkError, ExitCode, MissingEngine, UsageError
+from dspark_cli.errors import EXTRAS, DsparkError, ExitCode, MissingEngine, MissingExtra, UsageError
 from dspark_cli.hydra_app import (
     COMPLETION,
     compose_once,
@@ -229,6 +229,8 @@ def exit_code_for(error: BaseException, debug: bool) -> int:
         raise error
     if isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] in ENGINE:
         error = MissingEngine(error.name or "", str(error))
+    elif isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] in EXTRAS:
+        error = MissingExtra(error.name or "")
     if isinstance(error, DsparkError):
         err(error.message + (f"\n  hint: {error.hint}" if error.hint else ""))
         return int(error.exit_code)

@@ -74,3 +74,19 @@ class MissingEngine(DsparkError):
     def __init__(self, module: str, detail: str) -> None:
         super().__init__(f"this command runs vLLM, and {sys.executable} cannot import "
                          f"{module} ({detail}).", hint=INSTALL_HINT)
+
+
+# The optional parts of dspark (pyproject's extras) by the module each is imported as: they are
+# imported where used, so the base install stays small inside a platform's image.
+EXTRAS = {"kubernetes": "k8s", "jsonschema": "k8s", "pydantic": "k8s", "matplotlib": "plot"}
+
+
+class MissingExtra(UsageError):
+    """What this command asked for needs an extra that is not installed here."""
+
+    def __init__(self, module: str, needed_for: str | None = None) -> None:
+        top = module.split(".")[0]
+        extra = EXTRAS[top]
+        super().__init__(f"{needed_for or 'this command'} needs {top}, which {sys.executable} "
+                         f"cannot import: install dspark's `{extra}` extra "
+                         f"(pip install 'dspark[{extra}]').")

@@ -4,8 +4,9 @@ the finding a preflight check returns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
+
+from dspark_cli.compat import StrEnum
 
 
 class Status(StrEnum):

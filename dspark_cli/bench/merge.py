@@ -4,6 +4,7 @@ whose jobs each ran some cells) into one summary.json, summary.csv and summary.p
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ class Merged:
     summary: Summary
     summary_json: Path
     summary_csv: Path
-    plot_png: Path
+    plot_png: Path | None  # None: matplotlib (the `plot` extra) is not installed
 
 
 def _ordered_union(lists: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
@@ -73,4 +74,5 @@ def merge(directory: Path) -> Merged:
 
     summary = summarize_records(records)
     json_path, csv_path = write(summary, directory)
-    return Merged(directory, summary, json_path, csv_path, plot(summary, directory))
+    png = plot(summary, directory) if importlib.util.find_spec("matplotlib") else None
+    return Merged(directory, summary, json_path, csv_path, png)

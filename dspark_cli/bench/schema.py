@@ -7,11 +7,11 @@ frozen request set drives them, and the phases every cell runs on its own cold s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from dspark_cli.compat import StrEnum
 from dspark_cli.config.schema import LaunchConf
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import lru_cache
 from itertools import groupby
 from statistics import NormalDist, fmean, variance
 from typing import Any
+
+from dspark_cli.compat import StrEnum
 
 CONFIDENCE = 0.95
 

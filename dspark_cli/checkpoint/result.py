@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
+
+from dspark_cli.compat import StrEnum
 
 HEAD_WAYS_OUT = (
     "use a checkpoint revision that ships the DSpark confidence head, or serve without adaptive "

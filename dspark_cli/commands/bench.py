@@ -120,7 +120,7 @@ def _render(rep: Any, opts: argparse.Namespace) -> int:
         print(json.dumps({
             "run_dir": str(rep.directory),
             "files": {"summary_json": str(rep.summary_json), "summary_csv": str(rep.summary_csv),
-                      "plot_png": str(rep.plot_png)},
+                      "plot_png": str(rep.plot_png) if rep.plot_png else None},
             **summary.as_dict(),
         }, indent=2))
     else:
@@ -130,6 +130,9 @@ def _render(rep: Any, opts: argparse.Namespace) -> int:
 
         Console(soft_wrap=True).print(table(summary))
         print(rep.directory)
+    if rep.plot_png is None:
+        print("dspark: summary.png not drawn: matplotlib is not installed (pip install "
+              "'dspark[plot]')", file=sys.stderr)
     invalid = [c for c in summary.cells if not c.valid]
     if invalid:
         names = ", ".join(c.cell_id for c in invalid)

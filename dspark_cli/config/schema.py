@@ -8,11 +8,11 @@ value is not rendered, so a profile says only what it changes from vLLM's defaul
 # No `from __future__ import annotations`: OmegaConf reads every field's type with
 # get_type_hints, which compiles each annotation kept as a string.
 from dataclasses import field
-from enum import StrEnum
 from typing import Any
 
 from omegaconf import MISSING
 
+from dspark_cli.compat import StrEnum
 from dspark_cli.config.domain import (
     COMMIT,
     PORT,

@@ -78,7 +78,7 @@ def collect(model_path: str, machine: Machine | None) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),
-        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "hardware": machine.to_dict() if machine else None,
         "checkpoint": checkpoint_identity(model_path),
     }

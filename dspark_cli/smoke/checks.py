@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from dspark_cli.compat import StrEnum
 from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.server.logscan import LogSnapshot
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, engine_tokens, spec_decode
