@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.arms import Arm
+from dspark_cli.run_files import SERVER_LOG
 from dspark_cli.server.target import Target
 
 
@@ -53,6 +54,6 @@ def arm_launch(arm: Arm, record_dir: Path) -> ArmLaunch:
 
     def here(cell_dir: Path, **watch: Any) -> Target:
         return local_nodes.node_target(prepared, plan, layout, cfg.server,
-                                       cell_dir / "server.log", **watch)
+                                       cell_dir / SERVER_LOG, **watch)
 
     return ArmLaunch(here(record_dir).argv or prepared.argv, prepared.env, here)

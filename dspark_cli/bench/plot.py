@@ -10,8 +10,7 @@ from pathlib import Path
 from dspark_cli.bench import stats
 from dspark_cli.bench.stats import Interval
 from dspark_cli.bench.summary import Summary
-
-PLOT_PNG = "summary.png"
+from dspark_cli.run_files import SUMMARY_PNG
 
 
 def _errors(intervals: list[Interval]) -> list[list[float]]:
@@ -87,7 +86,7 @@ def plot(summary: Summary, directory: Path) -> Path:
     bars = f"; error bars: {stats.CONFIDENCE:.0%} intervals" if summary.repeats > 1 else ""
     fig.suptitle(f"dspark bench: {summary.protocol} ({summary.repeats} repeat"
                  f"{'s' if summary.repeats != 1 else ''} per cell{bars})")
-    path = directory / PLOT_PNG
+    path = directory / SUMMARY_PNG
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

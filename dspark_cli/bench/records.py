@@ -14,9 +14,7 @@ from pathlib import Path
 
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.errors import UsageError
-
-CELLS_DIR = "cells"
-CELL_JSON = "cell.json"
+from dspark_cli.run_files import CELL_JSON, CELLS_DIR
 
 
 def cell_dir(run_dir: Path, cell_id: str) -> Path:

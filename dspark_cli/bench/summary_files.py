@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.summary import CellRow, Summary
+from dspark_cli.run_files import SUMMARY_CSV, SUMMARY_JSON
 
-SUMMARY_JSON = "summary.json"
-SUMMARY_CSV = "summary.csv"
 # The latency percentiles the CSV and the table show (the summary.json keeps all recorded).
 SHOWN_LATENCY = tuple((m, p) for m in ("ttft", "tpot", "itl") for p in ("p50", "p99"))
 CSV_COLUMNS = (

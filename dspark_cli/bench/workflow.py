@@ -17,6 +17,7 @@ from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
 from dspark_cli.bench.protocol import Protocol, build_protocol
 from dspark_cli.config.plain import plain
 from dspark_cli.launch.layout_rules import checked_layout
+from dspark_cli.run_files import ARMS_DIR
 
 
 def protocol_of(cfg: DictConfig) -> tuple[Protocol, DatasetSpec]:
@@ -78,7 +79,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     print(f"dspark: run directory {directory}", file=sys.stderr)
 
     def prepare_arm(arm: Arm) -> ArmLaunch:
-        return arm_launch(arm, directory / "arms" / arm.name)
+        return arm_launch(arm, directory / ARMS_DIR / arm.name)
 
     with stop_signals_as_interrupt():
         run_cells(protocol.cells, arms, prepare_arm, ctx, stop_on_failure)

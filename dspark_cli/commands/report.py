@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from dspark_cli.errors import UsageError
+from dspark_cli.run_files import REPORT_MD
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(cfg: None, opts: argparse.Namespace) -> int:
     """`cfg` is None: the report composes no config (no Hydra), it reads records."""
-    from dspark_cli.report.files import REPORT_MD, write_report
+    from dspark_cli.report.files import write_report
 
     if not opts.run_dirs:
         raise UsageError("give at least one run directory.",

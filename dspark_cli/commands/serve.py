@@ -14,6 +14,7 @@ from dspark_cli.launch.layout_render import layout_dict, layout_script
 from dspark_cli.launch.layout_rules import checked_layout, layout_findings
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
+from dspark_cli.run_files import SERVER_LOG
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -83,4 +84,4 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         local_nodes.write_script(layout, directory)
     print(f"dspark: run directory {directory}", file=sys.stderr)
     return foreground.serve(local_nodes.node_target(prepared, plan, layout, cfg.server,
-                                                    directory / "server.log"))
+                                                    directory / SERVER_LOG))

@@ -16,6 +16,8 @@ import json
 
 from omegaconf import DictConfig
 
+from dspark_cli.run_files import SMOKE_JSON
+
 
 def needs_machine(opts: argparse.Namespace) -> bool:
     """Plans (or attaches to) a launch on this machine: with no `+hw`, it is detected."""
@@ -48,5 +50,5 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         from dspark_cli.smoke.render import render
 
         Console().print(render(doc))
-    progress(f"report: {directory / 'smoke.json'}")
+    progress(f"report: {directory / SMOKE_JSON}")
     return int(doc.verdict.exit_code)

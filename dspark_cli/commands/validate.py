@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from dspark_cli.errors import DsparkError, ExitCode
+from dspark_cli.run_files import CONFIG_YAML, REPORT_MD, VALIDATE_JSON
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
     from dspark_cli.validate.stages import StageResult
@@ -99,16 +100,16 @@ def _stage_runner(cfg: DictConfig, directory: Path,
 def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     from dspark_cli.console import progress
     from dspark_cli.launch.record import redacted
-    from dspark_cli.report.files import REPORT_MD, write_report
+    from dspark_cli.report.files import write_report
     from dspark_cli.server.process import stop_signals_as_interrupt
 
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
+    (directory / CONFIG_YAML).write_text(OmegaConf.to_yaml(redacted(cfg)))
     progress(f"run directory {directory}")
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends the run as Ctrl-C does
         results = _stages(cfg, directory, keep_going=opts.keep_going)
     code = max((r.exit_code for r in results), default=0)
-    (directory / "validate.json").write_text(json.dumps(
+    (directory / VALIDATE_JSON).write_text(json.dumps(
         {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n")
     report, text = write_report([directory], directory)
     if opts.json:

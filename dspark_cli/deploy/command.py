@@ -35,10 +35,10 @@ from dspark_cli.launch.layout import NodeLayout, node_layout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import is_secret
 from dspark_cli.launch.secrets import redact_urls
+from dspark_cli.run_files import CONFIG_YAML, MANIFESTS_YAML
 from dspark_cli.status import Finding, Status
 
 SCRIPT_NAME = "job.sbatch"
-MANIFEST_NAME = "manifests.yaml"
 
 
 def sbatch_spec(cfg: DictConfig) -> SbatchSpec:
@@ -150,7 +150,7 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
     text = _text(cfg, plan, layout) if write else None  # refused before writing
     directory = run_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.yaml").write_text(OmegaConf.to_yaml(redacted(cfg)))
+    (directory / CONFIG_YAML).write_text(OmegaConf.to_yaml(redacted(cfg)))
     if text is not None:
         return _write_manifests(text, directory, secret_line(cfg, plan, layout))
     ensure_model(cfg)
@@ -158,7 +158,7 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
 
 
 def _write_manifests(text: str, directory: Path, secret: str | None) -> int:
-    path = directory / MANIFEST_NAME
+    path = directory / MANIFESTS_YAML
     path.write_text(text)
     progress("manifests written; apply them with the command(s) on stdout"
              + (" (the Secret first, from your shell's variables)" if secret else ""))

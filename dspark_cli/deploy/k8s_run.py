@@ -40,12 +40,12 @@ from dspark_cli.deploy.kubectl import (
 from dspark_cli.errors import CheckFailed, ServerError
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.run_files import MANIFESTS_YAML, SERVER_LOG
 from dspark_cli.server.process import Teardown
 
 FORWARD_WAIT_S = 15.0  # port-forward's "Forwarding from" line
 POLL_S = 1.0  # pods' status is asked at most this often
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
-MANIFEST_NAME = "manifests.yaml"
 
 
 class KubernetesRun:
@@ -58,8 +58,8 @@ class KubernetesRun:
         self.name = name
         self.api_port = api_port
         self.kubectl = kubectl
-        self.manifest = directory / MANIFEST_NAME
-        self.log_path = directory / "server.log"
+        self.manifest = directory / MANIFESTS_YAML
+        self.log_path = directory / SERVER_LOG
         self._applied = False
         self._pods: list[dict[str, Any]] = []
         self._asked = 0.0

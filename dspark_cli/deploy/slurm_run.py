@@ -20,9 +20,8 @@ from dspark_cli.deploy.deployment_record import record_deployment, slurm_cancel
 from dspark_cli.deploy.slurm_job import JobState
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.run_files import SERVER_LOG
 from dspark_cli.server.process import Teardown, port_in_use
-
-LOG_NAME = "server.log"  # the job's output (sbatch --output), as a local launch's log
 
 
 class SlurmRun:
@@ -128,5 +127,5 @@ def slurm_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
     script.chmod(0o755)
     port = layout.head.api_port or plan.port
     secrets = secret_environment(layout, plan.env, url_refs(layout, plan.env))
-    return SlurmRun(script, directory / LOG_NAME, int(port), float(cfg.deploy.slurm.poll_s),
+    return SlurmRun(script, directory / SERVER_LOG, int(port), float(cfg.deploy.slurm.poll_s),
                     secrets)

@@ -14,11 +14,11 @@ from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.layout_render import layout_script
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.prepare import Prepared
+from dspark_cli.run_files import NODES_SH
 from dspark_cli.server.target import NodeProcess, Target
 from dspark_cli.status import Finding
 
 LOCAL_HEAD = "127.0.0.1"
-NODES_SCRIPT = "nodes.sh"
 
 
 def refuse_custom_command(cfg: DictConfig, layout: NodeLayout) -> None:
@@ -65,4 +65,4 @@ def node_target(prepared: Prepared, plan: LaunchPlan, layout: NodeLayout, server
 def write_script(layout: NodeLayout, directory: Path) -> None:
     """Every node's env and command in the run record (secrets by variable, as launch.sh)."""
     if layout.nodes > 1:
-        (directory / NODES_SCRIPT).write_text(layout_script(layout))
+        (directory / NODES_SH).write_text(layout_script(layout))

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import shell_script
+from dspark_cli.run_files import CONFIG_YAML, LAUNCH_SH, PROVENANCE_JSON
 
 
 def run_dir() -> Path:
@@ -32,12 +33,12 @@ def write_record(directory: Path, cfg: DictConfig, plan: LaunchPlan, argv: list[
     """Write config.yaml, launch.sh and provenance.json; `notes` records explicit overrides."""
     directory.mkdir(parents=True, exist_ok=True)
     scrub = secrets.SCRUB
-    (directory / "config.yaml").write_text(scrub(OmegaConf.to_yaml(redacted(cfg))))
+    (directory / CONFIG_YAML).write_text(scrub(OmegaConf.to_yaml(redacted(cfg))))
     header = "#!/usr/bin/env bash\n# Written by dspark: the exact environment and command.\n"
     header += "".join(f"# NOTE: {n}\n" for n in notes)
-    script = directory / "launch.sh"
+    script = directory / LAUNCH_SH
     script.write_text(scrub(header + "set -euo pipefail\n" + shell_script(plan, argv)))
     script.chmod(0o755)
     data = {**provenance, "notes": notes, "argv": argv,
             "command": " ".join(shlex.quote(a) for a in argv)}
-    (directory / "provenance.json").write_text(scrub(json.dumps(data, indent=2) + "\n"))
+    (directory / PROVENANCE_JSON).write_text(scrub(json.dumps(data, indent=2) + "\n"))

@@ -17,6 +17,7 @@ from dspark_cli.report.sections import (
     known,
 )
 from dspark_cli.report.sources import BenchRecords, lookup
+from dspark_cli.run_files import SUMMARY_JSON
 
 # What `dspark_cli/bench/validity.py` judges every cell by.
 VALIDITY_RULES = (
@@ -165,4 +166,4 @@ def results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
     if bench.plot is not None:
         plot = os.path.relpath(bench.plot, out_dir) if out_dir else str(bench.plot)
     sentence = summary.get("results_sentence") or results_sentence(speedups)
-    return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / "summary.json"))
+    return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / SUMMARY_JSON))

@@ -9,6 +9,7 @@ from typing import Any
 
 from dspark_cli.report.sections import UNKNOWN, Environment, Provenance, Serving, known
 from dspark_cli.report.sources import Sources, lookup
+from dspark_cli.run_files import ARMS_DIR
 
 
 def _launch_source(src: Sources) -> tuple[Mapping[str, Any], Mapping[str, Any], str | None,
@@ -20,7 +21,7 @@ def _launch_source(src: Sources) -> tuple[Mapping[str, Any], Mapping[str, Any], 
     if src.bench is not None and src.bench.arm_configs:
         arm = sorted(src.bench.arm_configs)[0]
         return (src.bench.arm_configs[arm], src.bench.arm_provenance.get(arm, {}),
-                src.bench.arm_launches.get(arm), str(src.bench.directory / "arms" / arm))
+                src.bench.arm_launches.get(arm), str(src.bench.directory / ARMS_DIR / arm))
     if src.smoke is not None:  # attached: the server's own versions only
         return src.smoke.config, lookup(src.smoke.smoke, "versions") or {}, None, str(
             src.smoke.directory)

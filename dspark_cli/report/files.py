@@ -11,9 +11,7 @@ from pathlib import Path
 from dspark_cli.report import markdown, sources
 from dspark_cli.report.build import build
 from dspark_cli.report.sections import Report
-
-REPORT_MD = "report.md"
-REPORT_JSON = "report.json"
+from dspark_cli.run_files import REPORT_JSON, REPORT_MD
 
 
 def _write(path: Path, text: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from dspark_cli.report.sections import NOT_RUN, CheckRow, Counters, Focused, Smoke, StageRow
 from dspark_cli.report.sources import SmokeRecords, Sources, lookup
+from dspark_cli.run_files import SMOKE_JSON
 
 SMOKE_LIMITS = ("It demonstrates that the server started, generated tokens and (where "
                 "speculative decoding is on) executed its speculative path. It is not a "
@@ -66,4 +67,4 @@ def smoke(rec: SmokeRecords | None) -> Smoke | None:
                    for c in s.get("checks", []))
     return Smoke(str(lookup(s, "verdict", "summary")), bool(lookup(s, "verdict", "passed")),
                  str(s.get("mode")), checks, lookup(s, "request", "completion_tokens"),
-                 _counters(s), SMOKE_LIMITS, str(rec.directory / "smoke.json"))
+                 _counters(s), SMOKE_LIMITS, str(rec.directory / SMOKE_JSON))

@@ -18,14 +18,19 @@ from typing import Any
 import yaml
 
 from dspark_cli.errors import UsageError
-
-VALIDATE_JSON = "validate.json"
-CHECKPOINT_JSON = "checkpoint.json"
-TESTS_JSON = "tests.json"
-SMOKE_JSON = "smoke.json"
-SUMMARY_JSON = "summary.json"
-CELL_JSON = "cell.json"
-PLOT_PNG = "summary.png"
+from dspark_cli.run_files import (
+    ARMS_DIR,
+    CELL_JSON,
+    CHECKPOINT_JSON,
+    CONFIG_YAML,
+    LAUNCH_SH,
+    PROVENANCE_JSON,
+    SMOKE_JSON,
+    SUMMARY_JSON,
+    SUMMARY_PNG,
+    TESTS_JSON,
+    VALIDATE_JSON,
+)
 
 
 @dataclass(frozen=True)
@@ -107,24 +112,24 @@ def _smoke(path: Path | None) -> SmokeRecords | None:
     if path is None:
         return None
     d = path.parent
-    prov = d / "provenance.json"
-    return SmokeRecords(d, read_json(path), read_yaml(d / "config.yaml"), _text(d / "launch.sh"),
+    prov = d / PROVENANCE_JSON
+    return SmokeRecords(d, read_json(path), read_yaml(d / CONFIG_YAML), _text(d / LAUNCH_SH),
                         read_json(prov) if prov.is_file() else {})
 
 
 def _bench(root: Path | None, cells: Sequence[Path]) -> BenchRecords | None:
     if root is None:
         return None
-    arms = sorted(p for p in (root / "arms").glob("*") if p.is_dir())
+    arms = sorted(p for p in (root / ARMS_DIR).glob("*") if p.is_dir())
     summary = root / SUMMARY_JSON
-    plot = root / PLOT_PNG
+    plot = root / SUMMARY_PNG
     return BenchRecords(
         root, read_json(summary) if summary.is_file() else None,
         tuple(read_json(p) for p in sorted(cells)),
-        {a.name: read_yaml(a / "config.yaml") for a in arms},
-        {a.name: t for a in arms if (t := _text(a / "launch.sh")) is not None},
-        {a.name: read_json(a / "provenance.json") for a in arms
-         if (a / "provenance.json").is_file()},
+        {a.name: read_yaml(a / CONFIG_YAML) for a in arms},
+        {a.name: t for a in arms if (t := _text(a / LAUNCH_SH)) is not None},
+        {a.name: read_json(a / PROVENANCE_JSON) for a in arms
+         if (a / PROVENANCE_JSON).is_file()},
         plot if plot.is_file() else None)
 
 

@@ -19,6 +19,7 @@ from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.prepare import prepare
 from dspark_cli.launch.provenance import collect
 from dspark_cli.launch.vllm_verdict import plan_verdict
+from dspark_cli.run_files import SERVER_LOG, SMOKE_JSON
 from dspark_cli.server.process import ensure_port_free, stop_signals_as_interrupt
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.target import Target
@@ -86,7 +87,7 @@ def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expecta
         return f"vLLM rejected the command: {reason}" if reason else None
 
     target = local_nodes.node_target(prepared, plan, layout, cfg.server,
-                                     directory / "server.log", **watch)
+                                     directory / SERVER_LOG, **watch)
     return (ServerSession(target, abort=rejected), validation,
             collect(plan.model_path, prepared.machine))
 
@@ -105,5 +106,5 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
     doc = result.build(smoke, mode="managed" if session.managed else "attached",
                        base_url=session.base_url, log_path=session.target.log_path,
                        profiles=_profiles(cfg), provenance=provenance)
-    doc.write(directory / "smoke.json")
+    doc.write(directory / SMOKE_JSON)
     return doc

@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from dspark_cli.config.plain import plain
+from dspark_cli.run_files import JUNIT_XML, REPORT_JSON, REPORT_MD
 
 
 def _checkpoint(cfg: DictConfig) -> list[str]:
@@ -29,7 +30,7 @@ def _tests(cfg: DictConfig, directory: Path) -> list[str]:
         return ["2. focused tests: not run (validate.tests.node_ids is empty)"]
     from dspark_cli.validate.stages import tests_argv
 
-    argv = tests_argv(cfg, directory / "tests" / "junit.xml")
+    argv = tests_argv(cfg, directory / "tests" / JUNIT_XML)
     return [f"2. focused tests: in {stage.source}",
             f"   {' '.join(shlex.quote(a) for a in argv)}"]
 
@@ -55,5 +56,5 @@ def plan_text(cfg: DictConfig, directory: Path, script: str, bench_plan: str | N
     else:
         lines.append(f"4. bench: protocol {cfg.bench.name}, into {directory / 'bench'}:")
         lines += [f"   {line}" for line in bench_plan.rstrip("\n").splitlines()]
-    lines.append(f"5. report: {directory / 'report.md'} and {directory / 'report.json'}")
+    lines.append(f"5. report: {directory / REPORT_MD} and {directory / REPORT_JSON}")
     return "\n".join(lines) + "\n"

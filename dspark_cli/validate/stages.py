@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from dspark_cli.errors import ExitCode, UsageError
+from dspark_cli.run_files import CHECKPOINT_JSON, JUNIT_XML, PYTEST_LOG, TESTS_JSON
 from dspark_cli.status import Status
 
 
@@ -54,7 +55,7 @@ def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:
                               manifest=Path(stage.manifest) if stage.manifest else None)
     expected = OmegaConf.to_container(cfg.model.expected, resolve=True)
     report = verify_checkpoint(root, expected, content)
-    _write_json(directory / "checkpoint.json", report.to_dict())
+    _write_json(directory / CHECKPOINT_JSON, report.to_dict())
     hashed = (f", {report.content.hashed_files} files hashed" if report.content else "")
     if report.ok:
         return StageResult("checkpoint", Status.passed, 0,
@@ -93,7 +94,7 @@ def tests(cfg: DictConfig, directory: Path) -> StageResult:
         raise UsageError(f"validate.tests.source={stage.source} is not a directory; give the "
                          "vLLM source tree the focused tests run in.")
     directory.mkdir(parents=True, exist_ok=True)
-    junit, log = directory / "junit.xml", directory / "pytest.log"
+    junit, log = directory / JUNIT_XML, directory / PYTEST_LOG
     argv = tests_argv(cfg, junit)
     with log.open("wb") as out:
         try:
@@ -106,7 +107,7 @@ def tests(cfg: DictConfig, directory: Path) -> StageResult:
     passed = code == 0 and counts.get("passed", 0) > 0
     detail = (f"timed out after {stage.timeout_s} s" if code is None else
               f"pytest exit {code}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    _write_json(directory / "tests.json", {
+    _write_json(directory / TESTS_JSON, {
         "status": "passed" if passed else "failed", "source": str(source),
         "node_ids": list(stage.node_ids), "command": argv, "returncode": code,
         "counts": counts, "detail": detail, "log": str(log)})

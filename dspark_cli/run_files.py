@@ -1,0 +1,32 @@
+"""The names of what dspark writes into a run directory, in one place: every writer and every
+reader (the report, a resumed bench, `dspark report`) names a file from here."""
+
+# Every launch's record (launch/record.py), and what the server leaves beside it.
+CONFIG_YAML = "config.yaml"  # the resolved config, secrets redacted
+LAUNCH_SH = "launch.sh"  # the exact environment and command, runnable
+PROVENANCE_JSON = "provenance.json"
+SERVER_LOG = "server.log"  # the server's output (a Slurm job's --output too)
+NODES_SH = "nodes.sh"  # several nodes: every node's command
+MANIFESTS_YAML = "manifests.yaml"  # deploy=k8s: the objects applied
+
+# smoke
+SMOKE_JSON = "smoke.json"
+
+# bench: arms/<arm>/ holds each arm's record, cells/<id>/ each cell's (bench/records.py)
+ARMS_DIR = "arms"
+CELLS_DIR = "cells"
+CELL_JSON = "cell.json"
+SUMMARY_JSON = "summary.json"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_PNG = "summary.png"
+
+# validate: one directory per stage, the stages' outcomes in validate.json
+VALIDATE_JSON = "validate.json"
+CHECKPOINT_JSON = "checkpoint.json"
+TESTS_JSON = "tests.json"
+JUNIT_XML = "junit.xml"
+PYTEST_LOG = "pytest.log"
+
+# report
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
