@@ -64,7 +64,7 @@ def test_repeats_plan_a_cold_boot_per_repeat(tmp_path: Path) -> None:
     assert (plan["protocol"]["repeats"], plan["protocol"]["equivalence_margin"]) == (2, 0.1)
     assert [(c["id"], c["repeat"]) for c in plan["cells"]] == [
         ("none-c4-r1", 1), ("dspark_fixed-c4-r1", 1), ("dspark_adaptive-c4-r1", 1),
-        ("none-c4-r2", 2), ("dspark_fixed-c4-r2", 2), ("dspark_adaptive-c4-r2", 2)]
+        ("dspark_adaptive-c4-r2", 2), ("dspark_fixed-c4-r2", 2), ("none-c4-r2", 2)]
     results = [c["phases"][-1]["argv"] for c in plan["cells"]]
     dirs = {a[a.index("--result-dir") + 1] for a in results}
     assert len(dirs) == 6 and all(d.endswith(("-r1", "-r2")) for d in dirs)

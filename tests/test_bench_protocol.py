@@ -47,12 +47,15 @@ def test_cells_run_concurrency_major_in_config_order() -> None:
 def test_repeats_are_cold_boots_of_their_own_arms_alternating_within_a_concurrency() -> None:
     p = build_protocol(bench(repeats=2, equivalence_margin=0.1))
     assert (p.repeats, p.equivalence_margin) == (2, 0.1)
-    assert [c.id for c in p.cells][:6] == [
+    assert [c.id for c in p.cells][:6] == [  # A/B, then B/A
         "none-c64-r1", "fixed-c64-r1", "adaptive-c64-r1",
-        "none-c64-r2", "fixed-c64-r2", "adaptive-c64-r2"]
+        "adaptive-c64-r2", "fixed-c64-r2", "none-c64-r2"]
     assert len(p.cells) == 12 and len({c.id for c in p.cells}) == 12
     assert p.cell("fixed", 4, 2) is p.cells[10] and p.cells[10].repeat == 2
-    assert p.cells[0].phases == p.cells[3].phases
+    assert p.cells[0].phases == p.cells[5].phases
+    three = build_protocol(bench(repeats=3, arms=["none", "fixed"], concurrencies=[4]))
+    assert [c.id for c in three.cells] == ["none-c4-r1", "fixed-c4-r1", "fixed-c4-r2",
+                                           "none-c4-r2", "none-c4-r3", "fixed-c4-r3"]
 
 
 def test_one_repeat_keeps_the_short_cell_ids_and_the_default_margin() -> None:
@@ -63,7 +66,7 @@ def test_one_repeat_keeps_the_short_cell_ids_and_the_default_margin() -> None:
 
 def test_a_repeat_can_be_selected_like_an_arm_or_a_concurrency() -> None:
     p = build_protocol(bench(repeats=3, repeat=2, concurrency=4))
-    assert [c.id for c in p.cells] == ["none-c4-r2", "fixed-c4-r2", "adaptive-c4-r2"]
+    assert [c.id for c in p.cells] == ["adaptive-c4-r2", "fixed-c4-r2", "none-c4-r2"]
 
 
 def test_phases_are_warmups_then_the_measured_phase() -> None:

@@ -10,7 +10,7 @@ from statistics import fmean
 
 import pytest
 
-from dspark_cli.bench import stats
+from dspark_cli.bench import stats, verdicts
 from tests.conftest import run_dspark
 from tests.doubles.fake_vllm import free_port
 
@@ -66,12 +66,14 @@ def test_two_repeats_give_intervals_verdicts_acceptance_and_latency(tmp_path: Pa
     assert 0 < results["draft_model"]["accepted_per_draft"] <= 3  # K = 3
 
     (sp,) = summary["speedups"]
-    expected = stats.speedup("draft_model", results["draft_model"]["throughputs"], "none",
+    expected = verdicts.speedup("draft_model", results["draft_model"]["throughputs"], "none",
                              results["none"]["throughputs"], 2, 0.05)
     assert sp["ratio"] == expected.ratio.to_dict() and sp["verdict"] == str(expected.verdict)
     assert sp["ratio"]["n"] == 2
-    assert (sp["verdict"] == "cannot tell") == (sp["ratio"]["low"] is None)
-    assert summary["results_sentence"] == stats.results_sentence([expected])
+    assert sp["equivalence"] == expected.equivalence.to_dict() and sp["mde"] == expected.mde
+    assert sp["verdict"] != "comparable" or 0.95 <= sp["equivalence"]["low"] <= \
+        sp["equivalence"]["high"] <= 1.05
+    assert summary["results_sentence"] == verdicts.results_sentence([expected])
     assert f"draft_model over none: {sp['verdict']} at concurrency 2" in \
         summary["results_sentence"]
 

@@ -16,8 +16,9 @@ from dspark_cli.bench import records
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.merge import merge
 from dspark_cli.bench.render import table
-from dspark_cli.bench.stats import Speedup, Verdict, mean_interval, results_sentence
+from dspark_cli.bench.stats import mean_interval
 from dspark_cli.bench.summary import summarize
+from dspark_cli.bench.verdicts import Speedup, Verdict, results_sentence
 from dspark_cli.errors import UsageError
 
 PROTOCOL = {"name": "t", "arms": ["none", "fixed", "adaptive"], "baseline": "fixed",
@@ -240,7 +241,7 @@ def test_summary_json_carries_the_contract(tmp_path: Path) -> None:
     assert data["results_sentence"].startswith("adaptive over fixed: faster at concurrency 4")
     none = next(x for x in data["speedups"] if x["arm"] == "none")
     assert (none["note"], none["verdict"], none["speedup"], none["ratio"]) == (
-        "cell not run", "cannot tell", None, None)
+        "cell not run", "inconclusive", None, None)
     assert set(none) == set(sp)
     rows = list(csv.DictReader(rep.summary_csv.open()))
     assert [(r["arm"], r["repeat"]) for r in rows] == [

@@ -135,3 +135,12 @@ def _copy_smoke(records: Path, tmp_path: Path) -> Path:
     target = tmp_path / "smoke2"
     shutil.copytree(records / "smoke", target)
     return target
+
+
+def test_methodology_states_the_verdict_rule_and_the_alternating_order(
+        records: Path, tmp_path: Path) -> None:
+    _, text = write_report([records], tmp_path)
+    method = text.split("## Throughput Methodology")[1].split("## Results")[0]
+    assert "comparable only when the speedup's 90% interval lies within it" in method
+    assert "else inconclusive, with the smallest change the repeats could detect" in method
+    assert "alternating order repeat by repeat (A/B, then B/A)" in method

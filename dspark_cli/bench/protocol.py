@@ -158,19 +158,19 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
     if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin < 1:
         raise UsageError(
             f"bench.equivalence_margin must be a fraction in [0, 1), got {margin!r}.",
-            hint="0.05 calls a change of up to 5% comparable.",
+            hint="0.05: comparable means the speedup's 90% interval lies within 0.95-1.05.",
         )
     sampling = bench["sampling"]
-    # Concurrency-major, and within a concurrency one pass over the arms per repeat: the arms
-    # of one concurrency run back to back, alternating, so slow drift of the machine over a
-    # long protocol touches every arm alike.
+    # Concurrency-major, and within a concurrency one pass over the arms per repeat, the
+    # passes in alternating order (A/B, then B/A): slow drift of the machine, or a warm page
+    # cache that favours whoever runs second, touches every arm alike.
     cells = tuple(
         Cell(arm, c, phases_for(bench, c), r, repeats)
         for c in concurrencies
         if only_c in (None, c)
         for r in range(1, repeats + 1)
         if only_r in (None, r)
-        for arm in arms
+        for arm in (arms if r % 2 else arms[::-1])
         if only_arm in (None, arm)
     )
     return Protocol(

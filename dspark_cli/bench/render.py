@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dspark_cli.bench import stats
+from dspark_cli.bench import stats, verdicts
 from dspark_cli.bench.summary import ArmResult, Summary
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def table(summary: Summary) -> RenderableType:
         sp = summary.speedup(result.arm, result.concurrency)
         ratio = sp.result.ratio if sp and sp.result else None
         verdict = "baseline" if result.arm == summary.baseline else \
-            "-" if sp is None else str(sp.verdict)
+            "-" if sp is None else verdicts.words(sp.result) if sp.result else str(sp.verdict)
         t.add_row(
             str(result.concurrency),
             result.arm,

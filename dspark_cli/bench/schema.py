@@ -58,7 +58,7 @@ class BenchConf:
     measured_prompts: int = MISSING
     # Each repeat of a cell is its own cold boot; two or more give intervals and verdicts.
     repeats: int = 1
-    # A speedup within this fraction of 1 (0.05: +-5%) is called comparable.
+    # Comparable: the speedup's 90% interval lies within 1 +- this fraction (0.05: +-5%).
     equivalence_margin: float = 0.05
     # Run one arm, concurrency and/or repeat only (a multirun job's cell); null: all of them.
     arm: str | None = None

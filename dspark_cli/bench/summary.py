@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 from statistics import fmean
 from typing import Any
 
-from dspark_cli.bench import stats
+from dspark_cli.bench import stats, verdicts
 from dspark_cli.bench.cell import CellRecord
 
 Latency = Mapping[str, Mapping[str, float]]
@@ -83,7 +83,7 @@ class SpeedupRow:
     arm: str
     baseline: str
     concurrency: int
-    result: stats.Speedup | None
+    result: verdicts.Speedup | None
     note: str  # why there is no speedup, or what it leaves out; "" when nothing to say
 
     @property
@@ -91,15 +91,15 @@ class SpeedupRow:
         return None if self.result is None else self.result.ratio.estimate
 
     @property
-    def verdict(self) -> stats.Verdict:
-        return stats.Verdict.CANNOT_TELL if self.result is None else self.result.verdict
+    def verdict(self) -> verdicts.Verdict:
+        return verdicts.Verdict.INCONCLUSIVE if self.result is None else self.result.verdict
 
     def to_dict(self) -> dict[str, Any]:
         if self.result is not None:
             return {**self.result.to_dict(), "speedup": self.speedup, "note": self.note}
         return {"arm": self.arm, "baseline": self.baseline, "concurrency": self.concurrency,
                 "ratio": None, "verdict": str(self.verdict), "margin": None,
-                "speedup": None, "note": self.note}
+                "equivalence": None, "mde": None, "speedup": None, "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class Summary:
 
     @property
     def results_sentence(self) -> str:
-        return stats.results_sentence([s.result for s in self.speedups if s.result])
+        return verdicts.results_sentence([s.result for s in self.speedups if s.result])
 
     def result(self, arm: str, concurrency: int) -> ArmResult | None:
         return next((r for r in self.results if (r.arm, r.concurrency) == (arm, concurrency)),
@@ -186,7 +186,7 @@ def aggregate(arm: str, concurrency: int, rows: Sequence[CellRow]) -> ArmResult:
 
 
 def _speedup(cell: ArmResult | None, base: ArmResult | None, baseline: str,
-             margin: float) -> tuple[stats.Speedup | None, str]:
+             margin: float) -> tuple[verdicts.Speedup | None, str]:
     if cell is None:
         return None, "cell not run"
     if base is None:
@@ -197,7 +197,7 @@ def _speedup(cell: ArmResult | None, base: ArmResult | None, baseline: str,
         return None, "baseline cell invalid" if base.invalid else "no throughput"
     if fmean(base.throughputs) <= 0:
         return None, "no throughput"
-    result = stats.speedup(cell.arm, cell.throughputs, baseline, base.throughputs,
+    result = verdicts.speedup(cell.arm, cell.throughputs, baseline, base.throughputs,
                            cell.concurrency, margin)
     left_out = [f"{r.invalid} of {len(r.repeats)} {what} repeats invalid"
                 for r, what in ((cell, "arm"), (base, "baseline")) if r.invalid]

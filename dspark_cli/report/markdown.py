@@ -131,8 +131,10 @@ def _methodology(m: Methodology | None) -> list[str]:
               f"- Sampling: {m.sampling}",
               f"- Concurrency order: {', '.join(map(str, m.concurrency_order))}",
               f"- Repeats per cell: {m.repeats}" + (
-                  f"; equivalence margin {m.equivalence_margin:.1%} (a speedup within it, or "
-                  "whose 95% interval holds 1, is comparable)"
+                  f"; equivalence margin {m.equivalence_margin:.1%} (comparable only when the "
+                  "speedup's 90% interval lies within it; faster or slower when its 95% "
+                  "interval excludes 1 and the estimate is beyond it; else inconclusive, with "
+                  "the smallest change the repeats could detect)"
                   if m.equivalence_margin is not None else ""),
               f"- Cold boot: {m.cold_boot}", "",
               "Warmup and measurement, per cell:", ""]
