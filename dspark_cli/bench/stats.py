@@ -14,8 +14,6 @@ from functools import lru_cache
 from statistics import NormalDist, fmean, variance
 from typing import Any
 
-from dspark_cli.compat import StrEnum
-
 CONFIDENCE = 0.95
 
 

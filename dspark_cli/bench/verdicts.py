@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from itertools import groupby
 from statistics import fmean, variance
 from typing import Any
 
 from dspark_cli.bench.stats import CONFIDENCE, Interval, ratio_interval, t_quantile
+from dspark_cli.compat import StrEnum
 
 EQUIVALENCE_CONFIDENCE = 0.90  # two one-sided tests at 5% each
 POWER = 0.80  # the minimum detectable effect's chance of being seen
