@@ -215,3 +215,30 @@ def test_the_child_gets_secrets_only_under_their_real_names(monkeypatch) -> None
 def test_overrides_without_a_secret_pass_unchanged() -> None:
     plain = ["+hw=mi350x", "server.port=9000", "serving.args.max_num_batched_tokens=8"]
     assert hide(plain) == (plain, False)
+
+
+@pytest.mark.parametrize("unit", ["a", "a://b:", "x://u:pw-1234@h/ ", ":", "a+b.c-d"])
+def test_the_filter_is_linear_a_1_mb_line_takes_well_under_a_second(unit: str) -> None:
+    """The old URL pattern tried a scheme from every position: 100 KB of letters took 20 s,
+    1 MB more than 10 minutes. benchmarks/secret_filter_speed.py has the figures."""
+    import time
+
+    text = (unit * (1_000_000 // len(unit) + 1))[:1_000_000]
+    scrub = secrets.Scrubber(["pw-1234"])
+    start = time.perf_counter()
+    out = scrub(text)
+    assert time.perf_counter() - start < 2.0  # ~0.2 s here on a loaded 2-core machine
+    assert "pw-1234" not in out
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("https://me:pw@h", ["pw"]), ("git+ssh://u:p1@h a://:p2@h/", ["p1", "p2"]),
+    ("1://u:p@h", []), ("x1://u:p@h", ["p"]), ("see-https://u:p@h", ["p"]),
+    ("https://u:${VAR}@h", []), ("https://u:$(VAR)@h", []), ("https://u:p/x@h", []),
+    ("https://u:p h@h", []), ("https://u:p", []), ("a://u:b://v:c@h", ["c"]),
+    ("https://u:p@a://v:q@h", ["p", "q"]), ("https://u:p:q@h", ["p:q"]),
+])
+def test_url_passwords_are_found_as_the_pattern_defines_them(text: str, found: list[str]) -> None:
+    assert secrets.url_passwords(text) == found
+    redacted = secrets.redact_urls(text)
+    assert not any(p in redacted.replace(secrets.REDACTED, "") for p in found if len(p) > 1)

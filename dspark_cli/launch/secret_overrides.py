@@ -85,12 +85,12 @@ def hide(overrides: list[str]) -> tuple[list[str], bool]:
             hidden = True
         elif scalar and secrets.url_passwords(str(value)):
             text, parts, last = str(value), [], 0
-            for i, m in enumerate(secrets.URL_PASSWORD.finditer(text), 1):
+            for i, m in enumerate(secrets.find_url_passwords(text), 1):
                 var = _var(key, f"_URL_PASSWORD_{i}")
-                os.environ[var] = m.group(2)
-                secrets.SCRUB.add([m.group(2)])
-                parts += [text[last:m.start(2)], f"${{oc.env:{var}}}"]
-                last = m.end(2)
+                os.environ[var] = m.value
+                secrets.SCRUB.add([m.value])
+                parts += [text[last:m.start], f"${{oc.env:{var}}}"]
+                last = m.end
             out.append(f"{head}={_quoted(''.join(parts) + text[last:])}")
             hidden = True
         elif value is not None and not isinstance(value, bool) and (

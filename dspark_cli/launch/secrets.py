@@ -15,15 +15,12 @@ import re
 import shlex
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 # vLLM options that carry a secret -> the environment variable vLLM reads it from instead.
 SECRET_OPTIONS = {"api_key": "VLLM_API_KEY", "hf_token": "HF_TOKEN"}
-# scheme://user:password@ (the password is group 2; an empty user is allowed); a reference to
-# a variable (`${VAR}`, `${oc.env:VAR}`, Kubernetes' `$(VAR)`) is what dspark writes instead,
-# not a password
-URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\$[{(])([^/\s@]+)(?=@)")
 REDACTED = "<redacted>"
 MIN_SCRUBBED = 4  # shorter values are not searched for in free text (too many false hits)
 
@@ -32,13 +29,50 @@ def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(str(name)))
 
 
+@dataclass(frozen=True)
+class UrlPassword:
+    """The password of `scheme://user:password@` in a text: `text[start:end]`; the URL begins at
+    `url_start`. A reference to a variable (`${VAR}`, `${oc.env:VAR}`, Kubernetes' `$(VAR)`) is
+    what dspark writes instead, not a password."""
+
+    url_start: int
+    start: int
+    end: int
+    value: str
+
+
+# From `://` on, never from every position before it (an unanchored `scheme://` pattern costs
+# the square of a long line): the scheme is read backwards from a match, over text no other
+# match covers, so a text costs its length.
+_URL_TAIL = re.compile(r"://[^/\s:@]*:(?!\$[{(])([^/\s@]+)(?=@)")
+_SCHEME_TAIL = re.compile(r"[A-Za-z0-9+.-]*")  # matched on the reversed text before `://`
+_LETTER = re.compile(r"[A-Za-z]")
+
+
+def find_url_passwords(text: str) -> Iterator[UrlPassword]:
+    """Every URL password in `text`, left to right, in time linear in its length."""
+    text = str(text)
+    floor = 0  # the previous match's end: a scheme never reaches back past its `@`
+    for m in _URL_TAIL.finditer(text):
+        at = m.start()
+        tail = _SCHEME_TAIL.match(text[floor:at][::-1])
+        letter = _LETTER.search(text, at - (tail.end() if tail else 0), at)
+        floor = m.end(1)
+        if letter is not None:
+            yield UrlPassword(letter.start(), m.start(1), m.end(1), m.group(1))
+
+
 def url_passwords(text: str) -> list[str]:
-    return [m.group(2) for m in URL_PASSWORD.finditer(str(text))]
+    return [m.value for m in find_url_passwords(text)]
 
 
 def redact_urls(text: str) -> str:
     """URL passwords replaced by a marker: `https://me:<redacted>@host`."""
-    return URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED, str(text))
+    text, parts, last = str(text), [], 0
+    for m in find_url_passwords(text):
+        parts += [text[last:m.start], REDACTED]
+        last = m.end
+    return "".join([*parts, text[last:]])
 
 
 def env_value(name: str, value: str) -> str:
@@ -120,18 +154,18 @@ class ShellRefs:
 
     def register(self, text: str) -> None:
         """Name `text`'s URL passwords now (a fixed order for every rendering that follows)."""
-        for m in URL_PASSWORD.finditer(str(text)):
-            self._var(m.group(2), str(text))
+        for m in find_url_passwords(text):
+            self._var(m.value, str(text))
 
     def split(self, text: str) -> list[tuple[str, str | None]]:
         """`text` as (literal, None) and (variable, variable) pieces: each URL password becomes
         its variable's name, for a renderer to wrap in its own reference syntax."""
         pieces: list[tuple[str, str | None]] = []
         last = 0
-        for m in URL_PASSWORD.finditer(text):
-            var = self._var(m.group(2), text)
-            pieces += [(text[last:m.start(2)], None), (var, var)]
-            last = m.end(2)
+        for m in find_url_passwords(text):
+            var = self._var(m.value, text)
+            pieces += [(text[last:m.start], None), (var, var)]
+            last = m.end
         return [*pieces, (text[last:], None)]
 
     def word(self, text: str) -> str:
