@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli import __version__
-from dspark_cli.errors import EXTRAS, DsparkError, ExitCode, MissingEngine, MissingExtra, UsageError
+from dspark_cli.errors import (
+    EXTRAS,
+    DsparkError,
+    ExitCode,
+    MissingEngine,
+    MissingExtra,
+    UsageError,
+    exit_codes_help,
+)
 from dspark_cli.hydra_app import (
     COMPLETION,
     compose_once,
@@ -64,8 +72,7 @@ def top_help() -> str:
         "DSpark speculative decoding on vLLM: from checkpoint to verified, benchmarked "
         "serving.\n\ncommands:\n" + "\n".join(lines) + "\n\n"
         "`dspark <command> --help` lists its flags, config groups and options.\n"
-        "Exit codes: 0 ok, 1 a check failed, 2 usage or config error, 3 server failed, "
-        "4 vLLM not installed, 130 interrupted.\n"
+        + exit_codes_help() + "\n"
     )
 
 
@@ -121,7 +128,7 @@ def split_hydra_args(name: str, rest: list[str]) -> tuple[list[str], list[str]]:
 def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str]) -> int:
     """A command without config: its own flags only."""
     if {"--help", "-h"} & set(rest):
-        print(_parser(name, module.add_arguments).format_help(), end="")
+        print(_parser(name, module.add_arguments).format_help() + "\n" + exit_codes_help())
         return 0
     if rest:
         raise UsageError(f"unknown argument {rest[0]!r} for `dspark {name}`; "
@@ -202,8 +209,7 @@ def run_command(name: str, argv: list[str]) -> int:
         print(_parser(name, module.add_arguments).format_help())
         settings += [f"hydra.help.header='dspark {name}: {command.help}'",
                      "hydra.help.footer='Overrides: group=option, key=value, +key=value adds a "
-                     "key to a free-form map. Exit codes: 0 ok, 1 check failed, 2 usage or "
-                     "config error, 3 server failed, 4 vLLM not installed, 130 interrupted.'"]
+                     f"key to a free-form map. {exit_codes_help()}'"]
     # Overrides first (dspark's settings, then the user's, which win), flags last: a flag with
     # an optional value (`--info`) must not take an override for its value.
     return run_hydra_app(f"dspark {name}", command.config, task, [*settings, *plain, *flags])
@@ -211,10 +217,6 @@ def run_command(name: str, argv: list[str]) -> int:
 
 # What `serve`, `smoke` and `bench` import to run vLLM: missing, it is an install to make.
 ENGINE = frozenset({"vllm", "torch"})
-
-# A reader that went away (`dspark ... | head -1`): the shell's code for death by SIGPIPE.
-BROKEN_PIPE = 128 + 13
-
 
 def exit_code_for(error: BaseException, debug: bool) -> int:
     """The one place an error becomes a message (or silence) and an exit code."""
@@ -224,7 +226,7 @@ def exit_code_for(error: BaseException, debug: bool) -> int:
     if isinstance(error, BrokenPipeError):
         # Nothing more can reach stdout; point it at /dev/null so the final flush is quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return BROKEN_PIPE
+        return int(ExitCode.BROKEN_PIPE)
     if debug:
         raise error
     if isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] in ENGINE:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import IntEnum
 from pathlib import Path
 
 
 class ExitCode(IntEnum):
-    """Documented exit codes (README: "Exit codes")."""
+    """Documented exit codes (README: "Exit codes"); `MEANING` says each in a few words."""
 
     OK = 0
     CHECK_FAILED = 1
@@ -18,6 +18,23 @@ class ExitCode(IntEnum):
     MISSING_ENGINE = 4  # vLLM or torch is not installed (or cannot be imported) here
     INTERNAL = 70  # a bug or an unforeseen failure: reported in one line, --debug for more
     INTERRUPTED = 130
+    BROKEN_PIPE = 128 + 13  # stdout closed early (`dspark ... | head -1`): the shell's SIGPIPE
+
+
+MEANING = {ExitCode.OK: "ok", ExitCode.CHECK_FAILED: "a check failed",
+           ExitCode.USAGE: "usage or config error", ExitCode.SERVER: "server failed",
+           ExitCode.MISSING_ENGINE: "vLLM not installed", ExitCode.INTERNAL: "internal error",
+           ExitCode.INTERRUPTED: "interrupted", ExitCode.BROKEN_PIPE: "stdout closed early"}
+
+
+def exit_codes_help() -> str:
+    """The help texts' one line on exit codes, from the table."""
+    return "Exit codes: " + ", ".join(f"{int(c)} {MEANING[c]}" for c in ExitCode) + "."
+
+
+def worst(codes: Iterable[int]) -> int:
+    """The exit code of several results (stages, arms, multirun jobs): the highest, 0 for none."""
+    return max(codes, default=int(ExitCode.OK))
 
 
 class DsparkError(Exception):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.errors import ExitCode, UsageError
+from dspark_cli.errors import ExitCode, UsageError, worst
 
 
 def register_schemas(module: Any) -> None:
@@ -69,7 +69,7 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
         state["ran"] = True
         with multirun.recorded(multirun.in_multirun_job()) as code:
             code.append(task(cfg))
-        state["code"] = max(state["code"], code[-1])
+        state["code"] = worst((state["code"], code[-1]))
 
     saved = sys.argv
     sys.argv = [prog, *([multirun.CALLBACK] if _sweeps(argv) else []), *argv]
@@ -78,7 +78,7 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
         # Jobs in other processes (submitit) report only through their outcome files.
         sweep = multirun.sweep_dir() if _sweeps(argv) else None
         if sweep is not None and sweep.is_dir():
-            state["code"] = max(state["code"], multirun.print_failures(sweep))
+            state["code"] = worst((state["code"], multirun.print_failures(sweep)))
     except SystemExit as e:
         if isinstance(e.__context__, BrokenPipeError):  # Hydra printed into a closed pipe
             raise e.__context__ from None

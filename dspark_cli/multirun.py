@@ -20,6 +20,8 @@ from typing import Any, TextIO
 
 from hydra.experimental.callback import Callback
 
+from dspark_cli.errors import ExitCode, worst
+
 JOB_FILE = ".dspark-job.json"
 KEPT_LINES = 8
 
@@ -131,4 +133,4 @@ def print_failures(sweep: Path, echo: TextIO = sys.stderr) -> int:
                    + "".join(f"\n    {line}" for line in job.lines) + "\n")
     if failed:
         echo.write(f"dspark: {len(failed)} of {len(jobs)} multirun jobs failed.\n")
-    return max((1 if j.code is None else j.code for j in failed), default=0)
+    return worst(int(ExitCode.CHECK_FAILED) if j.code is None else j.code for j in failed)

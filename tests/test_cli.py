@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from dspark_cli.errors import MEANING, ExitCode, exit_codes_help
 from tests.conftest import REPO, run_dspark
+
+README = REPO / "README.md"
 
 
 def test_top_help_lists_every_command() -> None:
@@ -19,6 +22,18 @@ def test_top_help_lists_every_command() -> None:
     assert done.returncode == 0
     for name in ("serve", "verify-checkpoint", "smoke", "bench"):
         assert f"  {name}" in done.stdout
+    assert exit_codes_help() in done.stdout
+
+
+def test_exit_codes_come_from_one_table() -> None:
+    """Both help texts and the README's table say every code of `ExitCode`, and only those."""
+    line = exit_codes_help()
+    assert all(f"{int(c)} {MEANING[c]}" in line for c in ExitCode)
+    assert run_dspark("report", "--help").stdout.count(line) == 1
+    table = README.read_text().split("## Exit codes")[1].split("\n## ")[0]
+    documented = {int(row.split("|")[1]) for row in table.splitlines()
+                  if row.startswith("| ") and row.split("|")[1].strip().isdigit()}
+    assert documented == {int(c) for c in ExitCode}
 
 
 def test_no_command_is_a_usage_error() -> None:

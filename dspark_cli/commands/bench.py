@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from dspark_cli.errors import ExitCode
+from dspark_cli.errors import ExitCode, worst
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -89,7 +89,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
     else:
         sys.stdout.write(plan_text(protocol, dataset, arms, directory))
     _print_findings(findings)
-    return max((checks.exit_code(f) for f in findings.values()), default=0)
+    return worst(checks.exit_code(f) for f in findings.values())
 
 
 def _print_findings(findings: dict[str, Any]) -> None:

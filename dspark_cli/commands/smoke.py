@@ -4,9 +4,8 @@ Managed (default): the same plan and preflight as `dspark serve`, the server in 
 group, its output in the run directory's `server.log`, torn down on every path. Attached
 (`server.url=URL`): no boot and no teardown; log checks only with `server.log=FILE`. On a
 cluster engine (`deploy=slurm`): the deployment is submitted through it, checked from this host
-at its head, and cancelled until the engine says it is gone.
-Exit codes: 0 pass, 1 a check failed, 2 usage/config error, 3 the server failed to start or
-stay healthy, 130 interrupted.
+at its head, and cancelled until the engine says it is gone. The exit code is the verdict's
+(`smoke/verdict.py`, codes from `errors.ExitCode`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from dspark_cli.errors import DsparkError, ExitCode
+from dspark_cli.errors import DsparkError, ExitCode, worst
 from dspark_cli.run_files import CONFIG_YAML, REPORT_MD, VALIDATE_JSON
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
@@ -108,7 +108,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     progress(f"run directory {directory}")
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends the run as Ctrl-C does
         results = _stages(cfg, directory, keep_going=opts.keep_going)
-    code = max((r.exit_code for r in results), default=0)
+    code = worst(r.exit_code for r in results)
     (directory / VALIDATE_JSON).write_text(json.dumps(
         {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n")
     report, text = write_report([directory], directory)
