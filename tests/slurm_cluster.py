@@ -22,6 +22,8 @@ NODES = ("n1", "n2")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol",
            "sinfo")
 START_TIMEOUT_S = 60.0
+NODE_CPUS, NODE_MEMORY_MB = 2, 8000  # each node as slurm.conf describes it
+DEF_MEM_PER_CPU_MB = 500  # what a job gets per CPU unless it asks for memory
 
 
 def unavailable() -> str | None:
@@ -47,8 +49,11 @@ def _free_port() -> int:
 
 
 def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], socket_path: Path) -> str:
-    """A minimal slurm.conf: one controller and the nodes on 127.0.0.1, no accounting, no
-    cgroups (proctrack/linuxproc, task/none), node resources as configured, not as detected."""
+    """A slurm.conf configured like a site's: one controller and the nodes on 127.0.0.1, no
+    accounting, no cgroups (proctrack/linuxproc), but tasks bound to their cores
+    (task/affinity, TaskPluginParam=cores) and memory a consumable resource (CR_CPU_Memory,
+    DefMemPerCPU): a job gets the CPUs and memory it asks for, not the node's. Node resources
+    as configured, not as detected."""
     lines = [
         "ClusterName=dsktest",
         "SlurmctldHost=localhost",
@@ -65,7 +70,8 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], socket_pa
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        "TaskPlugin=task/affinity",
+        "TaskPluginParam=cores",
         "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none",
         "JobCompType=jobcomp/none",
@@ -73,7 +79,8 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], socket_pa
         "SwitchType=switch/none",
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_CPU",
+        "SelectTypeParameters=CR_CPU_Memory",
+        f"DefMemPerCPU={DEF_MEM_PER_CPU_MB}",
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         "KillWait=5",
@@ -83,7 +90,7 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], socket_pa
     ]
     for name, port in node_ports.items():
         lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} "
-                     "CPUs=2 RealMemory=8000 State=UNKNOWN")
+                     f"CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} State=UNKNOWN")
     lines.append(f"PartitionName=debug Nodes={','.join(node_ports)} Default=YES "
                  "MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"

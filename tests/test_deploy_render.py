@@ -78,14 +78,15 @@ def test_sbatch_script_for_two_gpu_nodes():
     lines = text.splitlines()
     sbatch = [ln for ln in lines if ln.startswith("#SBATCH")]
     assert sbatch == ["#SBATCH --job-name=dsv4", "#SBATCH --nodes=2",
-                      "#SBATCH --ntasks-per-node=1", "#SBATCH --export=ALL",
-                      "#SBATCH --gpus-per-node=8",
+                      "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive", "#SBATCH --mem=0",
+                      "#SBATCH --export=ALL", "#SBATCH --gpus-per-node=8",
                       "#SBATCH --time=02:00:00", "#SBATCH --partition=gpu",
-                      "#SBATCH --account=proj", "#SBATCH --exclusive"]
+                      "#SBATCH --account=proj"]
     assert lines[0] == "#!/bin/bash"
     assert lines.index("module load rocm") < lines.index("export VLLM_USE_V2_MODEL_RUNNER=1")
     srun = [ln for ln in lines if ln.startswith("srun")]
-    assert srun == ["srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 "
+    assert srun == ["srun --nodes=2 --ntasks=2 --ntasks-per-node=1 "
+                    '--cpus-per-task="$node_cpus" --mem=0 --kill-on-bad-exit=1 '
                     "--export=ALL bash -c dspark_node"]
     assert 'case "$SLURM_NODEID" in' in text
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in text

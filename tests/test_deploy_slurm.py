@@ -4,6 +4,7 @@ a DP=2 deployment from both engines until SIGINT cancels it with nothing left be
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,9 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, run_dspark
+from tests.conftest import REPO, compose_config, run_dspark, wait_until
 from tests.doubles.fake_vllm import free_port
 from tests.foreground_serve import ForegroundServe
+from tests.slurm_cluster import NODE_CPUS, NODE_MEMORY_MB
 
 TINY_OVERRIDES = ("+hw=cpu", "hw.nodes=2", "deploy=slurm")
 
@@ -83,6 +85,52 @@ def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_clust
     assert job_processes(job) == []
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert "#SBATCH --nodes=2" in script and Path(tmp_path / "run" / "config.yaml").is_file()
+
+
+# What each node's server process sees: its CPUs (the affinity mask task/affinity set) and
+# the memory its step was given on its node (what a cgroup would hold it to).
+PROBE = """
+import json, os, re, subprocess
+step = subprocess.run(["scontrol", "show", "step",
+                       os.environ["SLURM_JOB_ID"] + "." + os.environ["SLURM_STEP_ID"]],
+                      capture_output=True, text=True).stdout
+tres = dict(kv.split("=") for kv in re.search(r"TRES=(\\S+)", step).group(1).split(","))
+print("PROBE " + json.dumps({"node": os.environ["SLURM_NODEID"],
+                             "cpus": sorted(os.sched_getaffinity(0)),
+                             "mem_mb": int(tres["mem"].rstrip("M")) // int(tres["node"])}))
+"""
+
+
+@pytest.mark.slurm
+def test_each_nodes_server_gets_the_nodes_cpus_and_memory_on_a_site_like_slurm(
+        slurm_cluster, tmp_path):
+    """task/affinity with cores and CR_CPU_Memory (tests/slurm_cluster.py): without asking,
+    a task is pinned to one CPU and given DefMemPerCPU's memory; dspark's job gives each
+    node's command every CPU and all the memory of its node."""
+    from dspark_cli.deploy.command import sbatch_spec
+    from dspark_cli.deploy.sbatch import sbatch_script
+    from dspark_cli.launch.layout import node_layout
+    from dspark_cli.launch.plan import build_plan
+
+    cfg = compose_config(list(TINY_OVERRIDES))
+    plan = build_plan(cfg)
+    layout = node_layout(cfg, plan)
+    probe = (sys.executable, "-c", PROBE)
+    script = tmp_path / "job.sbatch"
+    script.write_text(sbatch_script(layout, sbatch_spec(cfg), plan.env,
+                                    {n.rank: probe for n in layout.launches}))
+    out = tmp_path / "out.txt"
+    submitted = slurm_cluster.run("sbatch", "--parsable", f"--output={out}", str(script))
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    wait_until(lambda: job not in slurm_cluster.jobs(), 60, f"job {job} to finish")
+    seen = {d["node"]: d for d in (json.loads(ln.split(" ", 1)[1])
+                                   for ln in out.read_text().splitlines()
+                                   if ln.startswith("PROBE "))}
+    assert set(seen) == {"0", "1"}, out.read_text()
+    for node in seen.values():
+        assert len(node["cpus"]) == min(NODE_CPUS, os.cpu_count() or 1), node
+        assert node["mem_mb"] == NODE_MEMORY_MB, node
 
 
 def test_without_slurms_clients_serve_exits_2_before_writing_anything(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +18,13 @@ class Domain:
     nonempty: bool = False  # a string that is set must hold more than blanks
     regex: bool = False  # a Python regular expression
     hex_digits: tuple[int, int] | None = None  # a hex string of (least, most) digits
+    # A check of its own (why a value is refused, or None) and what it allows, in words.
+    check: Callable[[Any], str | None] | None = None
+    allows: str = ""
 
     def describe(self) -> str:
+        if self.check is not None:
+            return self.allows
         if self.hex_digits:
             least, most = self.hex_digits
             return f"{least} to {most} hex digits" if least != most else f"{least} hex digits"
@@ -34,6 +40,8 @@ class Domain:
         """Why `value` is outside the domain, or None; None (unset) is always allowed."""
         if value is None:
             return None
+        if self.check is not None:
+            return self.check(value)
         if self.hex_digits:
             least, most = self.hex_digits
             text = str(value)
@@ -70,6 +78,11 @@ def nonempty() -> dict[str, Domain]:
 def regexes() -> dict[str, Domain]:
     """Field metadata: a regular expression (or a list of them)."""
     return {"domain": Domain(regex=True)}
+
+
+def checked(check: Callable[[Any], str | None], allows: str) -> dict[str, Domain]:
+    """Field metadata: a value (or each item of a list) that `check` finds no problem with."""
+    return {"domain": Domain(check=check, allows=allows)}
 
 
 def hex_digits(least: int, most: int | None = None) -> dict[str, Domain]:

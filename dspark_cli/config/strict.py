@@ -70,7 +70,7 @@ def out_of_range(node: DictConfig, prefix: str = "") -> list[str]:
             problem = domains[key].problem(item)
             if problem:
                 shown = (f"`{prefix}{key}` value {item!r}" if isinstance(child, ListConfig)
-                         else f"`{prefix}{key}={item}`")
+                         or not str(item).isprintable() else f"`{prefix}{key}={item}`")
                 found.append(f"{shown} {problem}: allowed {domains[key].describe()}")
     return found
 

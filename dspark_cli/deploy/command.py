@@ -44,7 +44,7 @@ SCRIPT_NAME = "job.sbatch"
 def sbatch_spec(cfg: DictConfig) -> SbatchSpec:
     s = cfg.deploy.slurm
     return SbatchSpec(job_name=str(s.job_name), time=str(s.time), partition=s.partition,
-                      account=s.account, extra=tuple(str(x) for x in s.sbatch),
+                      account=s.account, qos=s.qos, extra=tuple(str(x) for x in s.sbatch),
                       setup=tuple(str(x) for x in s.setup),
                       gpus=str(cfg.hw.platform) != "cpu")
 

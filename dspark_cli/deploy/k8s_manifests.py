@@ -24,6 +24,7 @@ from dspark_cli.deploy.node_script import (
     HEAD_VAR,
     command_text,
     dispatch,
+    refuse_loopback_head,
     secret_environment,
     url_refs,
 )
@@ -255,6 +256,7 @@ def manifests(layout: NodeLayout, spec: K8sSpec,
               env: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """The objects to apply, in order: the workload, then its Service."""
     check_spec(spec)
+    refuse_loopback_head(layout, "deploy=k8s")
     head_port = layout.head.api_port
     if head_port is None:
         raise UsageError("the layout's head serves no API port; nothing to put a Service on")

@@ -9,14 +9,40 @@ puts into the job's environment (Slurm: the submitting environment; Kubernetes: 
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 
+from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLayout
 from dspark_cli.launch.render import export_line, is_secret
 from dspark_cli.launch.secrets import ShellRefs
 
 HEAD_VAR = "DSPARK_HEAD_ADDR"
 BAD_RANK_EXIT = 64  # EX_USAGE: the engine gave a rank the layout has no command for
+
+
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `address` names this host only (127.0.0.0/8, ::1, localhost, 0.0.0.0, ::)."""
+    name = address.strip().strip("[]").rstrip(".").lower()
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return name in LOOPBACK_NAMES or name.endswith(".localhost")
+    return ip.is_loopback or ip.is_unspecified
+
+
+def refuse_loopback_head(layout: NodeLayout, target: str) -> None:
+    """On a cluster every node is another machine: a head address that means "this host"
+    would send each node to itself. UsageError naming the key."""
+    address = layout.head_address
+    if address is not None and is_loopback(address):
+        raise UsageError(f"hw.head_address={address!r} is this host's own address, but "
+                         f"{target} runs the nodes on other machines, where it would mean "
+                         "each node itself; leave hw.head_address null (the engine gives the "
+                         "head's address at run time) or give the head's cluster address")
 
 
 def _env_items(env: Mapping[str, str] | Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

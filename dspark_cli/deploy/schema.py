@@ -6,19 +6,27 @@ and a site keeps its partition or image in one override file."""
 # get_type_hints, which compiles each annotation kept as a string.
 from dataclasses import field
 
-from dspark_cli.config.domain import POSITIVE, between, schema_class
+from dspark_cli.config.domain import POSITIVE, between, checked, schema_class
+from dspark_cli.deploy.sbatch_options import entry_problem, time_problem, value_problem
+
+_WORD = checked(value_problem, "one word of printable characters")
 
 
 @schema_class
 class SlurmConf:
-    """The sbatch header and how `dspark serve` follows the job."""
+    """The sbatch header and how `dspark serve` follows the job. Every header value is checked
+    when the config is composed (`sbatch_options.py`): a newline would end the header."""
 
-    job_name: str = "dspark"
-    time: str = "04:00:00"  # sbatch --time: the job's wall-clock limit
-    partition: str | None = None
-    account: str | None = None
-    # Extra `#SBATCH` options, verbatim: ["--exclusive", "--qos=high", "--mem=0"].
-    sbatch: list[str] = field(default_factory=list)
+    job_name: str = field(default="dspark", metadata=_WORD)
+    # sbatch --time: the job's wall-clock limit
+    time: str = field(default="04:00:00", metadata=checked(time_problem, "a Slurm time limit"))
+    partition: str | None = field(default=None, metadata=_WORD)
+    account: str | None = field(default=None, metadata=_WORD)
+    qos: str | None = field(default=None, metadata=_WORD)
+    # Extra `#SBATCH` options, verbatim: ["--constraint=h200", "--reservation=mine"]. dspark's
+    # own (--nodes, --exclusive, --mem, --export, ...) are refused: the last one would win.
+    sbatch: list[str] = field(default_factory=list, metadata=checked(
+        entry_problem, "sbatch options that dspark does not set itself"))
     # Shell lines run in the batch script before `srun` (module load, a venv's activate).
     setup: list[str] = field(default_factory=list)
     # how often squeue and /health are asked while waiting
