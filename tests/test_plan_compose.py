@@ -1,22 +1,18 @@
-"""A plain dry run composes the same config as Hydra's app, without loading Hydra's help or
-run-time configs; a command stores only the schema it composes; the compose cache's key follows
-every config and Python file."""
+"""A plain dry run composes, in one composition, the config a run composes, and plans under the
+run directory Hydra resolves; a command stores only the schema it composes."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from hydra._internal.config_repository import ConfigRepository
 from omegaconf import OmegaConf
 
 import dspark_cli.commands.serve as serve
-from dspark_cli.config import cache
-from dspark_cli.hydra_app import compose_once
-from tests.conftest import REPO, compose_config
+from dspark_cli.hydra_app import compose_plan
+from tests.conftest import REPO, run_dspark
 
 
 @pytest.mark.parametrize("overrides", [
@@ -24,51 +20,20 @@ from tests.conftest import REPO, compose_config
     ["+hw=h200", "hw.nodes=2", "speculative=dspark_fixed"],
     ["+hw=cpu", "hydra/job_logging=disabled", "hydra.run.dir=elsewhere"],  # touches Hydra's
 ])
-def test_plan_settings_change_nothing_in_the_config(overrides: list[str]) -> None:
-    plan = compose_once(serve, "serve", overrides)
-    app = compose_config(overrides)
-    assert OmegaConf.to_yaml(plan) == OmegaConf.to_yaml(app)
-    assert OmegaConf.get_type(plan) is OmegaConf.get_type(app)
+def test_a_dry_run_composes_the_config_a_run_composes(overrides: list[str]) -> None:
+    plan, _ = compose_plan(serve, "serve", overrides)
+    app = run_dspark("serve", *overrides, "--cfg", "job")  # through `@hydra.main`
+    assert app.returncode == 0, app.stderr
+    assert "hydra" not in plan
+    assert OmegaConf.to_yaml(plan) == app.stdout
 
 
-def test_a_plan_loads_none_of_hydras_help_or_runtime_configs(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded: list[str] = []
-    load = ConfigRepository.load_config
-
-    def recording(self: ConfigRepository, config_path: str):  # type: ignore[no-untyped-def]
-        result = load(self, config_path)
-        if result is not None:
-            loaded.append(config_path)
-        return result
-
-    monkeypatch.setattr(ConfigRepository, "load_config", recording)
-    compose_once(serve, "serve", ["+hw=mi350x"])
-    hydra_groups = {p for p in loaded if p.startswith("hydra/") and p != "hydra/config"}
-    assert "hw/mi350x" in loaded
-    assert hydra_groups == set(), hydra_groups
-
-
-def test_the_key_follows_config_and_python_files(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    conf = tmp_path / "conf"
-    (conf / "hw" / "__pycache__").mkdir(parents=True)
-    (conf / "serve.yaml").write_text("a: 1\n")
-    (conf / "hw" / "x.yaml").write_text("b: 2\n")
-    monkeypatch.setattr(cache, "conf_dir", lambda: conf)
-    first = cache.key_text("serve", [])
-    assert str(conf / "hw" / "x.yaml") in first
-    assert str(Path(cache.__file__).resolve()) in first  # dspark's own modules (the schemas)
-
-    (conf / "hw" / "__pycache__" / "x.yaml").write_text("ignored\n")
-    (conf / "notes.txt").write_text("not a config\n")
-    assert cache.key_text("serve", []) == first
-
-    (conf / "hw" / "x.yaml").write_text("b: 22\n")  # another size
-    second = cache.key_text("serve", [])
-    assert second != first
-    os.utime(conf / "hw" / "x.yaml", ns=(1, 1))  # same size, another mtime
-    assert cache.key_text("serve", []) not in (first, second)
+def test_the_run_directory_is_hydras_resolved_value(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _, planned = compose_plan(serve, "serve", ["+hw=cpu", "hydra.run.dir=out/${now:%Y}/x/.."])
+    assert planned == tmp_path / "out" / OmegaConf.create({"y": "${now:%Y}"}).y
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("command", "stored"), [
