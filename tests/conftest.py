@@ -3,7 +3,8 @@
 The whole session runs independent of the host and the user (set up in `pytest_configure`,
 inherited by every subprocess):
 - HOME, the XDG directories and DSPARK_CACHE_DIR point into one temporary directory per session,
-  so the tiny model (conf/model/tiny.yaml: under DSPARK_CACHE_DIR) and whatever vLLM, Hugging Face or matplotlib cache go there, never into the user's home;
+  so the tiny model (conf/model/tiny.yaml: under DSPARK_CACHE_DIR) and whatever vLLM, Hugging
+  Face or matplotlib cache go there, never into the user's home;
 - the machine shows no GPU (tests/fake_gpu.py's "no-gpu" host: an `nvidia-smi` without a
   driver first on PATH, an empty KFD topology in DSPARK_KFD_NODES), so `+hw=cpu` launches and
   hardware detection behave the same on a GPU host as on a CPU one. A test about a GPU host
