@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dspark_cli.bench.loadgen import PhaseRun, latency_ms, scalars
+from dspark_cli.bench.lossless import Comparison, lossless_reason
 from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.server import metrics
@@ -79,6 +80,7 @@ class CellRecord:
     repeat: int = 1
     accepted_per_draft: float | None = None  # mean accepted draft tokens per draft
     latency_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # ttft: p50..
+    lossless: Mapping[str, Any] | None = None  # the greedy probe's answers and comparison
 
     @property
     def cell_id(self) -> str:
@@ -96,7 +98,7 @@ class CellRecord:
             "accepted_per_draft": self.accepted_per_draft,
             "latency_ms": {k: dict(v) for k, v in self.latency_ms.items()},
             "boot_s": self.boot_s, "teardown": self.teardown.to_dict() if self.teardown else None,
-            "finished_at": self.finished_at, **self.evidence,
+            "finished_at": self.finished_at, "lossless": self.lossless, **self.evidence,
         }
 
     @classmethod
@@ -108,7 +110,7 @@ class CellRecord:
         own = {"arm", "concurrency", "repeat", "cell_id", "protocol", "valid", "reasons",
                "output_throughput", "request_throughput", "total_output_tokens",
                "acceptance_length", "accepted_per_draft", "latency_ms", "boot_s", "teardown",
-               "finished_at"}
+               "finished_at", "lossless"}
         latency = data.get("latency_ms")
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
@@ -126,6 +128,7 @@ class CellRecord:
             acceptance_length=data.get("acceptance_length"), boot_s=data.get("boot_s"),
             finished_at=str(data.get("finished_at") or ""),
             teardown=Teardown.from_dict(td) if td else None,
+            lossless=data.get("lossless") if isinstance(data.get("lossless"), Mapping) else None,
             evidence={k: v for k, v in data.items() if k not in own},
         )
 
@@ -152,6 +155,7 @@ class Observed:
     timings: CellTimings
     started_at: str
     finished_at: str
+    lossless: Mapping[str, Any] | None = None  # the probe's answers, compared (runner.py)
 
 
 def _phase(p: PhaseRun) -> dict[str, Any]:
@@ -189,7 +193,9 @@ def build(seen: Observed, protocol: ProtocolInfo,
         client_output_tokens=None if result is None else result.get("total_output_tokens"),
         server_generation_tokens=delta.total(metrics.GENERATION_TOKENS) if delta else None,
         preemptions=delta.total(metrics.PREEMPTIONS) if delta else None,
-        fatal_lines=seen.fatal_lines, errors=tuple(errors))
+        fatal_lines=seen.fatal_lines, errors=tuple(errors),
+        lossless=None if seen.lossless is None else lossless_reason(
+            Comparison.from_dict(seen.lossless.get("comparison")), seen.lossless))
     reasons = judge(evidence)
     spec_dict = spec.as_dict() if spec else None
     return CellRecord(
@@ -201,7 +207,7 @@ def build(seen: Observed, protocol: ProtocolInfo,
         total_output_tokens=evidence.client_output_tokens,
         acceptance_length=None if spec_dict is None else spec_dict["mean_acceptance_length"],
         boot_s=None if seen.boot_s is None else round(seen.boot_s, 3),
-        finished_at=seen.finished_at, teardown=seen.teardown,
+        finished_at=seen.finished_at, teardown=seen.teardown, lossless=seen.lossless,
         evidence={
             "completed": evidence.completed, "failed": evidence.failed,
             "per_position_acceptance": None if spec is None or not spec.drafts else

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dspark_cli.bench.lossless import LosslessSpec, lossless_spec
 from dspark_cli.errors import UsageError
 
 # vLLM's `--max-num-seqs` when neither the serving profile nor the hardware sets it.
@@ -68,6 +69,7 @@ class Protocol:
     metrics_timeout_s: float
     repeats: int = 1
     equivalence_margin: float = 0.05
+    lossless: LosslessSpec | None = None  # None: no greedy check
 
     def cell(self, arm: str, concurrency: int, repeat: int = 1) -> Cell | None:
         return next((c for c in self.cells
@@ -189,6 +191,7 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
         metrics_timeout_s=float(bench["metrics_timeout_s"]),
         repeats=repeats,
         equivalence_margin=float(margin),
+        lossless=lossless_spec(bench.get("lossless"), arms),
     )
 
 

@@ -91,7 +91,27 @@ def table(summary: Summary) -> RenderableType:
             _num(result.accepted_per_draft, ".2f"),
             *(_latency(result, m) for m in ("ttft", "tpot", "itl")),
         )
-    return Group(t, lat, summary.results_sentence)
+    return Group(t, lat, *_lossless(summary), summary.results_sentence)
+
+
+def _lossless(summary: Summary) -> list[RenderableType]:
+    """Per arm: its greedy sequences identical to the reference's, and the first divergence."""
+    from rich.table import Table
+
+    rows = summary.as_dict()["lossless"]
+    if not rows:
+        return []
+    t = Table(title=f"lossless at temperature 0 (against {rows[0]['reference']})")
+    for name in ("arm", "compared by", "cells", "identical", "first divergence", "below"):
+        t.add_column(name)
+    for r in rows:
+        first = r["first_divergence"]
+        t.add_row(r["arm"], str(r["compared_by"] or "-"), str(r["cells"]),
+                  f"{r['identical']} of {r['total']}",
+                  "-" if not first else f"{first['cell']} prompt {first['prompt']} "
+                  f"index {first['index']}",
+                  "[red]" + ", ".join(r["below"]) + "[/]" if r["below"] else "none")
+    return [t]
 
 
 def _raw_throughput(summary: Summary, result: ArmResult) -> float | None:

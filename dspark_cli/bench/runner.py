@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,12 @@ from dspark_cli.bench.arm_launch import ArmLaunch
 from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.cell import CellRecord, CellTimings, Observed, ProtocolInfo, build
 from dspark_cli.bench.dataset import VerifiedDataset
+from dspark_cli.bench.greedy_probe import answer
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
+from dspark_cli.bench.lossless import PromptSet, compare, reference_record
 from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.console import progress
-from dspark_cli.errors import ServerError
+from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.logscan import Pattern
@@ -44,6 +46,7 @@ class CellContext:  # what every cell of one run shares
     protocol: Protocol
     dataset: VerifiedDataset
     fatal: tuple[Pattern, ...]
+    prompts: PromptSet | None = None  # the lossless check's pinned prompts
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -64,6 +67,7 @@ class _CellRun:
         self.before: Scrape | None = None
         self.after: Scrape | None = None
         self.boot_s: float | None = None
+        self.greedy: dict[str, Any] | None = None  # the lossless probe's answers
 
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
@@ -92,7 +96,7 @@ class _CellRun:
             self.cell, tuple(self.phases), self.before, self.after, self.boot_s, fatal_lines,
             tuple(self.errors), session.teardown,
             CellTimings(self.boot_s or 0.0, sum(p.duration_s for p in self.phases), teardown_s,
-                        time.monotonic() - start), started_at, _now())
+                        time.monotonic() - start), started_at, _now(), self._compared())
         return build(seen, ProtocolInfo.of(self.ctx.protocol), {
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
@@ -123,6 +127,30 @@ class _CellRun:
             if phase.measured:
                 self.after = self._settled(session, (result.result or {}).get(
                     "total_output_tokens"))
+        if self.ctx.prompts is not None:  # after the counters were read: they stay the load's
+            progress(f"{self.cell.id}: lossless: {len(self.ctx.prompts.prompts)} greedy prompts")
+            self.greedy = answer(session.base_url, self.arm.plan.served_model_name,
+                                 self.ctx.prompts, self.ctx.protocol.phase_timeout_s)
+
+    def _compared(self) -> dict[str, Any] | None:
+        """The probe's answers with their comparison against the reference arm's earliest
+        cell recorded so far (this one, if it is that); none yet: the summary compares."""
+        if self.greedy is None or self.ctx.protocol.lossless is None:
+            return None
+        reference = self.ctx.protocol.lossless.reference
+        candidates = [(c.id, c.arm, self.greedy if c == self.cell else self._recorded(c.id))
+                      for c in self.ctx.protocol.cells if c.arm == reference]
+        found = reference_record(candidates, reference)
+        comparison = None if found is None else compare(found[0], found[1], self.greedy)
+        return {**self.greedy,
+                "comparison": None if comparison is None else comparison.to_dict()}
+
+    def _recorded(self, cell_id: str) -> Mapping[str, Any] | None:
+        path = records.cell_dir(self.ctx.run_dir, cell_id) / records.CELL_JSON
+        try:
+            return records.read(path).lossless if path.is_file() else None
+        except UsageError:
+            return None
 
     def _settled(self, session: ServerSession, tokens: int | None) -> Scrape | None:
         """/metrics after the measured phase, once the server's count has caught up."""

@@ -47,6 +47,20 @@ class WarmupConf:
 
 
 @dataclass
+class LosslessConf:
+    """Every arm also answers pinned prompts greedily; tokens compared with `reference`'s."""
+
+    enabled: bool = True
+    prompts: str = "data/greedy_prompts.jsonl"  # JSONL {"prompt": ...}; relative: to conf/
+    sha256: str | None = None  # the prompt file's SHA-256; an unpinned file is refused
+    max_tokens: int = 32  # each greedy answer's length
+    reference: str = "none"  # the arm without speculation whose tokens are the truth
+    # A cell whose share of sequences identical to the reference's is below this is invalid
+    # (1.0 on CPU float32; a GPU's batch-shape-dependent sums may need a little less).
+    min_identical: float = 1.0
+
+
+@dataclass
 class BenchConf:
     name: str = MISSING
     arms: list[str] = MISSING  # speculative profiles (config group `speculative`)
@@ -60,6 +74,7 @@ class BenchConf:
     repeats: int = 1
     # Comparable: the speedup's 90% interval lies within 1 +- this fraction (0.05: +-5%).
     equivalence_margin: float = 0.05
+    lossless: LosslessConf = field(default_factory=LosslessConf)
     # Run one arm, concurrency and/or repeat only (a multirun job's cell); null: all of them.
     arm: str | None = None
     concurrency: int | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 from statistics import fmean
 from typing import Any
 
-from dspark_cli.bench import stats, verdicts
+from dspark_cli.bench import lossless, stats, verdicts
 from dspark_cli.bench.cell import CellRecord
 
 Latency = Mapping[str, Mapping[str, float]]
@@ -39,6 +39,8 @@ class CellRow:
     latency_ms: Latency
     boot_s: float | None
     speedup: float | None  # its arm's ratio of means over the baseline at this concurrency
+    lossless: Mapping[str, Any] | None = None  # the record's greedy answers
+    lossless_check: Mapping[str, Any] | None = None  # their comparison with the reference's
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "concurrency": self.concurrency, "repeat": self.repeat,
@@ -49,7 +51,7 @@ class CellRow:
                 "acceptance_length": self.acceptance_length,
                 "accepted_per_draft": self.accepted_per_draft,
                 "latency_ms": _plain(self.latency_ms), "boot_s": self.boot_s,
-                "speedup": self.speedup}
+                "speedup": self.speedup, "lossless": self.lossless_check}
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,8 @@ class Summary:
             "speedups": [s.to_dict() for s in self.speedups],
             "mean_speedup": dict(self.mean_speedup),
             "results_sentence": self.results_sentence,
+            "lossless": lossless.by_arm([(c.arm, c.cell_id, c.lossless, c.lossless_check)
+                                         for c in self.cells], self.arms),
             "counts": {
                 "cells": len(self.cells),
                 "valid": sum(c.valid for c in self.cells),
@@ -152,7 +156,33 @@ def _plain(latency: Latency) -> dict[str, dict[str, float]]:
 def _row(record: CellRecord) -> CellRow:
     """The record's fields of the same names; `speedup` is its arm's, set once all are read."""
     return CellRow(speedup=None, **{f.name: getattr(record, f.name) for f in fields(CellRow)
-                                    if f.name != "speedup"})
+                                    if f.name not in ("speedup", "lossless_check")})
+
+
+def _lossless(rows: Sequence[CellRow], concurrencies: Sequence[int]) -> list[CellRow]:
+    """Every row's greedy answers compared with the reference arm's earliest cell (by
+    concurrency in protocol order, then repeat); a row below its share becomes invalid."""
+    def when(r: CellRow) -> tuple[int, int]:
+        return (list(concurrencies).index(r.concurrency) if r.concurrency in concurrencies
+                else len(concurrencies), r.repeat)
+
+    ordered = sorted(rows, key=when)
+    refs = {str(r.lossless.get("reference")) for r in ordered if r.lossless}
+    found = {ref: lossless.reference_record(
+        [(r.cell_id, r.arm, r.lossless) for r in ordered], ref) for ref in refs}
+    out = []
+    for row in rows:
+        if not row.lossless:
+            out.append(row)
+            continue
+        ref = found.get(str(row.lossless.get("reference")))
+        check = None if ref is None else lossless.compare(ref[0], ref[1], row.lossless)
+        why = lossless.lossless_reason(check, row.lossless)
+        bad = why is not None and why not in row.reasons
+        out.append(replace(row, lossless_check=None if check is None else check.to_dict(),
+                           valid=row.valid and not bad,
+                           reasons=(*row.reasons, why) if bad else row.reasons))
+    return out
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -217,7 +247,7 @@ def summarize(
     """Order cells as the protocol does (concurrency-major, then repeat), aggregate the repeats
     of each arm and concurrency, and compute every speedup with its verdict."""
     rows_by_key: dict[tuple[str, int], list[CellRow]] = {}
-    for row in map(_row, records):
+    for row in _lossless([_row(r) for r in records], concurrencies):
         rows_by_key.setdefault((row.arm, row.concurrency), []).append(row)
     results = {key: aggregate(*key, rows) for key, rows in rows_by_key.items()}
     # Arms or concurrencies the protocol does not list still show (after the rest).

@@ -1,8 +1,9 @@
 """Whether a cell's number may be reported (pure): the report's rules, checked every time.
 
 A cell is valid only when the client and the server agree on how many tokens were generated
-in the measured phase, nothing was preempted, no request failed, and the server log shows no
-fatal line. An invalid cell keeps all its reasons and never enters an average or a speedup.
+in the measured phase, nothing was preempted, no request failed, the server log shows no
+fatal line, and (where the protocol checks it) its greedy answers are the reference arm's
+(`lossless.py`). An invalid cell keeps all its reasons and never enters an average or a speedup.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class Evidence:
     preemptions: float | None = None  # delta over the measured phase
     fatal_lines: tuple[str, ...] = ()  # "pattern: line"
     errors: tuple[str, ...] = ()  # a phase or the server that failed outright
+    lossless: str | None = None  # why the greedy answers fail the lossless check
 
 
 def judge(ev: Evidence) -> tuple[str, ...]:
@@ -49,4 +51,6 @@ def judge(ev: Evidence) -> tuple[str, ...]:
                 f"{round(ev.preemptions)} preemptions (vllm:num_preemptions_total delta)"
             )
     reasons.extend(f"fatal server log line: {line}" for line in ev.fatal_lines)
+    if ev.lossless:
+        reasons.append(ev.lossless)
     return tuple(reasons)

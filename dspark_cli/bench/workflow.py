@@ -68,6 +68,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     """Run every pending cell into `directory` and summarize it (the bench Report)."""
     from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
     from dspark_cli.bench.dataset import verify
+    from dspark_cli.bench.lossless import load_prompts
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.server.logscan import fatal_patterns
@@ -75,7 +76,9 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
     ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
-                      fatal=fatal_patterns(cfg.logs))
+                      fatal=fatal_patterns(cfg.logs),
+                      prompts=None if protocol.lossless is None else load_prompts(
+                          protocol.lossless))
     print(f"dspark: run directory {directory}", file=sys.stderr)
 
     def prepare_arm(arm: Arm) -> ArmLaunch:

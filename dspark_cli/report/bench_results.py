@@ -11,6 +11,7 @@ from typing import Any
 from dspark_cli.bench import verdicts
 from dspark_cli.report.sections import (
     UNKNOWN,
+    LosslessRow,
     Methodology,
     ResultRow,
     Results,
@@ -169,4 +170,20 @@ def results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
     if bench.plot is not None:
         plot = os.path.relpath(bench.plot, out_dir) if out_dir else str(bench.plot)
     sentence = summary.get("results_sentence") or results_sentence(speedups)
-    return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / SUMMARY_JSON))
+    return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / SUMMARY_JSON),
+                   lossless_rows(summary))
+
+
+def lossless_rows(summary: Mapping[str, Any]) -> tuple[LosslessRow, ...]:
+    """The lossless table (summary.json's `lossless`, one entry per arm)."""
+    rows = []
+    for t in summary.get("lossless") or ():
+        first = t.get("first_divergence")
+        rows.append(LosslessRow(
+            str(t["arm"]), str(t.get("reference")), str(t.get("compared_by") or "-"),
+            int(t.get("cells") or 0), int(t.get("identical") or 0), int(t.get("total") or 0),
+            _round(t.get("share"), 4), _round(t.get("min_identical"), 4),
+            tuple(str(c) for c in t.get("below") or ()),
+            f"{first['cell']}, prompt {first['prompt']}, index {first['index']}" if first
+            else "-", int(t.get("unchecked") or 0) + int(t.get("probe_failed") or 0)))
+    return tuple(rows)

@@ -10,6 +10,7 @@ from dspark_cli.report.sections import (
     NOT_RUN,
     Environment,
     Focused,
+    LosslessRow,
     Methodology,
     Provenance,
     Report,
@@ -191,7 +192,30 @@ def _results(r: Results | None) -> list[str]:
         lines.append("")
     if r.plot:
         lines += [f"![throughput and speedup vs concurrency]({r.plot})", ""]
-    return [*lines, f"Record: `{r.record}`"]
+    return [*lines, *_lossless(r.lossless), f"Record: `{r.record}`"]
+
+
+def _share(share: float | None, needed: float | None) -> str:
+    return ("-" if share is None else f"{share:.1%}") + (
+        "" if needed is None else f" ({needed:.1%})")
+
+
+def _lossless(rows: tuple[LosslessRow, ...]) -> list[str]:
+    """Lossless at temperature 0: each arm's pinned greedy answers against the reference's."""
+    if not rows:
+        return []
+    lines = ["### Lossless at temperature 0", "",
+             f"Every cell answered the pinned greedy prompts after its measured phase; its "
+             f"sequences are compared token for token with `{rows[0].reference}`'s. A cell "
+             "below the identity share it needs is invalid.", ""]
+    lines += table(
+        ("arm", "compared by", "cells", "identical sequences", "share (needed)",
+         "first divergence", "cells below"),
+        [(r.arm, r.compared_by, str(r.cells) + (f" (+{r.unchecked} unchecked)" if r.unchecked
+                                                else ""),
+          f"{r.identical} of {r.total}", _share(r.share, r.min_identical),
+          r.first_divergence, ", ".join(r.below) or "none") for r in rows])
+    return [*lines, ""]
 
 
 def render(report: Report) -> str:

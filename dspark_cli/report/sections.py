@@ -144,12 +144,30 @@ class ResultTable:
 
 
 @dataclass(frozen=True)
+class LosslessRow:
+    """One arm's greedy answers against the reference arm's (bench/lossless.py), all cells."""
+
+    arm: str
+    reference: str
+    compared_by: str  # "token_ids" or "text"; "-" when nothing was compared
+    cells: int  # cells compared
+    identical: int  # sequences identical to the reference's, over those cells
+    total: int
+    share: float | None
+    min_identical: float | None
+    below: tuple[str, ...]  # cells below the share they need (invalid)
+    first_divergence: str  # "cell, prompt P, index I", or "-"
+    unchecked: int  # cells with answers but nothing to compare them with (or a failed probe)
+
+
+@dataclass(frozen=True)
 class Results:
     sentence: str
     baseline: str
     tables: tuple[ResultTable, ...]
     plot: str | None
     record: str
+    lossless: tuple[LosslessRow, ...] = ()
 
 
 @dataclass(frozen=True)

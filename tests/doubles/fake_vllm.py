@@ -3,12 +3,14 @@
 A real process speaking real HTTP on localhost, printing vLLM-like log lines to stdout:
 
     python tests/doubles/fake_vllm.py --port P [--host 127.0.0.1] [--scenario NAME] [--k 3]
-        [--model tiny] [--boot-delay S] [--print-line TEXT ...] [--fault-line TEXT]
-        [--event-file F] [--ignore-sigterm]
+        [--model tiny] [--speculative NAME] [--boot-delay S] [--print-line TEXT ...]
+        [--fault-line TEXT] [--event-file F] [--ignore-sigterm]
 
 Endpoints: GET /health, GET /metrics (vLLM's Prometheus exposition, written by
 prometheus_client like vLLM's own, `_created` samples included), GET /version, GET /v1/models,
-POST /v1/completions (OpenAI completions; `max_tokens` tokens with `ignore_eos`).
+POST /v1/completions (OpenAI completions; `max_tokens` tokens with `ignore_eos`; the tokens are
+a function of the prompt, so greedy answers repeat across boots; `return_token_ids` gives their
+ids, as vLLM's).
 
 Scenarios (what a broken vLLM does; `healthy` is the reference):
     healthy            serves correctly; with --k K, spec counters keep draft_tokens == drafts x K
@@ -21,6 +23,8 @@ Scenarios (what a broken vLLM does; `healthy` is the reference):
     bad_spec_counters  draft_tokens == drafts x K - 2 (breaks the fixed-K invariant)
     counter_mismatch   vllm:generation_tokens counts 3 tokens more per request than usage says
     preemption         every completion adds one to vllm:num_preemptions
+    lossy_speculation  with --speculative other than none, the first answer that returns token
+                       ids (a lossless probe) has one token changed: a broken verification
 
 With `"stream": true` (what `vllm bench serve` sends) a completion is answered as server-sent
 events: one chunk per token, then a usage chunk, then `data: [DONE]`.
@@ -42,6 +46,7 @@ import socket
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -59,11 +64,13 @@ SCENARIOS = (
     "bad_spec_counters",
     "counter_mismatch",
     "preemption",
+    "lossy_speculation",
 )
 MISCOUNT_BY = 3
 VERSION = "0.32.0"
 SHORT_BY = 7
 SCRIPT = Path(__file__).resolve()
+LOSSY_INDEX = 3  # the token lossy_speculation changes
 
 
 def free_port() -> int:
@@ -91,6 +98,7 @@ class Engine:
         self.args = args
         self.ready = threading.Event()
         self.lock = threading.Lock()
+        self.lossy_done = False
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         values = (args.model, "0")
@@ -143,6 +151,17 @@ class Engine:
             if self.spec:
                 self._account_spec(n)
         return n
+
+    def token_ids(self, prompt: str, n: int, probe: bool) -> list[int]:
+        """The greedy answer to `prompt`: ids that depend on the prompt alone; lossy
+        speculation changes one token of its first probe answer."""
+        ids = [(zlib.crc32(prompt.encode()) + 31 * i) % 50000 for i in range(n)]
+        lossy = self.args.scenario == "lossy_speculation" and self.args.speculative != "none"
+        with self.lock:
+            if lossy and probe and not self.lossy_done and n > LOSSY_INDEX:
+                self.lossy_done = True
+                ids[LOSSY_INDEX] += 1
+        return ids
 
     def _account_spec(self, n: int) -> None:
         """Simulate fixed-K drafting: every step drafts K and accepts 0..K (a fixed cycle)."""
@@ -222,6 +241,7 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             if body.get("stream"):
                 self.send_stream(n, prompt_tokens)
                 return
+            ids = engine.token_ids(prompt, n, bool(body.get("return_token_ids")))
             self.send_json(
                 200,
                 {
@@ -230,8 +250,9 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                     "created": int(time.time()),
                     "model": args.model,
                     "choices": [
-                        {"index": 0, "text": " tok" * n, "logprobs": None,
-                         "finish_reason": "length", "stop_reason": None}
+                        {"index": 0, "text": "".join(f" t{i}" for i in ids), "logprobs": None,
+                         "finish_reason": "length", "stop_reason": None,
+                         "token_ids": ids if body.get("return_token_ids") else None}
                     ],
                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                               "total_tokens": prompt_tokens + n},
@@ -308,6 +329,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scenario", choices=SCENARIOS, default="healthy")
     p.add_argument("--k", type=int, default=0, help="num_speculative_tokens (0: no drafter)")
     p.add_argument("--model", default="tiny", help="served model name")
+    p.add_argument("--speculative", default="none",
+                   help="the speculative profile this server stands for (lossy_speculation)")
     p.add_argument("--boot-delay", type=float, default=0.2)
     p.add_argument("--print-line", action="append", default=[])
     p.add_argument("--fault-line")

@@ -1,0 +1,202 @@
+"""Lossless at temperature 0 (pure but for reading the pinned prompt file): with correct
+verification every speculative method gives the target model's own greedy tokens, so every arm
+answers the same pinned prompts greedily and its tokens are compared, token for token, with
+the reference arm's (no speculation). A cell whose share of identical sequences falls below
+`bench.lossless.min_identical` is invalid.
+
+A cell's record keeps its answers (`lossless.texts`, and `lossless.token_ids` where the server
+returns them: vLLM's `return_token_ids`; text is compared only when ids are missing) and its
+comparison with the reference arm's earliest cell; the summary compares again from the
+records, so a reference that ran later still counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dspark_cli.errors import UsageError
+from dspark_cli.paths import conf_dir
+
+Output = Sequence[int] | str  # token ids, or text compared by character
+
+
+@dataclass(frozen=True)
+class LosslessSpec:
+    """`bench.lossless`: the pinned prompts, how long each greedy answer is, the reference arm
+    and the share of identical sequences a cell needs."""
+
+    prompts: Path
+    sha256: str
+    max_tokens: int
+    reference: str
+    min_identical: float
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    spec: LosslessSpec
+    prompts: tuple[str, ...]
+
+
+def lossless_spec(conf: Mapping[str, Any] | None, arms: Sequence[str]) -> LosslessSpec | None:
+    """The protocol's lossless check (None when disabled); UsageError when it is wrong."""
+    if not conf or not conf.get("enabled", True):
+        return None
+    where = "bench.lossless"
+    if not conf.get("sha256"):
+        raise UsageError(f"{where}.sha256 is not set: the greedy prompt file must be pinned.",
+                         hint=f"Set {where}.sha256 to the file's SHA-256, or "
+                         f"{where}.enabled=false to skip the lossless check.")
+    reference = str(conf.get("reference", "none"))
+    if reference not in arms:
+        raise UsageError(f"{where}.reference {reference!r} is not one of bench.arms "
+                         f"{list(arms)}: the greedy tokens need an arm without speculation.",
+                         hint=f"Add {reference!r} to bench.arms, or set "
+                         f"{where}.enabled=false.")
+    share, tokens = conf.get("min_identical", 1.0), conf.get("max_tokens", 32)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+        raise UsageError(f"{where}.min_identical must be a share in [0, 1], got {share!r}.")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        raise UsageError(f"{where}.max_tokens must be a positive integer, got {tokens!r}.")
+    path = Path(str(conf["prompts"]))
+    return LosslessSpec(path if path.is_absolute() else conf_dir() / path,
+                        str(conf["sha256"]).lower(), tokens, reference, float(share))
+
+
+def load_prompts(spec: LosslessSpec) -> PromptSet:
+    """The pinned prompts (JSONL, `{"prompt": ...}` a line); UsageError if the file is missing,
+    is not that, or its SHA-256 is not the pin."""
+    try:
+        data = spec.prompts.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"Cannot read the greedy prompt file {spec.prompts}: {exc}.") from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != spec.sha256:
+        raise UsageError(f"The greedy prompt file {spec.prompts} has SHA-256 {actual}, not the "
+                         f"pinned {spec.sha256}.",
+                         hint="Restore the file, or pin the new one in bench.lossless.sha256.")
+    try:
+        rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+        prompts = tuple(str(r["prompt"]) for r in rows)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{spec.prompts} is not JSONL of {{\"prompt\": ...}}: {exc}.") from None
+    if not prompts:
+        raise UsageError(f"{spec.prompts} holds no prompt.")
+    return PromptSet(spec, prompts)
+
+
+def first_divergence(a: Output, b: Output) -> int | None:
+    """The first index (token, or character for text) where two answers differ; None if equal."""
+    if list(a) == list(b):
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One cell's greedy answers against the reference cell's."""
+
+    reference_cell: str
+    compared_by: str  # "token_ids" or "text"
+    identical: int
+    total: int
+    divergences: tuple[tuple[int, int], ...]  # (prompt index, first differing index)
+
+    @property
+    def share(self) -> float:
+        return self.identical / self.total if self.total else 0.0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Comparison | None:
+        if not data:
+            return None
+        return cls(str(data["reference_cell"]), str(data["compared_by"]),
+                   int(data["identical"]), int(data["total"]),
+                   tuple((int(d["prompt"]), int(d["index"])) for d in data["divergences"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reference_cell": self.reference_cell, "compared_by": self.compared_by,
+                "identical": self.identical, "total": self.total,
+                "share": round(self.share, 4),
+                "divergences": [{"prompt": p, "index": i} for p, i in self.divergences]}
+
+
+def _complete(lossless: Mapping[str, Any] | None) -> bool:
+    """Whether a recorded probe answered every prompt."""
+    return bool(lossless) and not lossless.get("errors") and bool(lossless.get("texts"))
+
+
+def compare(reference_cell: str, reference: Mapping[str, Any],
+            mine: Mapping[str, Any]) -> Comparison | None:
+    """`mine` against `reference` (both a record's `lossless`); None when either is missing.
+    Token ids are compared where both have them, else the text."""
+    if not (_complete(reference) and _complete(mine)) \
+            or len(reference["texts"]) != len(mine["texts"]):
+        return None
+    by_ids = bool(reference.get("token_ids")) and bool(mine.get("token_ids"))
+    key = "token_ids" if by_ids else "texts"
+    pairs = list(zip(reference[key], mine[key], strict=True))
+    divergences = tuple((i, d) for i, (a, b) in enumerate(pairs)
+                        if (d := first_divergence(a, b)) is not None)
+    return Comparison(reference_cell, "token_ids" if by_ids else "text",
+                      len(pairs) - len(divergences), len(pairs), divergences)
+
+
+def lossless_reason(comparison: Comparison | None, lossless: Mapping[str, Any]) -> str | None:
+    """Why a cell fails the check (below the share it needs, or no answers), or None."""
+    if lossless.get("errors"):
+        return f"lossless probe failed: {lossless['errors'][0]}"
+    if comparison is None:
+        return None  # no reference to compare with (yet)
+    need = float(lossless.get("min_identical", 1.0))
+    if comparison.share >= need:
+        return None
+    unit = "token" if comparison.compared_by == "token_ids" else "character"
+    p, i = comparison.divergences[0]
+    return (f"lossless: {comparison.identical} of {comparison.total} greedy sequences identical "
+            f"to {lossless.get('reference')}'s ({comparison.reference_cell}), "
+            f"{comparison.share:.0%} < {need:.0%}; first divergence at {unit} {i} of prompt {p}")
+
+
+def reference_record(cells: Sequence[tuple[str, str, Mapping[str, Any] | None]],
+                     reference: str) -> tuple[str, Mapping[str, Any]] | None:
+    """The reference arm's earliest cell (of `cells`, (cell id, arm, lossless) in protocol
+    order) whose probe answered every prompt."""
+    return next(((cid, lossless) for cid, arm, lossless in cells
+                 if arm == reference and _complete(lossless)), None)
+
+
+def by_arm(cells: Sequence[tuple[str, str, Mapping[str, Any] | None, Mapping[str, Any] | None]],
+           arms: Sequence[str]) -> list[dict[str, Any]]:
+    """The lossless table: per arm (of `cells`: (arm, cell id, its answers, their comparison)),
+    the sequences identical to the reference's over its compared cells, the cells below the
+    share they need, and the first divergence seen."""
+    table = []
+    for arm in arms:
+        mine = [(cid, ans, chk) for a, cid, ans, chk in cells if a == arm and ans]
+        if not mine:
+            continue
+        checked = [(cid, ans, chk) for cid, ans, chk in mine if chk]
+        identical = sum(int(chk["identical"]) for _, _, chk in checked)
+        total = sum(int(chk["total"]) for _, _, chk in checked)
+        first = next(({"cell": cid, **chk["divergences"][0]} for cid, _, chk in checked
+                      if chk["divergences"]), None)
+        table.append({
+            "arm": arm, "reference": mine[0][1].get("reference"),
+            "compared_by": "/".join(sorted({str(chk["compared_by"]) for _, _, chk in checked}))
+            or None,
+            "cells": len(checked), "unchecked": len(mine) - len(checked),
+            "probe_failed": sum(bool(ans.get("errors")) for _, ans, _ in mine),
+            "identical": identical, "total": total,
+            "share": round(identical / total, 4) if total else None,
+            "min_identical": mine[0][1].get("min_identical"),
+            "below": [cid for cid, ans, chk in checked
+                      if chk["identical"] < float(ans.get("min_identical", 1.0)) * chk["total"]],
+            "first_divergence": first})
+    return table
