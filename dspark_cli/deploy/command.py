@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dspark_cli.config.plain import plain
 from dspark_cli.console import progress
@@ -32,10 +32,9 @@ from dspark_cli.deploy.targets import CLUSTER_TARGETS
 from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout import NodeLayout, node_layout
+from dspark_cli.launch.layout_render import layout_dict
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.render import is_secret
-from dspark_cli.launch.secrets import redact_urls
-from dspark_cli.run_files import CONFIG_YAML, MANIFESTS_YAML
+from dspark_cli.run_files import MANIFESTS_YAML
 from dspark_cli.status import Finding, Status
 
 SCRIPT_NAME = "job.sbatch"
@@ -98,16 +97,6 @@ def _text(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
     return secret_comment(cfg, plan, layout) + to_yaml(k8s_objects(cfg, plan, layout))
 
 
-def _layout_dict(layout: NodeLayout) -> dict[str, Any]:
-    """The layout for --json, secret-named variables' values left out."""
-    data = layout.to_dict()
-    for launch in data["launches"]:
-        launch["env"] = {k: ("<redacted>" if is_secret(k) else v)
-                         for k, v in launch["env"].items()}
-        launch["argv"] = [redact_urls(a) for a in launch["argv"]]
-    return data
-
-
 def _json(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> dict[str, Any]:
     if str(cfg.deploy.target) == "slurm":
         return {"script": _text(cfg, plan, layout)}
@@ -131,7 +120,7 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
         raise CheckFailed("preflight failed; nothing was submitted or written (details above).")
     if opts.dry_run:
         if opts.json:
-            print(json.dumps({"target": target, "layout": _layout_dict(layout),
+            print(json.dumps({"target": target, "layout": layout_dict(layout),
                               **_json(cfg, plan, layout),
                               "preflight": [f.to_dict() for f in findings]}, indent=2))
         else:
@@ -144,13 +133,12 @@ def run(cfg: DictConfig, plan: LaunchPlan, opts: argparse.Namespace) -> int:
 
         require_clients()  # before anything is written
     from dspark_cli.launch.prepare import ensure_model
-    from dspark_cli.launch.record import redacted, run_dir
+    from dspark_cli.launch.record import run_dir, write_config
 
     write = target == "k8s" and not opts.apply
     text = _text(cfg, plan, layout) if write else None  # refused before writing
     directory = run_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_YAML).write_text(OmegaConf.to_yaml(redacted(cfg)))
+    write_config(directory, cfg)
     if text is not None:
         return _write_manifests(text, directory, secret_line(cfg, plan, layout))
     ensure_model(cfg)

@@ -8,8 +8,8 @@ import shlex
 from typing import Any
 
 from dspark_cli.launch.layout import HEAD_ADDR, HEAD_ADDR_VAR, NodeLaunch, NodeLayout
-from dspark_cli.launch.render import command_lines, export_line, is_secret
-from dspark_cli.launch.secrets import ShellRefs
+from dspark_cli.launch.render import command_lines, export_line
+from dspark_cli.launch.secrets import ShellRefs, env_value, redact_urls
 
 _QUOTED_HEAD = shlex.quote(HEAD_ADDR)
 
@@ -39,8 +39,10 @@ def layout_script(layout: NodeLayout) -> str:
 
 
 def layout_dict(layout: NodeLayout) -> dict[str, Any]:
-    """The layout for --json, secrets redacted."""
+    """The layout for --json, redacted as `plan_dict` is: secret-named variables' values, and
+    URL passwords in every other value and in every argument."""
     doc = layout.to_dict()
     for node in doc["launches"]:
-        node["env"] = {k: ("<redacted>" if is_secret(k) else v) for k, v in node["env"].items()}
+        node["env"] = {k: env_value(k, v) for k, v in node["env"].items()}
+        node["argv"] = [redact_urls(a) for a in node["argv"]]
     return doc
