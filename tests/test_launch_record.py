@@ -1,4 +1,5 @@
-"""The run record's notes come from the findings' fields, never from their message text."""
+"""The run record: its notes come from the findings' fields, never from their message text;
+config.yaml holds no secret."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from pathlib import Path
 from dspark_cli.config.schema import Platform
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.prepare import Prepared, write
+from dspark_cli.launch.record import write_config
+from dspark_cli.launch.secrets import REDACTED, learn
 from dspark_cli.machine.detect import Machine
+from dspark_cli.run_files import CONFIG_YAML
 from dspark_cli.status import Finding, Status
 from tests.conftest import compose_config
 
@@ -34,3 +38,15 @@ def test_a_message_that_merely_says_overridden_is_not_a_note(tmp_path: Path) -> 
 
 def test_a_replaced_command_is_noted(tmp_path: Path) -> None:
     assert "# NOTE: server.command replaces the planned argv" in record(tmp_path, custom=True)
+
+
+def test_config_yaml_is_redacted_and_scrubbed_whoever_writes_it(tmp_path: Path) -> None:
+    """A secret's value also typed under a key that is no secret's is scrubbed there too."""
+    value = "s3cret-token-value"
+    cfg = compose_config(["+hw=cpu", f"+serving.env.HF_TOKEN={value}",
+                          f"+serving.extra_args.revision={value}"])
+    learn(cfg)
+    write_config(tmp_path, cfg)
+    text = (tmp_path / CONFIG_YAML).read_text()
+    assert value not in text
+    assert text.count(REDACTED) == 2

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dspark_cli.errors import DsparkError, ExitCode, worst
-from dspark_cli.run_files import CONFIG_YAML, REPORT_MD, VALIDATE_JSON
+from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
     from dspark_cli.validate.stages import StageResult
@@ -99,12 +99,11 @@ def _stage_runner(cfg: DictConfig, directory: Path,
 
 def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     from dspark_cli.console import progress
-    from dspark_cli.launch.record import redacted
+    from dspark_cli.launch.record import write_config
     from dspark_cli.report.files import write_report
     from dspark_cli.server.process import stop_signals_as_interrupt
 
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_YAML).write_text(OmegaConf.to_yaml(redacted(cfg)))
+    write_config(directory, cfg)
     progress(f"run directory {directory}")
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends the run as Ctrl-C does
         results = _stages(cfg, directory, keep_going=opts.keep_going)

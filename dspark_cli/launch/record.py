@@ -28,12 +28,18 @@ def redacted(cfg: DictConfig) -> dict[str, Any]:
     return secrets.redact(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
 
 
+def write_config(directory: Path, cfg: DictConfig) -> None:
+    """config.yaml, the one writer of it: the resolved config with secrets redacted by key, and
+    every secret value this process knows scrubbed wherever else it sits."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / CONFIG_YAML).write_text(secrets.SCRUB(OmegaConf.to_yaml(redacted(cfg))))
+
+
 def write_record(directory: Path, cfg: DictConfig, plan: LaunchPlan, argv: list[str],
                  provenance: dict[str, Any], notes: list[str]) -> None:
     """Write config.yaml, launch.sh and provenance.json; `notes` records explicit overrides."""
-    directory.mkdir(parents=True, exist_ok=True)
+    write_config(directory, cfg)
     scrub = secrets.SCRUB
-    (directory / CONFIG_YAML).write_text(scrub(OmegaConf.to_yaml(redacted(cfg))))
     header = "#!/usr/bin/env bash\n# Written by dspark: the exact environment and command.\n"
     header += "".join(f"# NOTE: {n}\n" for n in notes)
     script = directory / LAUNCH_SH
