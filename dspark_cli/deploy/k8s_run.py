@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from dspark_cli.console import progress
 from dspark_cli.deploy.deployment_record import k8s_delete, record_deployment
-from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, image_problem, manifests
+from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, manifests
 from dspark_cli.deploy.k8s_pods import node_index, pod_line, pod_problem, running
 from dspark_cli.deploy.kubectl import (
     CONNECT_TIMEOUT_S,
@@ -37,7 +37,7 @@ from dspark_cli.deploy.kubectl import (
     Kubectl,
     stop_stream,
 )
-from dspark_cli.errors import CheckFailed, ServerError
+from dspark_cli.errors import ServerError
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.run_files import MANIFESTS_YAML, SERVER_LOG
@@ -232,15 +232,12 @@ def _secret_object(name: str, namespace: str | None, instance: str,
 def kubernetes_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
                    directory: Path) -> KubernetesRun:
     """The deployment of `layout` as Kubernetes objects, validated offline; nothing is applied
-    until `start()`. The image must be pinned by digest (CheckFailed otherwise, as `serve`)."""
+    until `start()`. The preflight has checked the image (`target_findings`: pinned by digest)."""
     from dspark_cli.deploy.command import k8s_spec
     from dspark_cli.deploy.k8s_schema import require_valid_manifests
     from dspark_cli.deploy.node_script import secret_environment, url_refs
 
     spec = k8s_spec(cfg)
-    problem = image_problem(spec.image)
-    if problem:
-        raise CheckFailed(f"k8s-image-pinned: {problem} (change `deploy.k8s.image`)")
     values = secret_environment(layout, plan.env, url_refs(layout, plan.env))
     # The run's own Secret: a user's `deploy.k8s.secret_name` is never replaced or deleted.
     spec = replace(spec, secret_name=f"{spec.name}-run-secrets")
