@@ -261,3 +261,21 @@ def test_background_check_fails_closed_and_vetoes_only_once_failed() -> None:
     assert crashed.failed and "validator crashed" in crashed.evidence
     passed = BackgroundCheck("vllm_accepts_command", lambda: (True, "accepted")).result()
     assert passed.status is Status.passed
+
+
+def test_a_raced_call_ends_done_failed_interrupted_or_timed_out() -> None:
+    import threading
+
+    from dspark_cli.smoke.background import race
+
+    def boom() -> None:
+        raise OSError("connection reset")
+
+    never = threading.Event()
+    assert race(lambda: 42, 5, lambda: None) == ("done", 42)
+    kind, exc = race(boom, 5, lambda: None)
+    assert kind == "error" and isinstance(exc, OSError)
+    assert race(lambda: never.wait(5), 5, lambda: "the server died") == ("interrupted",
+                                                                          "the server died")
+    assert race(lambda: never.wait(5), 0.1, lambda: None) == ("timeout", None)
+    never.set()
