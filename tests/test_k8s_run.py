@@ -15,10 +15,10 @@ import pytest
 
 from dspark_cli.deploy.k8s_pods import pod_problem
 from dspark_cli.deploy.k8s_run import kubernetes_run
-from dspark_cli.errors import CheckFailed, ServerError, UsageError
+from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.layout import node_layout
 from dspark_cli.launch.plan import build_plan
-from tests.conftest import compose_config, wait_until
+from tests.conftest import compose_config, run_dspark, wait_until
 from tests.doubles.fake_kubectl import install, processes, reap
 from tests.doubles.fake_vllm import free_port
 
@@ -131,9 +131,14 @@ def test_no_kubectl_is_a_usage_error(tmp_path: Path, monkeypatch) -> None:
         run.start()
 
 
-def test_an_unpinned_image_is_refused_before_anything(tmp_path: Path) -> None:
-    with pytest.raises(CheckFailed, match=r"deploy\.k8s\.image"):
-        run_for(tmp_path, "deploy.k8s.image=vllm/vllm-openai:latest")
+def test_an_unpinned_image_is_refused_before_anything(tmp_path: Path, cluster: Path) -> None:
+    """The preflight checks the pin (once: `kubernetes_run` trusts it); nothing is applied."""
+    done = run_dspark("smoke", "+hw=cpu", "hw.nodes=2", "deploy=k8s",
+                      "deploy.k8s.image=vllm/vllm-openai:latest",
+                      f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "k8s-image-pinned FAILED" in done.stderr and "deploy.k8s.image" in done.stderr
+    assert pods_left(cluster) == [] and not (tmp_path / "run" / "manifests.yaml").exists()
 
 
 @pytest.mark.parametrize(("status", "reason"), [
