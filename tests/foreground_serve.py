@@ -3,22 +3,14 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.conftest import wait_until
+from tests.conftest import default_signals, wait_until
 
 READY = "ready at "
-
-
-def default_signals() -> None:
-    """In the child before exec: the default SIGINT and SIGHUP, which a suite started from a
-    background job (`nohup make test &`) would otherwise hand down ignored."""
-    for sig in (signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 class ForegroundServe:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from dspark_cli.server.process import free_port
 
 NODES = ("n1", "n2")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol",
@@ -40,12 +41,6 @@ def unavailable() -> str | None:
 
 def _binary(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], socket_path: Path) -> str:
@@ -112,8 +107,8 @@ class SlurmCluster:
         key.chmod(0o400)
         (root / "munge").chmod(0o700)
         conf = root / "slurm.conf"
-        ports = {n: _free_port() for n in NODES}
-        conf.write_text(slurm_conf(root, _free_port(), ports, sock))
+        ports = {n: free_port() for n in NODES}
+        conf.write_text(slurm_conf(root, free_port(), ports, sock))
         cluster = cls(root, {"SLURM_CONF": str(conf)}, [])
         try:
             cluster._daemon([_binary("munged"), "--force", f"--socket={sock}",

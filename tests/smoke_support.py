@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
@@ -13,25 +12,19 @@ from typing import Any
 
 import psutil
 
-from tests.doubles.fake_vllm import SCRIPT, free_port
+from dspark_cli.server.process import free_port
+from tests.conftest import dspark_argv, dspark_env
+from tests.doubles.fake_vllm import SCRIPT
 
-REPO = Path(__file__).resolve().parents[1]
 ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines", "draft_params",
               "no_fatal_lines", "request", "generation", "engines", "spec_decode", "teardown"}
 
 
 def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:
     fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), *fake_args])
-    return [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu", f"server.port={port}",
-            f"server.command=[{fake}]", "model.synthetic=null", "server.ready_timeout_s=5",
-            "smoke.request_timeout_s=2", *overrides, "--json"]
-
-
-def smoke_env() -> dict[str, str]:
-    """The caller's environment with the repository first on PYTHONPATH (kept, not replaced,
-    so an install that lives on PYTHONPATH still works)."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path}
+    return dspark_argv("smoke", "+hw=cpu", f"server.port={port}", f"server.command=[{fake}]",
+                       "model.synthetic=null", "server.ready_timeout_s=5",
+                       "smoke.request_timeout_s=2", *overrides, "--json")
 
 
 def run_smoke(tmp_path: Path, scenario: str, *overrides: str,
@@ -39,7 +32,7 @@ def run_smoke(tmp_path: Path, scenario: str, *overrides: str,
     port = free_port()
     done = subprocess.run(
         smoke_argv(port, ["--scenario", scenario, "--k", "3", *fake_args], *overrides),
-        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True, timeout=120)
+        cwd=tmp_path, env=dspark_env(), capture_output=True, text=True, timeout=120)
     assert done.stdout.strip(), done.stderr
     report = json.loads(done.stdout)
     assert_nothing_left(report, port)

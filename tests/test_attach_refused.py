@@ -12,11 +12,11 @@ import pytest
 
 from dspark_cli.errors import ExitCode, ServerError
 from dspark_cli.server import probe
+from dspark_cli.server.process import free_port
 from dspark_cli.server.session import ATTACH_REFUSED_S, ServerSession
 from dspark_cli.server.target import Target
-from tests.conftest import wait_until
-from tests.doubles.fake_vllm import SCRIPT, free_port
-from tests.smoke_support import smoke_env
+from tests.conftest import dspark_argv, dspark_env, wait_until
+from tests.doubles.fake_vllm import SCRIPT
 
 # Far beyond what any test waits: reaching it means the refusal was not noticed.
 LONG_TIMEOUT_S = 900.0
@@ -52,9 +52,9 @@ def test_a_server_that_comes_up_within_the_grace_is_attached(tmp_path: Path) -> 
 def test_smoke_attached_to_nothing_exits_3_within_seconds(tmp_path: Path) -> None:
     port = free_port()
     done = subprocess.run(
-        [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu",
-         f"server.url=http://127.0.0.1:{port}", f"server.ready_timeout_s={LONG_TIMEOUT_S}"],
-        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+        dspark_argv("smoke", "+hw=cpu", f"server.url=http://127.0.0.1:{port}",
+                    f"server.ready_timeout_s={LONG_TIMEOUT_S}"),
+        cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
         timeout=LONG_TIMEOUT_S / 10)
     assert done.returncode == ExitCode.SERVER == 3, done.stderr
     assert f"nothing listens at http://127.0.0.1:{port}" in done.stderr
@@ -64,8 +64,8 @@ def test_smoke_attached_to_nothing_exits_3_within_seconds(tmp_path: Path) -> Non
 @pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1:21", "http://"])
 def test_a_url_that_cannot_be_attached_to_is_a_usage_error(tmp_path: Path, url: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu", f"server.url={url}"],
-        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True, timeout=120)
+        dspark_argv("smoke", "+hw=cpu", f"server.url={url}"),
+        cwd=tmp_path, env=dspark_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == ExitCode.USAGE == 2, done.stderr
     assert "cannot be attached to" in done.stderr and "Traceback" not in done.stderr
 

@@ -22,8 +22,9 @@ from dspark_cli.bench.summary import summarize
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
+from dspark_cli.server.process import free_port
 from tests.conftest import compose_config, run_dspark, wait_until
-from tests.doubles.fake_vllm import LOSSY_INDEX, command, free_port
+from tests.doubles.fake_vllm import LOSSY_INDEX, command
 
 
 def bench_conf(*overrides: str) -> Any:

@@ -4,14 +4,12 @@ cluster: the jobs run side by side on one host, each cell with its own port, all
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO, wait_until
-from tests.doubles.fake_vllm import free_port
+from dspark_cli.server.process import free_port
+from tests.conftest import dspark_argv, dspark_env, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm]
 
@@ -19,13 +17,11 @@ pytestmark = [pytest.mark.slurm, pytest.mark.vllm]
 def test_bench_cells_run_as_parallel_slurm_jobs_all_valid(slurm_cluster, tmp_path):
     port = free_port()
     sweep = tmp_path / "sweep"
-    argv = [sys.executable, "-m", "dspark_cli.cli", "bench", "bench=cpu", "+hw=cpu",
-            f"server.port={port}", "bench.warmups=[]", "bench.measured_prompts=8",
-            "-m", "bench.arm=none", "bench.concurrency=8,2",
-            "hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=30",
-            "hydra.sweeper.max_batch_size=null", f"hydra.sweep.dir={sweep}"]
-    env = {**os.environ, **slurm_cluster.env,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    argv = dspark_argv("bench", "bench=cpu", "+hw=cpu", f"server.port={port}", "bench.warmups=[]",
+                       "bench.measured_prompts=8", "-m", "bench.arm=none", "bench.concurrency=8,2",
+                       "hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=30",
+                       "hydra.sweeper.max_batch_size=null", f"hydra.sweep.dir={sweep}")
+    env = dspark_env(slurm_cluster.env)
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]

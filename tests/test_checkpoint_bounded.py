@@ -5,9 +5,6 @@ problems of one kind beyond LISTED_PER_CODE become one summary that counts them.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,18 +13,15 @@ from checkpoint_factory import INDEX, build_checkpoint, rewrite_json
 from dspark_cli.checkpoint.head import stage_gaps
 from dspark_cli.checkpoint.result import LISTED_PER_CODE
 from dspark_cli.checkpoint.verify import verify_checkpoint
+from tests.conftest import run_dspark
 
-REPO = Path(__file__).resolve().parents[1]
 HUGE = 10**9
 
 
 def dspark_json(root: Path, cwd: Path) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     # The timeout only keeps a regression from hanging the suite; the asserts are on sizes.
-    done = subprocess.run([sys.executable, "-m", "dspark_cli.cli", "verify-checkpoint",
-                           "model=local", f"model.path={root}", "--json"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = run_dspark("verify-checkpoint", "model=local", f"model.path={root}", "--json",
+                      cwd=cwd)
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, done.stdout
 

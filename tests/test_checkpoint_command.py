@@ -7,17 +7,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from checkpoint_factory import build_checkpoint, build_hf_cache, fingerprint
 
+from tests.conftest import dspark_argv
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def dspark(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "dspark_cli.cli", "verify-checkpoint", *args],
+    done = subprocess.run(dspark_argv("verify-checkpoint", *args),
                           cwd=cwd, capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": os.pathsep.join(
                               p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),

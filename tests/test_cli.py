@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.errors import MEANING, ExitCode, exit_codes_help
-from tests.conftest import REPO, run_dspark
+from tests.conftest import REPO, dspark_argv, run_dspark
 
 README = REPO / "README.md"
 
@@ -121,8 +121,8 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     """`dspark bench ... --json | head -1`, with a real pipe: the plan is far larger than the
     pipe, so the writer meets the closed end."""
     read_end, write_end = os.pipe()
-    argv = [sys.executable, "-m", "dspark_cli.cli", "bench", "bench=speed_bench_throughput_1k",
-            "+hw=mi350x", "--dry-run", "--json"]
+    argv = dspark_argv("bench", "bench=speed_bench_throughput_1k", "+hw=mi350x", "--dry-run",
+                       "--json")
     proc = subprocess.Popen(argv, stdout=write_end, stderr=subprocess.PIPE, cwd=REPO)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as reader:

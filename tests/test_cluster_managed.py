@@ -6,20 +6,15 @@ fails, and a SIGTERM while the job waits, end in seconds with the job gone."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, wait_until
-from tests.doubles.fake_vllm import free_port
+from dspark_cli.server.process import free_port
+from tests.conftest import run_dspark, start_dspark, wait_until
 from tests.smoke_support import checks, port_free, statuses
 from tests.test_deploy_slurm import job_processes
 
@@ -28,23 +23,7 @@ ONE_CELL = ("bench=cpu", "bench.arm=none", "bench.concurrency=2", "bench.warmups
             "bench.measured_prompts=8")
 
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short working directory (vLLM's IPC socket paths must fit in 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="dsc-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, **(extra or {}), "PYTHONPATH": path}
-
-
-def _dspark(cwd: Path, env: dict[str, str], *args: str,
-            timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dspark_cli.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+BOOT_S = 900  # one command that boots vLLM on the cluster, at most
 
 
 def _job_of(stderr: str) -> str:
@@ -57,8 +36,9 @@ def _job_of(stderr: str) -> str:
 def test_managed_smoke_on_two_slurm_nodes_checks_both_engines_and_cancels_the_job(
         slurm_cluster, short_dir):
     port, rpc = free_port(), free_port()
-    done = _dspark(short_dir, _env(slurm_cluster.env), "smoke", *SLURM, "hw.nodes=2",
-                   f"server.port={port}", f"hw.dp_rpc_port={rpc}", "--json")
+    done = run_dspark("smoke", *SLURM, "hw.nodes=2", f"server.port={port}",
+                      f"hw.dp_rpc_port={rpc}", "--json", cwd=short_dir, env=slurm_cluster.env,
+                      timeout=BOOT_S)
     assert done.stdout.strip(), done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert done.returncode == 0, (report["verdict"], done.stderr[-3000:])
@@ -85,8 +65,9 @@ def test_managed_smoke_on_two_slurm_nodes_checks_both_engines_and_cancels_the_jo
 @pytest.mark.vllm
 def test_managed_bench_on_slurm_runs_a_cell_as_its_own_job(slurm_cluster, short_dir):
     run = short_dir / "run"
-    done = _dspark(short_dir, _env(slurm_cluster.env), "bench", *ONE_CELL, *SLURM,
-                   f"server.port={free_port()}", f"hydra.run.dir={run}", "--json")
+    done = run_dspark("bench", *ONE_CELL, *SLURM, f"server.port={free_port()}",
+                      f"hydra.run.dir={run}", "--json", cwd=short_dir, env=slurm_cluster.env,
+                      timeout=BOOT_S)
     assert done.returncode == 0, done.stderr[-4000:]
     job = _job_of(done.stderr)
     cell = json.loads((run / "cells" / "none-c2" / "cell.json").read_text())
@@ -104,8 +85,9 @@ def test_managed_bench_on_slurm_runs_a_cell_as_its_own_job(slurm_cluster, short_
 def test_bench_cell_on_two_local_nodes(short_dir):
     run = short_dir / "run"
     port, rpc = free_port(), free_port()
-    done = _dspark(short_dir, _env(), "bench", *ONE_CELL, "+hw=cpu", "hw.nodes=2",
-                   f"server.port={port}", f"hw.dp_rpc_port={rpc}", f"hydra.run.dir={run}")
+    done = run_dspark("bench", *ONE_CELL, "+hw=cpu", "hw.nodes=2", f"server.port={port}",
+                      f"hw.dp_rpc_port={rpc}", f"hydra.run.dir={run}", cwd=short_dir,
+                      timeout=BOOT_S)
     assert done.returncode == 0, done.stderr[-4000:]
     cell_dir = run / "cells" / "none-c2"
     cell = json.loads((cell_dir / "cell.json").read_text())
@@ -122,9 +104,9 @@ def test_bench_cell_on_two_local_nodes(short_dir):
 @pytest.mark.vllm  # the tiny model is made with torch
 def test_a_job_that_fails_ends_the_smoke_with_exit_3_naming_it(slurm_cluster, short_dir):
     started = time.monotonic()
-    done = _dspark(short_dir, _env(slurm_cluster.env), "smoke", *SLURM,
-                   f"server.port={free_port()}", "deploy.slurm.setup=[exit 7]", "--json",
-                   timeout=300)
+    done = run_dspark("smoke", *SLURM, f"server.port={free_port()}",
+                      "deploy.slurm.setup=[exit 7]", "--json", cwd=short_dir,
+                      env=slurm_cluster.env, timeout=300)
     took = time.monotonic() - started
     assert done.stdout.strip(), done.stderr[-3000:]
     report = json.loads(done.stdout)
@@ -146,10 +128,9 @@ def test_a_job_that_fails_ends_the_smoke_with_exit_3_naming_it(slurm_cluster, sh
 @pytest.mark.vllm  # the tiny model is made with torch
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_or_hangup_while_the_job_runs_cancels_it(slurm_cluster, short_dir, sig):
-    argv = [sys.executable, "-m", "dspark_cli.cli", "smoke", *SLURM,
-            f"server.port={free_port()}", "deploy.slurm.setup=[sleep 600]"]
-    proc = subprocess.Popen(argv, cwd=short_dir, env=_env(slurm_cluster.env),
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_dspark("smoke", *SLURM, f"server.port={free_port()}",
+                        "deploy.slurm.setup=[sleep 600]", cwd=short_dir, env=slurm_cluster.env,
+                        stderr=subprocess.PIPE)
     lines: list[str] = []
 
     def running() -> bool:
@@ -179,8 +160,6 @@ def test_sigterm_or_hangup_while_the_job_runs_cancels_it(slurm_cluster, short_di
 
 @pytest.mark.parametrize("target", ["slurm", "local"])
 def test_bench_dry_run_prints_each_cells_launch_where_it_runs(target, tmp_path):
-    from tests.conftest import run_dspark
-
     done = run_dspark("bench", *ONE_CELL, "+hw=cpu", "hw.nodes=2", f"deploy={target}",
                       "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from dspark_cli.deploy.k8s_schema import problems
+from dspark_cli.server.process import free_port
 from tests.conftest import run_dspark, wait_until
-from tests.doubles.fake_vllm import free_port
 
 IMAGE = "registry.example/dspark-av@sha256:" + "49067946ae13f404" * 4
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, compose_config, run_dspark, wait_until
-from tests.doubles.fake_vllm import free_port
+from dspark_cli.server.process import free_port
+from tests.conftest import compose_config, dspark_argv, dspark_env, run_dspark, wait_until
 from tests.foreground_serve import ForegroundServe
 from tests.slurm_cluster import NODE_CPUS, NODE_MEMORY_MB
 
@@ -64,11 +64,10 @@ def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_clust
     from tests.dp_engines import per_engine_generation
 
     port, rpc = free_port(), free_port()
-    argv = [sys.executable, "-m", "dspark_cli.cli", "serve", *TINY_OVERRIDES,
-            f"server.port={port}", f"hw.dp_rpc_port={rpc}", "deploy.slurm.poll_s=0.5",
-            "server.ready_timeout_s=600", f"hydra.run.dir={tmp_path / 'run'}"]
-    env = {**os.environ, **slurm_cluster.env,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    argv = dspark_argv("serve", *TINY_OVERRIDES, f"server.port={port}", f"hw.dp_rpc_port={rpc}",
+                       "deploy.slurm.poll_s=0.5", "server.ready_timeout_s=600",
+                       f"hydra.run.dir={tmp_path / 'run'}")
+    env = dspark_env(slurm_cluster.env)
     serve = ForegroundServe(argv, tmp_path, env)
     try:
         url = serve.wait_ready(900)

@@ -11,13 +11,12 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_dspark, wait_until
+from tests.conftest import dspark_argv, dspark_env, run_dspark, wait_until
 from tests.doubles.fake_kubectl import container_env, expand
 from tests.test_secrets import PLANTED
 
@@ -186,14 +185,12 @@ def test_dspark_hands_the_secrets_to_sbatch_through_its_environment(slurm_cluste
     run = tmp_path / "run"
     shown = ",".join(f"'printenv {v} | sha256sum >&2'"
                      for v in ("DSPARK_URL_PASSWORD_1", "DSPARK_URL_PASSWORD_2", "HF_TOKEN"))
-    argv = [sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=cpu", "hw.nodes=2",
-            "deploy=slurm", f"+serving.extra_args.tokenizer={TOKENIZER}",
-            f"+hw.env.HTTPS_PROXY={PROXY}",
-            f"+hw.env.HF_TOKEN={PLANTED['+serving.extra_args.hf-token']}",
-            f"deploy.slurm.setup=[{shown},'exit 3']", "deploy.slurm.poll_s=0.5",
-            f"hydra.run.dir={run}"]
-    env = {**os.environ, **slurm_cluster.env,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    argv = dspark_argv("serve", "+hw=cpu", "hw.nodes=2", "deploy=slurm",
+                       f"+serving.extra_args.tokenizer={TOKENIZER}", f"+hw.env.HTTPS_PROXY={PROXY}",
+                       f"+hw.env.HF_TOKEN={PLANTED['+serving.extra_args.hf-token']}",
+                       f"deploy.slurm.setup=[{shown},'exit 3']", "deploy.slurm.poll_s=0.5",
+                       f"hydra.run.dir={run}")
+    env = dspark_env(slurm_cluster.env)
     for name in ("DSPARK_URL_PASSWORD_1", "DSPARK_URL_PASSWORD_2", "HF_TOKEN"):
         env.pop(name, None)  # only dspark may put them there
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,

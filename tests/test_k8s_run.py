@@ -18,9 +18,9 @@ from dspark_cli.deploy.k8s_run import kubernetes_run
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.layout import node_layout
 from dspark_cli.launch.plan import build_plan
+from dspark_cli.server.process import free_port
 from tests.conftest import compose_config, run_dspark, wait_until
 from tests.doubles.fake_kubectl import install, processes, reap
-from tests.doubles.fake_vllm import free_port
 
 FAKE_VLLM = Path(__file__).resolve().parent / "doubles" / "fake_vllm.py"
 DIGEST = "registry.example/dspark-av@sha256:" + "5" * 64

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,9 @@ from checkpoint_factory import build_checkpoint
 from dspark_cli.checkpoint.manifest import ManifestError, parse_manifest
 from dspark_cli.checkpoint.result import Check
 from dspark_cli.checkpoint.verify import ContentRequest, verify_checkpoint
+from tests.conftest import run_dspark
 
 pytestmark = pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils")
-REPO = Path(__file__).resolve().parents[1]
 AWKWARD = ["sp ace.txt", "new\nline.txt", "back\\slash.txt", "*star.txt", " lead.txt",
            "tab\tname.txt", "cr\r.txt", "close (1).txt", "a) = b.txt", "ünï.txt", "trail .txt"]
 FIND = "find . -type f -exec sha256sum {} +"
@@ -108,10 +107,7 @@ def test_lines_sha256sum_skips_are_refused(tmp_path: Path, line: str) -> None:
 
 
 def dspark(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-m", "dspark_cli.cli", "verify-checkpoint", *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    done = run_dspark("verify-checkpoint", *args, cwd=cwd)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

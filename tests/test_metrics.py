@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from dspark_cli.server import metrics
+from dspark_cli.server.process import free_port
 from tests.conftest import wait_until
-from tests.doubles.fake_vllm import command, free_port
+from tests.doubles.fake_vllm import command
 
 EXPOSITION = """\
 # HELP vllm:generation_tokens_total Number of generation tokens processed.

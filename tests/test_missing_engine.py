@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.errors import ExitCode
+from dspark_cli.server.process import free_port
 from tests.conftest import REPO, run_dspark
-from tests.doubles.fake_vllm import free_port
 
 STUB = 'raise ModuleNotFoundError("No module named {0!r}", name="{0}")\n'
 HIDER = '''import sys

@@ -11,8 +11,8 @@ import pytest
 
 from dspark_cli.errors import ServerError
 from dspark_cli.server.port_claim import claimed_port
+from dspark_cli.server.process import free_port
 from tests.conftest import REPO, wait_until
-from tests.doubles.fake_vllm import free_port
 
 
 def test_two_claims_get_two_ports_and_a_listener_is_skipped():

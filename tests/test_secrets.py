@@ -18,9 +18,9 @@ from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
 from dspark_cli.launch.secret_overrides import hide
-from tests.conftest import compose_config, run_dspark
-from tests.doubles.fake_vllm import free_port
-from tests.smoke_support import smoke_argv, smoke_env
+from dspark_cli.server.process import free_port
+from tests.conftest import compose_config, dspark_env, run_dspark
+from tests.smoke_support import smoke_argv
 
 # route -> a planted value (long and unique, so a hit is a leak)
 PLANTED = {
@@ -155,7 +155,7 @@ def test_every_secret_carrying_vllm_option_is_known() -> None:
 def _smoke(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     port = free_port()
     argv = smoke_argv(port, ["--scenario", "healthy", "--k", "3"], *planted_overrides(), *extra)
-    return subprocess.run(argv, cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+    return subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
                           timeout=180)
 
 
@@ -193,7 +193,7 @@ def test_a_secret_typed_into_a_config_file_is_redacted_in_hydras_copies(tmp_path
     argv = smoke_argv(port, ["--scenario", "healthy", "--k", "3"], "-cd",
                       str(tmp_path / "myconf"), "-m", "logs.context_lines=10,11")
     argv[argv.index("+hw=cpu")] = "+hw=mine"
-    done = subprocess.run(argv, cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+    done = subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
                           timeout=180)
     assert done.returncode == 0, done.stderr
     assert "filetok-31415926" not in done.stdout + done.stderr

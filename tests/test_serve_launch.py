@@ -4,10 +4,8 @@ stops on Ctrl-C, and leaves no process behind and a run record."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -15,7 +13,7 @@ import psutil
 import pytest
 
 from dspark_cli.server.process import free_port, port_in_use
-from tests.conftest import wait_until
+from tests.conftest import start_dspark, wait_until
 
 pytestmark = pytest.mark.vllm
 BOOT_TIMEOUT_S = 300
@@ -37,11 +35,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
 def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dspark_cli.cli", "serve", f"server.port={port}",
-         "+serving.env.MY_API_KEY=sekrit-value"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ})
+    proc = start_dspark("serve", f"server.port={port}", "+serving.env.MY_API_KEY=sekrit-value",
+                        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     descendants: set[int] = set()
     try:
         wait_healthy(url, proc, BOOT_TIMEOUT_S)

@@ -19,10 +19,12 @@ import pytest
 from dspark_cli.errors import ServerError
 from dspark_cli.server.logscan import compile_patterns
 from dspark_cli.server.metrics import GENERATION_TOKENS
+from dspark_cli.server.process import free_port
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.target import Target
-from tests.doubles.fake_vllm import SCRIPT, free_port
-from tests.smoke_support import smoke_argv, smoke_env
+from tests.conftest import dspark_env
+from tests.doubles.fake_vllm import SCRIPT
+from tests.smoke_support import smoke_argv
 
 FATAL = compile_patterns({"rocm_memory_fault": r"Memory access fault by GPU"})
 
@@ -110,7 +112,7 @@ def test_busy_port_is_refused_before_the_run_record_or_a_scratch_dir(tmp_path: P
         run_dir = tmp_path / "run"
         argv = smoke_argv(port, ["--scenario", "healthy"], f"hydra.run.dir={run_dir}")
         done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                              env={**smoke_env(), "TMPDIR": str(scratch_root)})
+                              env={**dspark_env(), "TMPDIR": str(scratch_root)})
     assert done.returncode == 3, done.stderr
     assert f"port {port} on 127.0.0.1 is already in use; nothing was started" in done.stderr
     assert not (run_dir / "launch.sh").exists() and not (run_dir / "config.yaml").exists()

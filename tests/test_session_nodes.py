@@ -17,11 +17,11 @@ import pytest
 
 from dspark_cli.errors import ServerError
 from dspark_cli.server.logscan import compile_patterns
-from dspark_cli.server.process import Teardown
+from dspark_cli.server.process import Teardown, free_port
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.target import NodeProcess, Target
 from tests.conftest import wait_until
-from tests.doubles.fake_vllm import SCRIPT, free_port
+from tests.doubles.fake_vllm import SCRIPT
 
 FATAL = compile_patterns({"worker_died": r"Worker proc \S+ died unexpectedly"})
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import wait_until
-from tests.doubles.fake_vllm import command, free_port
-from tests.smoke_support import checks, smoke_env, statuses
+from dspark_cli.server.process import free_port
+from tests.conftest import dspark_argv, dspark_env, wait_until
+from tests.doubles.fake_vllm import command
+from tests.smoke_support import checks, statuses
 
 DSPARK_LINES = ("DSpark draft model loaded: 97 params",
                 "DSA indexer decode path: use_flattening=True supports_varlen=True",
@@ -36,9 +36,9 @@ class Attached:
                    "the fake server to start")
 
     def smoke(self, tmp_path: Path, *overrides: str) -> tuple[int, dict[str, Any]]:
-        argv = [sys.executable, "-m", "dspark_cli.cli", "smoke", f"server.url={self.url}",
-                "server.ready_timeout_s=5", *overrides, "--json"]
-        done = subprocess.run(argv, cwd=tmp_path, env=smoke_env(), capture_output=True,
+        argv = dspark_argv("smoke", f"server.url={self.url}", "server.ready_timeout_s=5",
+                           *overrides, "--json")
+        done = subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True,
                               text=True, timeout=60)
         assert done.stdout.strip(), done.stderr
         return done.returncode, json.loads(done.stdout)
@@ -101,18 +101,17 @@ def test_attached_without_a_log_skips_the_log_checks(tmp_path: Path, attach: Any
 
 def test_a_missing_log_file_is_a_usage_error(tmp_path: Path, attach: Any) -> None:
     server = attach()
-    argv = [sys.executable, "-m", "dspark_cli.cli", "smoke", f"server.url={server.url}",
-            f"server.log={tmp_path / 'nope.log'}"]
-    done = subprocess.run(argv, cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+    argv = dspark_argv("smoke", f"server.url={server.url}", f"server.log={tmp_path / 'nope.log'}")
+    done = subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2
     assert "is not a file" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_nothing_listening_is_a_server_failure(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "dspark_cli.cli", "smoke",
-            f"server.url=http://127.0.0.1:{free_port()}", "server.ready_timeout_s=1", "--json"]
-    done = subprocess.run(argv, cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+    argv = dspark_argv("smoke", f"server.url=http://127.0.0.1:{free_port()}",
+                       "server.ready_timeout_s=1", "--json")
+    done = subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 3
     assert statuses(json.loads(done.stdout))["health"] == "failed"

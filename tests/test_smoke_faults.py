@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.doubles.fake_vllm import free_port
+from dspark_cli.server.process import free_port
+from tests.conftest import default_signals, dspark_env
 from tests.smoke_support import (
     ALL_CHECKS,
     checks,
@@ -23,7 +24,6 @@ from tests.smoke_support import (
     port_free,
     run_smoke,
     smoke_argv,
-    smoke_env,
     statuses,
 )
 
@@ -97,8 +97,8 @@ def test_interrupt_tears_down_and_exits_130(tmp_path: Path, sig: signal.Signals)
     port = free_port()
     proc = subprocess.Popen(
         smoke_argv(port, ["--scenario", "hung_request"], "smoke.request_timeout_s=60"),
-        cwd=tmp_path, env=smoke_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        cwd=tmp_path, env=dspark_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=default_signals)
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
@@ -125,7 +125,7 @@ def test_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         done = subprocess.run(smoke_argv(port, ["--scenario", "healthy"]), cwd=tmp_path,
-                              env=smoke_env(), capture_output=True, text=True, timeout=60)
+                              env=dspark_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
     assert "already in use" in done.stderr
     assert "Traceback" not in done.stderr
@@ -137,7 +137,7 @@ def test_a_command_that_cannot_start_is_a_server_error(tmp_path: Path) -> None:
     argv = smoke_argv(port, [])
     argv[argv.index(next(a for a in argv if a.startswith("server.command=")))] = (
         "server.command=[/nonexistent/vllm,serve]")
-    done = subprocess.run(argv, cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+    done = subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 3
     assert "could not start" in done.stderr and "Traceback" not in done.stderr

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, wait_until
+from dspark_cli.server.process import free_port
+from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_kubectl import install, processes, reap
-from tests.doubles.fake_vllm import free_port
 from tests.foreground_serve import ForegroundServe
 
 DIGEST = "registry.example/dspark-av@sha256:" + "49067946ae13f404" * 4
@@ -47,18 +47,16 @@ def cluster_env(tmp_path: Path, vllm: str) -> tuple[dict[str, str], Path]:
     image.mkdir()
     (image / "vllm").write_text(f"#!/bin/bash\n{vllm}\n")
     (image / "vllm").chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path / 'kbin'}:{image}:{os.environ['PATH']}",
-           "TMPDIR": tempfile.mkdtemp(prefix="k8"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = dspark_env({"PATH": f"{tmp_path / 'kbin'}:{image}:{os.environ['PATH']}",
+                      "TMPDIR": tempfile.mkdtemp(prefix="k8")})
     return env, state
 
 
 def smoke(tmp_path: Path, env: dict[str, str], *overrides: str,
           timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu", "hw.nodes=2",
-            "deploy=k8s", f"deploy.k8s.image={DIGEST}", f"server.port={free_port()}",
-            f"hw.dp_rpc_port={free_port()}", f"hydra.run.dir={tmp_path / 'run'}", *overrides,
-            "--json"]
+    argv = dspark_argv("smoke", "+hw=cpu", "hw.nodes=2", "deploy=k8s", f"deploy.k8s.image={DIGEST}",
+                       f"server.port={free_port()}", f"hw.dp_rpc_port={free_port()}",
+                       f"hydra.run.dir={tmp_path / 'run'}", *overrides, "--json")
     return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -114,10 +112,9 @@ def serve_apply(tmp_path: Path) -> tuple[ForegroundServe, Path, dict[str, str]]:
                                        'port=$a; p=$a; done\n'
                                        'case " $* " in *" --headless "*) exec sleep 600;; esac\n'
                                        f'exec {sys.executable} {fake} --port "$port"')
-    argv = [sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=cpu", "hw.nodes=2",
-            "deploy=k8s", f"deploy.k8s.image={DIGEST}", f"server.port={free_port()}",
-            f"hw.dp_rpc_port={free_port()}", "model.synthetic=null",
-            f"hydra.run.dir={tmp_path / 'run'}", "--apply"]
+    argv = dspark_argv("serve", "+hw=cpu", "hw.nodes=2", "deploy=k8s", f"deploy.k8s.image={DIGEST}",
+                       f"server.port={free_port()}", f"hw.dp_rpc_port={free_port()}",
+                       "model.synthetic=null", f"hydra.run.dir={tmp_path / 'run'}", "--apply")
     return ForegroundServe(argv, tmp_path, env), state, env
 
 
@@ -163,8 +160,8 @@ def test_after_kill_9_the_run_record_names_the_objects_and_its_lines_delete_them
 
 
 def test_apply_is_only_for_k8s(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=cpu",
-                           "--apply"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    done = subprocess.run(dspark_argv("serve", "+hw=cpu", "--apply"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60,
                           env=cluster_env(tmp_path, "exit 1")[0])
     assert done.returncode == 2 and "--apply is for deploy=k8s" in done.stderr
 
@@ -176,10 +173,10 @@ def test_bench_runs_a_cell_as_its_own_deployment(tmp_path):
     env, state = cluster_env(tmp_path, f'exec {sys.executable} -m dspark_cli.vllm.shim "$@"')
     run = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "dspark_cli.cli", "bench", "bench=cpu", "bench.arm=none",
-         "bench.concurrency=2", "bench.warmups=[]", "bench.measured_prompts=8", "+hw=cpu",
-         "deploy=k8s", f"deploy.k8s.image={DIGEST}", f"server.port={free_port()}",
-         f"hydra.run.dir={run}", "--json"],
+        dspark_argv("bench", "bench=cpu", "bench.arm=none", "bench.concurrency=2",
+                    "bench.warmups=[]", "bench.measured_prompts=8", "+hw=cpu", "deploy=k8s",
+                    f"deploy.k8s.image={DIGEST}", f"server.port={free_port()}",
+                    f"hydra.run.dir={run}", "--json"),
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     cell_dir = run / "cells" / "none-c2"

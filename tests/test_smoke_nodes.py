@@ -6,37 +6,26 @@ generate; everything torn down after."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.doubles.fake_vllm import free_port
-from tests.smoke_support import ALL_CHECKS, checks, port_free, smoke_env, statuses
+from dspark_cli.server.process import free_port
+from tests.conftest import dspark_argv, dspark_env
+from tests.smoke_support import ALL_CHECKS, checks, port_free, statuses
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short working directory (vLLM's IPC socket paths must fit in 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="dsn-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_two_node_smoke_passes_and_both_engines_generate(short_dir: Path) -> None:
     port, rpc = free_port(), free_port()
     before = {p.pid for p in psutil.process_iter()}
     done = subprocess.run(
-        [sys.executable, "-m", "dspark_cli.cli", "smoke", "+hw=cpu", "hw.nodes=2",
-         f"server.port={port}", f"hw.dp_rpc_port={rpc}", "--json"],
-        cwd=short_dir, env=smoke_env(), capture_output=True, text=True, timeout=900)
+        dspark_argv("smoke", "+hw=cpu", "hw.nodes=2", f"server.port={port}",
+                    f"hw.dp_rpc_port={rpc}", "--json"),
+        cwd=short_dir, env=dspark_env(), capture_output=True, text=True, timeout=900)
     assert done.stdout.strip(), done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert done.returncode == 0, (report["verdict"], done.stderr[-3000:])

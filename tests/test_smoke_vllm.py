@@ -7,29 +7,17 @@ spec-decode checks run against vLLM's real counters.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.doubles.fake_vllm import free_port
-from tests.smoke_support import ALL_CHECKS, checks, port_free, smoke_env, statuses
+from dspark_cli.server.process import free_port
+from tests.conftest import dspark_argv, dspark_env
+from tests.smoke_support import ALL_CHECKS, checks, port_free, statuses
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short working directory: vLLM binds IPC sockets under the run's TMPDIR, and a socket
-    path may not exceed 107 bytes (pytest's tmp_path is too deep)."""
-    path = Path(tempfile.mkdtemp(prefix="dss-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_default_smoke_passes_against_real_vllm(short_dir: Path) -> None:
@@ -37,8 +25,8 @@ def test_default_smoke_passes_against_real_vllm(short_dir: Path) -> None:
     port = free_port()
     before = {p.pid for p in psutil.process_iter()}
     done = subprocess.run(
-        [sys.executable, "-m", "dspark_cli.cli", "smoke", f"server.port={port}", "--json"],
-        cwd=tmp_path, env=smoke_env(), capture_output=True, text=True, timeout=600)
+        dspark_argv("smoke", f"server.port={port}", "--json"),
+        cwd=tmp_path, env=dspark_env(), capture_output=True, text=True, timeout=600)
     assert done.stdout.strip(), done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert done.returncode == 0, (report["verdict"], done.stderr[-3000:])
@@ -73,9 +61,8 @@ def test_a_command_vllm_rejects_stops_the_smoke(short_dir: Path) -> None:
     """vLLM's own validation runs beside the boot; its rejection is a reported check."""
     port = free_port()
     done = subprocess.run(
-        [sys.executable, "-m", "dspark_cli.cli", "smoke", f"server.port={port}",
-         "+speculative.extra.no_such_key=1", "--json"],
-        cwd=short_dir, env=smoke_env(), capture_output=True, text=True, timeout=600)
+        dspark_argv("smoke", f"server.port={port}", "+speculative.extra.no_such_key=1", "--json"),
+        cwd=short_dir, env=dspark_env(), capture_output=True, text=True, timeout=600)
     report = json.loads(done.stdout)
     assert done.returncode == 3, report["verdict"]
     rejected = checks(report)["vllm_accepts_command"]

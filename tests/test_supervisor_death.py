@@ -17,18 +17,19 @@ import psutil
 import pytest
 
 from dspark_cli.server import watchdog
-from tests.conftest import wait_until
-from tests.doubles.fake_vllm import SCRIPT, command, free_port
-from tests.foreground_serve import ForegroundServe, default_signals
-from tests.smoke_support import port_free, smoke_argv, smoke_env
+from dspark_cli.server.process import free_port
+from tests.conftest import default_signals, dspark_argv, dspark_env, wait_until
+from tests.doubles.fake_vllm import SCRIPT, command
+from tests.foreground_serve import ForegroundServe
+from tests.smoke_support import port_free, smoke_argv
 
 GONE_WITHIN_S = 5.0
 
 
 def serve_argv(port: int, *fake_args: str) -> list[str]:
     fake = ",".join(command(port, "healthy", *fake_args))
-    return [sys.executable, "-m", "dspark_cli.cli", "serve", "+hw=cpu", f"server.port={port}",
-            f"server.command=[{fake}]", "model.synthetic=null", "server.stop_grace_s=3"]
+    return dspark_argv("serve", "+hw=cpu", f"server.port={port}", f"server.command=[{fake}]",
+                       "model.synthetic=null", "server.stop_grace_s=3")
 
 
 def running(pids: set[int]) -> set[int]:
@@ -68,7 +69,7 @@ def assert_gone_soon(pids: set[int], port: int) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
 def test_serve_tears_the_server_down_on_hangup_as_on_sigterm(tmp_path: Path, sig: int) -> None:
     port = free_port()
-    serve = ForegroundServe(serve_argv(port), tmp_path, smoke_env())
+    serve = ForegroundServe(serve_argv(port), tmp_path, dspark_env())
     try:
         serve.wait_ready(60)
         pids = server_pids(serve.proc.pid)
@@ -85,7 +86,7 @@ def test_serve_tears_the_server_down_on_hangup_as_on_sigterm(tmp_path: Path, sig
 
 def test_kill_9_of_serve_ends_the_server_group_within_seconds(tmp_path: Path) -> None:
     port = free_port()
-    serve = ForegroundServe(serve_argv(port), tmp_path, smoke_env())
+    serve = ForegroundServe(serve_argv(port), tmp_path, dspark_env())
     try:
         serve.wait_ready(60)
         pids = server_pids(serve.proc.pid)
@@ -102,7 +103,7 @@ def test_kill_9_of_serve_ends_the_server_group_within_seconds(tmp_path: Path) ->
 def test_kill_9_of_serve_kills_a_server_that_ignores_sigterm_after_the_grace(
         tmp_path: Path) -> None:
     port = free_port()
-    serve = ForegroundServe(serve_argv(port, "--ignore-sigterm"), tmp_path, smoke_env())
+    serve = ForegroundServe(serve_argv(port, "--ignore-sigterm"), tmp_path, dspark_env())
     try:
         serve.wait_ready(60)
         pids = server_pids(serve.proc.pid)
@@ -120,7 +121,7 @@ def test_kill_9_of_serve_kills_a_server_that_ignores_sigterm_after_the_grace(
 def test_smoke_on_hangup_tears_the_server_down_and_exits_130(tmp_path: Path) -> None:
     port = free_port()
     argv = smoke_argv(port, ["--scenario", "hung_request"], "smoke.request_timeout_s=60")
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=smoke_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=dspark_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     try:
         wait_until(lambda: fakes(port) or proc.poll() is not None, 60, "the fake to start")
@@ -161,7 +162,7 @@ def test_kill_9_of_a_supervisor_ends_every_node_even_when_a_thread_started_them(
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(port),
                              str(tmp_path / "server.log"), str(SCRIPT)],
-                            env=smoke_env(), stdout=subprocess.PIPE, text=True)
+                            env=dspark_env(), stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         leaders = json.loads(proc.stdout.readline())
@@ -183,7 +184,7 @@ def run_watchdog(argv: list[str]) -> subprocess.CompletedProcess[str]:
     read, write = os.pipe()
     try:
         return subprocess.run(watchdog.command(argv, read, 1.0), pass_fds=(read,),
-                              capture_output=True, text=True, timeout=30, env=smoke_env())
+                              capture_output=True, text=True, timeout=30, env=dspark_env())
     finally:
         os.close(read)
         os.close(write)

@@ -15,9 +15,10 @@ import psutil
 import pytest
 
 from dspark_cli.report import markdown
-from tests.conftest import REPO, run_dspark, wait_until
-from tests.doubles.fake_vllm import SCRIPT, free_port
-from tests.smoke_support import fake_pid, port_free, smoke_env
+from dspark_cli.server.process import free_port
+from tests.conftest import REPO, default_signals, dspark_argv, dspark_env, run_dspark, wait_until
+from tests.doubles.fake_vllm import SCRIPT
+from tests.smoke_support import fake_pid, port_free
 
 GOLDEN = REPO / "tests" / "data" / "golden"
 
@@ -26,16 +27,15 @@ def validate_argv(tmp_path: Path, *overrides: str, scenario: str = "healthy") ->
     port = free_port()
     fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), "--scenario", scenario,
                      "--k", "3"])
-    return [sys.executable, "-m", "dspark_cli.cli", "validate", "+hw=cpu",
-            f"server.port={port}", f"server.command=[{fake}]", "server.ready_timeout_s=10",
-            "smoke.request_timeout_s=3", "validate.bench=null",
-            f"hydra.run.dir={tmp_path / 'run'}", *overrides]
+    return dspark_argv("validate", "+hw=cpu", f"server.port={port}", f"server.command=[{fake}]",
+                       "server.ready_timeout_s=10", "smoke.request_timeout_s=3",
+                       "validate.bench=null", f"hydra.run.dir={tmp_path / 'run'}", *overrides)
 
 
 def run_validate(tmp_path: Path, *overrides: str, flags: tuple[str, ...] = (),
                  scenario: str = "healthy") -> tuple[subprocess.CompletedProcess[str], Path]:
     done = subprocess.run([*validate_argv(tmp_path, *overrides, scenario=scenario), *flags],
-                          cwd=tmp_path, env=smoke_env(), capture_output=True, text=True,
+                          cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
                           timeout=180)
     assert "Traceback" not in done.stderr, done.stderr
     return done, tmp_path / "run"
@@ -136,8 +136,8 @@ def test_ctrl_c_tears_down_and_still_writes_what_was_measured(tmp_path: Path) ->
     argv = validate_argv(tmp_path, "smoke.request_timeout_s=120", scenario="hung_request")
     stderr = tmp_path / "stderr.txt"
     with stderr.open("w") as err:
-        proc = subprocess.Popen(argv, cwd=tmp_path, env=smoke_env(), stdout=subprocess.DEVNULL,
-                                stderr=err, text=True)
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=dspark_env(), stdout=subprocess.DEVNULL,
+                                stderr=err, text=True, preexec_fn=default_signals)
     try:
         wait_until(lambda: "requesting" in stderr.read_text(), 90, "the smoke's request")
         pid = fake_pid(tmp_path / "run" / "smoke" / "server.log")

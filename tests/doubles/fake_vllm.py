@@ -42,7 +42,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -71,13 +70,6 @@ VERSION = "0.32.0"
 SHORT_BY = 7
 SCRIPT = Path(__file__).resolve()
 LOSSY_INDEX = 3  # the token lossy_speculation changes
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks an ephemeral one)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def command(port: int, scenario: str = "healthy", *extra: str) -> list[str]:
