@@ -43,13 +43,17 @@ def compose_plan(module: Any, config: str, overrides: list[str]) -> tuple[Any, P
     try:
         with initialize_config_dir(str(conf_dir()), version_base="1.3"):
             cfg = compose(config, overrides=overrides, return_hydra_config=True)
-        run_dir = Path.cwd() / Path(str(cfg.hydra.run.dir)).expanduser()
     except OverrideParseException:
         check_syntax(overrides)  # says which override and how to quote it
         raise
     except (HydraException, OmegaConfBaseException) as e:
         cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
         raise UsageError(f"{e}{cause}") from None
+    try:
+        run_dir = Path.cwd() / Path(str(cfg.hydra.run.dir)).expanduser()
+    except OmegaConfBaseException as e:  # `${hydra:...}` needs Hydra's app, which a plan skips
+        raise UsageError(f"hydra.run.dir cannot be resolved in a dry run: {e}",
+                         hint="give the dry run a hydra.run.dir without ${hydra:...}") from None
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, Path(os.path.normpath(run_dir))

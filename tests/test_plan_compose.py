@@ -50,3 +50,11 @@ def test_a_command_stores_only_the_schema_it_composes(command: str, stored: list
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          check=True, timeout=60).stdout
     assert out.split() == stored
+
+
+def test_a_run_directory_a_plan_cannot_resolve_is_a_usage_error(tmp_path: Path) -> None:
+    done = run_dspark("serve", "+hw=cpu", "--dry-run", "hydra.run.dir=out/${hydra:job.name}",
+                      cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "hydra.run.dir cannot be resolved in a dry run" in done.stderr
+    assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
