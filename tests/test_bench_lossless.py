@@ -33,6 +33,9 @@ def bench_conf(*overrides: str) -> Any:
 
 
 PINNED = bench_conf("bench=cpu").lossless
+# vLLM 0.32's own words (config/vllm.py) for a downgrade the bench marks but does not fail.
+DOWNGRADE = ("Pooling models do not support full cudagraphs. Overriding cudagraph_mode to "
+             "PIECEWISE.")
 
 
 def spec(**changes: Any) -> lossless.LosslessSpec:
@@ -206,7 +209,7 @@ def test_bench_marks_the_speculative_cell_of_a_lossy_server_invalid(tmp_path: Pa
     port, run_dir = free_port(), tmp_path / "run"
     # Each arm's server is told which profile it stands for (the override resolves per arm).
     fake = ",".join(command(port, "lossy_speculation", "--k", "3", "--speculative",
-                            "${speculative.name}"))
+                            "${speculative.name}", "--print-line", f"'{DOWNGRADE}'"))
     done = run_dspark("bench", "bench=cpu", "+hw=cpu", f"server.port={port}",
                       f"server.command=[{fake}]", "server.ready_timeout_s=20",
                       "bench.warmups=[]", "bench.measured_prompts=4", "bench.concurrency=2",
@@ -225,6 +228,10 @@ def test_bench_marks_the_speculative_cell_of_a_lossy_server_invalid(tmp_path: Pa
     assert record["lossless"]["token_ids"][0][LOSSY_INDEX] != json.loads(
         (run_dir / "cells" / "none-c2" / "cell.json").read_text()
     )["lossless"]["token_ids"][0][LOSSY_INDEX]
+    # vLLM's override line marks both cells degraded, not invalid.
+    (line,) = record["degraded"]  # "family: the log line"
+    assert line.startswith("cudagraph_downgrade: ") and line.endswith(DOWNGRADE)
+    assert cells["none-c2"]["degraded"] and cells["none-c2"]["valid"]
     # The probe ran after the counters were read: the token counts still agree.
     assert record["metrics_delta"]["generation_tokens"] == record["total_output_tokens"]
 
@@ -235,3 +242,4 @@ def test_bench_marks_the_speculative_cell_of_a_lossy_server_invalid(tmp_path: Pa
     assert "| draft_model | token_ids | 1 | 7 of 8 | 87.5% (100.0%) | draft_model-c2, prompt " \
         f"0, index {LOSSY_INDEX} | draft_model-c2 |" in section
     assert "| none | token_ids | 1 | 8 of 8 | 100.0% (100.0%) | - | none |" in section
+    assert "yes; DEGRADED (cudagraph_downgrade: vLLM overrode what was asked)" in text

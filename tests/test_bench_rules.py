@@ -153,7 +153,7 @@ def test_multirun_jobs_through_submitit_merge_into_one_report(tmp_path: Path) ->
     assert report.returncode == 0, report.stderr[-3000:]
     out = json.loads(report.stdout)
     assert out["run_dir"] == str(sweep)
-    assert out["counts"] == {"cells": 2, "valid": 2, "invalid": 0}
+    assert out["counts"] == {"cells": 2, "valid": 2, "invalid": 0, "degraded": 0}
     by_c = {s["concurrency"]: s["speedup"] for s in out["speedups"]}
     assert by_c[2] > 0 and by_c[8] is None
     assert (sweep / "summary.png").is_file() and (sweep / "summary.csv").is_file()

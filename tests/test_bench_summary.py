@@ -73,7 +73,7 @@ def test_files_table_and_plot(tmp_path: Path) -> None:
         (d / records.CELL_JSON).write_text(json.dumps(rec))
     rep = merge(tmp_path)
     data = json.loads(rep.summary_json.read_text())
-    assert data["counts"] == {"cells": 6, "valid": 5, "invalid": 1}
+    assert data["counts"] == {"cells": 6, "valid": 5, "invalid": 1, "degraded": 0}
     assert {(c["arm"], c["concurrency"]) for c in data["cells"]} == {
         (a, c) for a in PROTOCOL["arms"] for c in (64, 4)}
     first = data["cells"][0]

@@ -81,6 +81,7 @@ class CellRecord:
     accepted_per_draft: float | None = None  # mean accepted draft tokens per draft
     latency_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # ttft: p50..
     lossless: Mapping[str, Any] | None = None  # the greedy probe's answers and comparison
+    degraded: tuple[str, ...] = ()  # "family: line" where vLLM overrode what was asked
 
     @property
     def cell_id(self) -> str:
@@ -98,7 +99,8 @@ class CellRecord:
             "accepted_per_draft": self.accepted_per_draft,
             "latency_ms": {k: dict(v) for k, v in self.latency_ms.items()},
             "boot_s": self.boot_s, "teardown": self.teardown.to_dict() if self.teardown else None,
-            "finished_at": self.finished_at, "lossless": self.lossless, **self.evidence,
+            "finished_at": self.finished_at, "lossless": self.lossless,
+            "degraded": list(self.degraded), **self.evidence,
         }
 
     @classmethod
@@ -110,7 +112,7 @@ class CellRecord:
         own = {"arm", "concurrency", "repeat", "cell_id", "protocol", "valid", "reasons",
                "output_throughput", "request_throughput", "total_output_tokens",
                "acceptance_length", "accepted_per_draft", "latency_ms", "boot_s", "teardown",
-               "finished_at", "lossless"}
+               "finished_at", "lossless", "degraded"}
         latency = data.get("latency_ms")
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
@@ -129,6 +131,7 @@ class CellRecord:
             finished_at=str(data.get("finished_at") or ""),
             teardown=Teardown.from_dict(td) if td else None,
             lossless=data.get("lossless") if isinstance(data.get("lossless"), Mapping) else None,
+            degraded=tuple(str(x) for x in data.get("degraded") or ()),
             evidence={k: v for k, v in data.items() if k not in own},
         )
 
@@ -156,6 +159,7 @@ class Observed:
     started_at: str
     finished_at: str
     lossless: Mapping[str, Any] | None = None  # the probe's answers, compared (runner.py)
+    degraded: tuple[str, ...] = ()  # lines where vLLM overrode what was asked
 
 
 def _phase(p: PhaseRun) -> dict[str, Any]:
@@ -208,6 +212,7 @@ def build(seen: Observed, protocol: ProtocolInfo,
         acceptance_length=None if spec_dict is None else spec_dict["mean_acceptance_length"],
         boot_s=None if seen.boot_s is None else round(seen.boot_s, 3),
         finished_at=seen.finished_at, teardown=seen.teardown, lossless=seen.lossless,
+        degraded=seen.degraded,
         evidence={
             "completed": evidence.completed, "failed": evidence.failed,
             "per_position_acceptance": None if spec is None or not spec.drafts else

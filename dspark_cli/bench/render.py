@@ -31,6 +31,14 @@ def _latency(result: ArmResult, metric: str) -> str:
 
 
 def _validity(summary: Summary, result: ArmResult) -> str:
+    degraded = [c for c in summary.cells if (c.arm, c.concurrency) == (result.arm,
+                                                                       result.concurrency)
+                and c.degraded]
+    return _valid(summary, result) + (f" [yellow]DEGRADED ({len(degraded)})[/]" if degraded
+                                      else "")
+
+
+def _valid(summary: Summary, result: ArmResult) -> str:
     from rich.markup import escape
 
     if not result.invalid:

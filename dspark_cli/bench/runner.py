@@ -30,7 +30,7 @@ from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
-from dspark_cli.server.logscan import Pattern
+from dspark_cli.server.logscan import Pattern, degraded_lines
 from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.session import ServerSession
 from dspark_cli.vllm.shim import vllm_command
@@ -47,6 +47,7 @@ class CellContext:  # what every cell of one run shares
     dataset: VerifiedDataset
     fatal: tuple[Pattern, ...]
     prompts: PromptSet | None = None  # the lossless check's pinned prompts
+    degraded: tuple[Pattern, ...] = ()  # vLLM overrode what was asked: the cell is degraded
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -72,10 +73,11 @@ class _CellRun:
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
         started_at, start = _now(), time.monotonic()
-        target = self.launch.target(self.dir, fatal=self.ctx.fatal,
+        target = self.launch.target(self.dir, fatal=self.ctx.fatal, watch=self.ctx.degraded,
                                     metrics_timeout_s=self.ctx.protocol.metrics_timeout_s)
         session = ServerSession(target)
         fatal_lines: tuple[str, ...] = ()
+        degraded: tuple[str, ...] = ()
         teardown_s = 0.0
         try:
             with session:
@@ -86,6 +88,7 @@ class _CellRun:
                     snapshot = session.log_snapshot()
                     fatal_lines = tuple(f"{e.pattern}: {e.line}"
                                         for e in (snapshot.fatal if snapshot else ()))
+                    degraded = degraded_lines(snapshot, self.ctx.degraded)
                     t0 = time.monotonic()
                     session.close()
                     teardown_s = time.monotonic() - t0
@@ -96,7 +99,7 @@ class _CellRun:
             self.cell, tuple(self.phases), self.before, self.after, self.boot_s, fatal_lines,
             tuple(self.errors), session.teardown,
             CellTimings(self.boot_s or 0.0, sum(p.duration_s for p in self.phases), teardown_s,
-                        time.monotonic() - start), started_at, _now(), self._compared())
+                        time.monotonic() - start), started_at, _now(), self._compared(), degraded)
         return build(seen, ProtocolInfo.of(self.ctx.protocol), {
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),

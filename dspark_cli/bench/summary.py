@@ -40,6 +40,7 @@ class CellRow:
     boot_s: float | None
     speedup: float | None  # its arm's ratio of means over the baseline at this concurrency
     lossless: Mapping[str, Any] | None = None  # the record's greedy answers
+    degraded: tuple[str, ...] = ()  # lines where vLLM overrode what was asked (still valid)
     lossless_check: Mapping[str, Any] | None = None  # their comparison with the reference's
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,7 +52,8 @@ class CellRow:
                 "acceptance_length": self.acceptance_length,
                 "accepted_per_draft": self.accepted_per_draft,
                 "latency_ms": _plain(self.latency_ms), "boot_s": self.boot_s,
-                "speedup": self.speedup, "lossless": self.lossless_check}
+                "speedup": self.speedup, "lossless": self.lossless_check,
+                "degraded": list(self.degraded)}
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class Summary:
                                          for c in self.cells], self.arms),
             "counts": {
                 "cells": len(self.cells),
+                "degraded": sum(bool(c.degraded) for c in self.cells),
                 "valid": sum(c.valid for c in self.cells),
                 "invalid": sum(not c.valid for c in self.cells),
             },

@@ -71,12 +71,12 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.lossless import load_prompts
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
-    from dspark_cli.server.logscan import fatal_patterns
+    from dspark_cli.server.logscan import degraded_patterns, fatal_patterns
     from dspark_cli.server.process import stop_signals_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
     ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
-                      fatal=fatal_patterns(cfg.logs),
+                      fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
                       prompts=None if protocol.lossless is None else load_prompts(
                           protocol.lossless))
     print(f"dspark: run directory {directory}", file=sys.stderr)

@@ -212,6 +212,8 @@ class LogsConf:
     """Server log patterns every command judges logs by (name -> regex; null: switched off)."""
 
     fatal: dict[str, str | None] = field(default_factory=dict)
+    # vLLM overrode what was asked (not fatal): smoke reports, bench marks the cell degraded.
+    degraded: dict[str, str | None] = field(default_factory=dict)
     context_lines: int = field(default=10, metadata=between(0))
 
 

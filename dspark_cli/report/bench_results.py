@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from dspark_cli.bench import verdicts
@@ -151,6 +152,14 @@ def _reasons(summary: Mapping[str, Any], arm: str, concurrency: int) -> tuple[st
                  for c in cells for r in c.get("reasons") or ())
 
 
+def _degraded(summary: Mapping[str, Any], arm: str, concurrency: int) -> tuple[str, ...]:
+    """The families of override lines (`logs.degraded`) this arm's cells showed."""
+    lines = [str(line) for c in summary.get("cells") or ()
+             if (c["arm"], int(c["concurrency"])) == (arm, concurrency)
+             for line in c.get("degraded") or ()]
+    return tuple(dict.fromkeys(line.split(":", 1)[0] for line in lines))
+
+
 def results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
     if bench is None or bench.summary is None:
         return None
@@ -164,8 +173,9 @@ def results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
         mine = sorted((r for r in results if int(r["concurrency"]) == c),
                       key=lambda r: order.get(r["arm"], len(order)))
         tables.append(ResultTable(int(c), tuple(
-            _row(r, speedups.get((str(r["arm"]), int(c))), baseline,
-                 _reasons(summary, str(r["arm"]), int(c))) for r in mine)))
+            replace(_row(r, speedups.get((str(r["arm"]), int(c))), baseline,
+                         _reasons(summary, str(r["arm"]), int(c))),
+                    degraded=_degraded(summary, str(r["arm"]), int(c))) for r in mine)))
     plot = None
     if bench.plot is not None:
         plot = os.path.relpath(bench.plot, out_dir) if out_dir else str(bench.plot)

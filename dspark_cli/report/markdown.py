@@ -187,7 +187,9 @@ def _results(r: Results | None) -> list[str]:
             (row.arm, _throughput(row), _num(row.acceptance_length, 3),
              _num(row.accepted_per_draft, 3), _latency(row, "ttft"), _latency(row, "tpot"),
              _speedup(row), _verdict(row),
-             "yes" if row.valid else "no: " + "; ".join(row.reasons))
+             ("yes" if row.valid else "no: " + "; ".join(row.reasons)) + (
+                 f"; DEGRADED ({', '.join(row.degraded)}: vLLM overrode what was asked)"
+                 if row.degraded else ""))
             for row in t.rows])
         lines.append("")
     if r.plot:

@@ -135,6 +135,7 @@ class ResultRow:
     note: str  # why there is no speedup, or which repeats it leaves out
     valid: bool  # every repeat valid
     reasons: tuple[str, ...]  # each invalid repeat's reasons
+    degraded: tuple[str, ...] = ()  # families of lines where vLLM overrode what was asked
 
 
 @dataclass(frozen=True)

@@ -51,15 +51,36 @@ def compile_patterns(patterns: Mapping[str, str]) -> tuple[Pattern, ...]:
 def fatal_patterns(logs: Any) -> tuple[Pattern, ...]:
     """The `logs.fatal` patterns of a composed config (null ones are switched off); a broken
     regex is a usage error naming its key."""
+    return _enabled(logs, "fatal")
+
+
+def degraded_patterns(logs: Any) -> tuple[Pattern, ...]:
+    """The `logs.degraded` patterns (vLLM overrode what was asked: not fatal), watched like
+    required lines; null ones are switched off."""
+    return _enabled(logs, "degraded")
+
+
+def degraded_lines(snapshot: LogSnapshot | None, degraded: Sequence[Pattern]) -> tuple[str, ...]:
+    """"family: line" for each degraded family the log showed (its first line), in order."""
+    if snapshot is None:
+        return ()
+    names = {p.name for p in degraded}
+    seen = sorted((m for m in snapshot.found.values() if m.pattern in names),
+                  key=lambda m: m.line_no)
+    return tuple(f"{m.pattern}: {m.line}" for m in seen)
+
+
+def _enabled(logs: Any, key: str) -> tuple[Pattern, ...]:
     from omegaconf import OmegaConf
 
     from dspark_cli.errors import UsageError
 
-    enabled = {k: v for k, v in OmegaConf.to_container(logs.fatal).items() if v is not None}
+    enabled = {k: v for k, v in (OmegaConf.to_container(logs[key]) or {}).items()
+               if v is not None}
     try:
         return compile_patterns(enabled)
     except ValueError as exc:
-        raise UsageError(f"`logs.fatal`: {exc}") from None
+        raise UsageError(f"`logs.{key}`: {exc}") from None
 
 
 @dataclass(frozen=True)

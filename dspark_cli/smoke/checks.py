@@ -13,7 +13,7 @@ from typing import Any
 
 from dspark_cli.compat import StrEnum
 from dspark_cli.config.schema import DraftTokensRule
-from dspark_cli.server.logscan import LogSnapshot
+from dspark_cli.server.logscan import LogSnapshot, degraded_lines
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, engine_tokens, spec_decode
 from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.status import Status
@@ -182,6 +182,20 @@ def check_no_fatal(exp: Expectations, obs: Observations) -> CheckResult:
                        {"events": events})
 
 
+def check_overrides(exp: Expectations, obs: Observations) -> CheckResult:
+    """Lines where vLLM overrode what was asked (a cudagraph downgrade, a kernel fallback):
+    a performance downgrade, not a fault, so reported and passed."""
+    if obs.log is None:
+        return CheckResult("overrides", Status.skipped, "no server log")
+    lines = degraded_lines(obs.log, exp.degraded)
+    if not lines:
+        return CheckResult("overrides", Status.passed, "vLLM overrode nothing that was asked "
+                           f"({len(exp.degraded)} families watched)", {"lines": []})
+    more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+    return CheckResult("overrides", Status.passed, f"DEGRADED: vLLM overrode what was asked: "
+                       f"{lines[0].strip()}{more}", {"lines": list(lines)})
+
+
 def check_request(exp: Expectations, obs: Observations) -> CheckResult:
     req = obs.request
     if req.state is RequestState.ok:
@@ -281,7 +295,7 @@ def check_spec_decode(exp: Expectations, obs: Observations) -> CheckResult:
 
 
 CHECKS = (check_health, check_alive, check_startup_lines, check_draft_params, check_no_fatal,
-          check_request, check_generation, check_engines, check_spec_decode)
+          check_overrides, check_request, check_generation, check_engines, check_spec_decode)
 
 
 def evaluate(exp: Expectations, obs: Observations) -> tuple[CheckResult, ...]:

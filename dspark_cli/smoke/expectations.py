@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.config.plain import plain
 from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import UsageError
-from dspark_cli.server.logscan import Pattern, compile_patterns, fatal_patterns
+from dspark_cli.server.logscan import Pattern, compile_patterns, degraded_patterns, fatal_patterns
 
 PROFILE_GROUPS = ("hw", "model", "speculative")
 _ABSENT = object()
@@ -52,6 +52,8 @@ class Expectations:
     # Data parallel engines behind the API (a multi-node layout's DP size): with more than one,
     # the smoke sends `requests` at once so that every engine gets work, and checks each did.
     engines: int = 1
+    # Lines where vLLM overrode what was asked (`logs.degraded`): reported, never a failure.
+    degraded: tuple[Pattern, ...] = ()
 
     @property
     def requests(self) -> int:
@@ -62,7 +64,7 @@ class Expectations:
     def watch(self) -> tuple[Pattern, ...]:
         """Every line pattern the log watcher records a first match of."""
         extra = (self.draft_params.pattern,) if self.draft_params is not None else ()
-        return self.required + extra
+        return self.required + extra + self.degraded
 
 
 def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
@@ -124,6 +126,7 @@ def expectations(cfg: DictConfig) -> Expectations:
         request_timeout_s=float(smoke.request_timeout_s),
         metrics_timeout_s=float(smoke.metrics_timeout_s),
         fatal=fatal_patterns(cfg.logs),
+        degraded=degraded_patterns(cfg.logs),
         required=_compile({line: line for line in lines}, "expect_log"),
         draft_params=_draft_params(cfg),
         spec=rule,
