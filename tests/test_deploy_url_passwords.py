@@ -99,7 +99,8 @@ def test_the_sbatch_script_gives_vllm_the_real_values(tmp_path: Path) -> None:
     assert "#SBATCH --export=ALL" in script and "srun " in script
     assert "--export=ALL bash -c dspark_node" in script
     env = {"PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
-           "SLURM_JOB_NODELIST": "n[1-2]", **SECRET_VALUES}
+           "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_CPUS_PER_NODE": "2(x2)",
+           **SECRET_VALUES}
     ran = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
                          timeout=30)
     assert ran.returncode == 0, ran.stderr
