@@ -8,6 +8,7 @@ PROVENANCE_JSON = "provenance.json"
 SERVER_LOG = "server.log"  # the server's output (a Slurm job's --output too)
 NODES_SH = "nodes.sh"  # several nodes: every node's command
 MANIFESTS_YAML = "manifests.yaml"  # deploy=k8s: the objects applied
+DEPLOYMENT_JSON = "deployment.json"  # a cluster's job or objects and how to end them by hand
 
 # smoke
 SMOKE_JSON = "smoke.json"

@@ -120,7 +120,7 @@ def test_report_refuses_mixed_protocols_and_empty_dirs(tmp_path: Path) -> None:
 
 def test_a_foreign_json_named_cell_json_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "cell.json").write_text("{}")
-    with pytest.raises(UsageError, match="not a dspark bench cell record"):
+    with pytest.raises(UsageError, match=r"cell\.json: arm is missing; the record is malformed"):
         merge(tmp_path)
 
 

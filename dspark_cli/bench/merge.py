@@ -49,6 +49,7 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
             "only.",
             hint="Report each protocol's directory separately.",
         )
+    _belong_together(records)
     return summarize(
         rec.pick_best(records),
         protocol=names.pop(),
@@ -58,6 +59,26 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
         repeats=max(p.repeats for p in protocols),
         equivalence_margin=margins.pop(),
     )
+
+
+def _recorded(record: CellRecord, *path: str) -> str | None:
+    node: Any = record.evidence
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, str) else None
+
+
+def _belong_together(records: Sequence[CellRecord]) -> None:
+    """UsageError when the cells measured different models or datasets: one speedup over
+    them would compare nothing."""
+    models = {m for r in records if (m := _recorded(r, "launch", "plan", "model_path"))}
+    datasets = {d for r in records
+                if (d := _recorded(r, "dataset", "sha256") or _recorded(r, "dataset", "file"))}
+    if len(models) > 1 or len(datasets) > 1:
+        raise UsageError(
+            f"The cell records do not belong together: models {sorted(models)} / datasets "
+            f"{sorted(datasets)}; a summary compares cells of one model on one dataset only.",
+            hint="Report each run's directory separately.")
 
 
 def merge(directory: Path) -> Merged:

@@ -5,12 +5,14 @@ lines; an invalid cell is a red cross, never a line point.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from dspark_cli.bench import stats
 from dspark_cli.bench.stats import Interval
 from dspark_cli.bench.summary import Summary
 from dspark_cli.run_files import SUMMARY_PNG
+from dspark_cli.untrusted import write_atomic
 
 
 def _errors(intervals: list[Interval]) -> list[list[float]]:
@@ -87,6 +89,8 @@ def plot(summary: Summary, directory: Path) -> Path:
     fig.suptitle(f"dspark bench: {summary.protocol} ({summary.repeats} repeat"
                  f"{'s' if summary.repeats != 1 else ''} per cell{bars})")
     path = directory / SUMMARY_PNG
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    write_atomic(path, png.getvalue())
     return path

@@ -8,30 +8,31 @@ results. A retried cell's earlier attempt is moved aside to
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from dspark_cli.bench.cell import CellRecord
-from dspark_cli.errors import UsageError
+from dspark_cli.bench.cell import FIELDS, REQUIRED, CellRecord
 from dspark_cli.run_files import CELL_JSON, CELLS_DIR
+from dspark_cli.untrusted import RecordError, check, load_json
 
 
 def cell_dir(run_dir: Path, cell_id: str) -> Path:
     return run_dir / CELLS_DIR / cell_id
 
 
-def read(path: Path) -> CellRecord:
-    """One cell record; UsageError if it is not a dspark cell record."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"Cannot read cell record {path}: {exc}.") from exc
+def read(path: Path, root: Path | None = None) -> CellRecord:
+    """One cell record, read as untrusted input (`untrusted.py`): inside `root` (default: its
+    own directory), every field it uses of its JSON type; RecordError (exit 2) naming the file
+    and field when it is not a dspark cell record."""
+    data = load_json(path, root or path.parent)
+    if data is None:
+        raise RecordError(path, "the file", "does not exist")
+    check(data, path, FIELDS, REQUIRED)
     try:
         return CellRecord.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UsageError(f"{path} is not a dspark bench cell record (arm, concurrency, valid, "
-                         f"protocol): {type(exc).__name__}: {exc}.") from None
+        raise RecordError(path, "a field", f"is not what a cell record holds "
+                          f"({type(exc).__name__}: {exc})") from None
 
 
 def finished_valid(run_dir: Path, cell_id: str) -> CellRecord | None:
@@ -39,7 +40,7 @@ def finished_valid(run_dir: Path, cell_id: str) -> CellRecord | None:
     path = cell_dir(run_dir, cell_id) / CELL_JSON
     if not path.is_file():
         return None
-    record = read(path)
+    record = read(path, run_dir)
     return record if record.valid else None
 
 
@@ -57,7 +58,7 @@ def set_aside(run_dir: Path, cell_id: str) -> Path | None:
 
 def collect(root: Path) -> list[CellRecord]:
     """Every cell record under `root` (a run or a multirun directory), retries included."""
-    return [read(p) for p in sorted(root.rglob(CELL_JSON))]
+    return [read(p, root) for p in sorted(root.rglob(CELL_JSON))]
 
 
 def pick_best(records: Iterable[CellRecord]) -> list[CellRecord]:

@@ -4,12 +4,14 @@ the latency percentiles the table shows)."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.summary import CellRow, Summary
 from dspark_cli.run_files import SUMMARY_CSV, SUMMARY_JSON
+from dspark_cli.untrusted import write_atomic
 
 # The latency percentiles the CSV and the table show (the summary.json keeps all recorded).
 SHOWN_LATENCY = tuple((m, p) for m in ("ttft", "tpot", "itl") for p in ("p50", "p99"))
@@ -39,12 +41,14 @@ def _csv_row(cell: CellRow) -> dict[str, Any]:
 
 
 def write(summary: Summary, directory: Path) -> tuple[Path, Path]:
-    """Write summary.json and summary.csv into `directory`; returns their paths."""
+    """Write summary.json and summary.csv into `directory` (each replaced at once, never
+    through a link planted at its name); returns their paths."""
     json_path = directory / SUMMARY_JSON
     csv_path = directory / SUMMARY_CSV
-    json_path.write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(_csv_row(cell) for cell in summary.cells)
+    write_atomic(json_path, json.dumps(summary.as_dict(), indent=2) + "\n")
+    rows = io.StringIO(newline="")
+    writer = csv.DictWriter(rows, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows(_csv_row(cell) for cell in summary.cells)
+    write_atomic(csv_path, rows.getvalue())
     return json_path, csv_path

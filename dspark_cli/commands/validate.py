@@ -100,6 +100,7 @@ def _stage_runner(cfg: DictConfig, directory: Path,
 def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     from dspark_cli.console import progress
     from dspark_cli.launch.record import write_config
+    from dspark_cli.launch.secrets import redact_text
     from dspark_cli.report.files import write_report
     from dspark_cli.server.process import stop_signals_as_interrupt
 
@@ -108,8 +109,8 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends the run as Ctrl-C does
         results = _stages(cfg, directory, keep_going=opts.keep_going)
     code = worst(r.exit_code for r in results)
-    (directory / VALIDATE_JSON).write_text(json.dumps(
-        {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n")
+    (directory / VALIDATE_JSON).write_text(redact_text(json.dumps(  # a stage's detail may
+        {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n"))
     report, text = write_report([directory], directory)
     if opts.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dspark_cli.console import progress
-
-RECORD_NAME = "deployment.json"
+from dspark_cli.run_files import DEPLOYMENT_JSON
 
 
 def slurm_cancel(job: str) -> list[str]:
@@ -28,7 +27,7 @@ def k8s_delete(kubectl_argv: Sequence[str], manifest: Path, secret: str | None) 
 
 def record_deployment(directory: Path, deployment: str, cancel: Sequence[str]) -> Path:
     """Write the record and say how to end the deployment by hand."""
-    path = directory / RECORD_NAME
+    path = directory / DEPLOYMENT_JSON
     path.write_text(json.dumps({"deployment": deployment, "cancel": list(cancel)}, indent=2)
                     + "\n")
     progress(f"{deployment} is recorded in {path}; should dspark die before it ends it: "

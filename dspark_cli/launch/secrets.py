@@ -137,6 +137,33 @@ class Scrubber:
 
 SCRUB = Scrubber()  # this process's known secrets, filled as configs are composed
 
+# In free text read back (a launch.sh that was edited, an older record): `NAME=value` of a
+# secret-named variable (`export` lines, a command's prefix) and the value of a secret-carrying
+# vLLM flag, unless the value refers to a variable (`"${HF_TOKEN:?...}"`, `$VAR`). Each pattern
+# starts at a word's start and a quoted value ends within its line (at most 4096 characters),
+# so a long line costs its length.
+_VALUE = r"""("[^"\n]{0,4096}"|'[^'\n]{0,4096}'|\S+)"""
+_ASSIGNMENT = re.compile(r"(?<![\w$-])([A-Za-z_]\w*)=" + _VALUE)
+_SECRET_FLAG = re.compile(r"(?<![\w-])(--(?:api-key|hf-token)(?:=|[ \t]+))" + _VALUE)
+
+
+def _a_reference(value: str) -> bool:
+    return value.lstrip("\"'").startswith("$")
+
+
+def redact_text(text: str) -> str:
+    """Free text with every secret it shows replaced: secret-named assignments, secret flags'
+    values, URL passwords and this process's known values (`SCRUB`)."""
+    def assignment(m: re.Match[str]) -> str:
+        if not is_secret_name(m[1]) or _a_reference(m[2]):
+            return m[0]
+        return f"{m[1]}={REDACTED}"
+
+    def flag(m: re.Match[str]) -> str:
+        return m[0] if _a_reference(m[2]) else m[1] + REDACTED
+
+    return SCRUB(_SECRET_FLAG.sub(flag, _ASSIGNMENT.sub(assignment, str(text))))
+
 
 class ShellRefs:
     """Shell words that refer to URL passwords by variable (`$DSPARK_URL_PASSWORD_1`), and the

@@ -20,7 +20,7 @@ from dspark_cli.report.sections import (
     known,
 )
 from dspark_cli.report.sources import BenchRecords, lookup
-from dspark_cli.run_files import SUMMARY_JSON
+from dspark_cli.run_files import CELLS_DIR
 
 # What `dspark_cli/bench/validity.py` judges every cell by.
 VALIDITY_RULES = (
@@ -180,7 +180,7 @@ def results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
     if bench.plot is not None:
         plot = os.path.relpath(bench.plot, out_dir) if out_dir else str(bench.plot)
     sentence = summary.get("results_sentence") or results_sentence(speedups)
-    return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / SUMMARY_JSON),
+    return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / CELLS_DIR),
                    lossless_rows(summary))
 
 

@@ -4,7 +4,9 @@ formats, rows in the records' order)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from urllib.parse import quote
 
 from dspark_cli.report.sections import (
     NOT_RUN,
@@ -25,15 +27,53 @@ SECTIONS = ("Summary", "Focused Validation", "Serving Smoke Validation",
             "Throughput Methodology", "Results")
 
 
-def _cell(text: object) -> str:
-    """A table cell: pipes escaped, newlines folded."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+# Record strings are untrusted: inline, every character that could open markup (emphasis,
+# a link or image, inline HTML or a comment, code, an entity) is escaped and line breaks are
+# folded, so no value starts a heading, a list or a fence; in code, the fence outgrows every
+# backtick run inside. `_` only where it could open emphasis (not inside a word).
+_INLINE = re.compile(r"[\\`*\[\]<>&~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_LINE_BREAK = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
+
+
+def text(value: object) -> str:
+    """A record's string as inline Markdown text: it renders as written, nothing more."""
+    return _INLINE.sub(lambda m: _ENTITIES.get(m[0], "\\" + m[0]),
+                       _LINE_BREAK.sub(" ", str(value)))
+
+
+def _fence_for(body: str, least: int = 1) -> str:
+    return "`" * max(least, 1 + max((len(r) for r in re.findall(r"`+", body)), default=0))
+
+
+def code(value: object) -> str:
+    """A record's string as an inline code span, on one line."""
+    body = _LINE_BREAK.sub(" ", str(value))
+    fence = _fence_for(body)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def block(lines: Sequence[str], info: str = "") -> list[str]:
+    """Lines as a fenced code block whose fence no line can close."""
+    fence = _fence_for("\n".join(lines), 3)
+    return [fence + info, *lines, fence]
+
+
+def _cell(value: object) -> str:
+    """A table cell (record strings in it already `text()`): pipes escaped, lines folded."""
+    return _LINE_BREAK.sub(" ", str(value)).replace("|", "\\|")
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
     return lines
+
+
+def _one_line(value: object) -> str:
+    """A record's string on one line of a code block."""
+    return _LINE_BREAK.sub(" ", str(value))
 
 
 def _num(value: float | None, places: int = 2) -> str:
@@ -43,22 +83,22 @@ def _num(value: float | None, places: int = 2) -> str:
 def _summary(report: Report) -> list[str]:
     lines = ["## Summary", ""]
     if report.stages:
-        rows = [(s.name, s.status, s.detail) for s in report.stages]
+        rows = [(text(s.name), text(s.status), text(s.detail)) for s in report.stages]
         lines += [*table(("stage", "result", "detail"), rows), ""]
     sentence = report.results.sentence if report.results else (
         "No benchmark results: the bench stage was not run.")
-    return [*lines, f"**Results:** {sentence}"]
+    return [*lines, f"**Results:** {text(sentence)}"]
 
 
 def _focused(f: Focused) -> list[str]:
     lines = ["## Focused Validation", ""]
     if f.status == NOT_RUN:
-        return [*lines, f"Not run: {f.detail}."]
-    lines += [f"Run in `{f.source}`:", "", "```", *f.tests, "```", ""]
-    counts = ", ".join(f"{n} {k}" for k, n in f.counts.items()) or "no tests collected"
-    lines.append(f"Result: **{f.status}** ({counts}).")
+        return [*lines, f"Not run: {text(f.detail)}."]
+    lines += [f"Run in {code(f.source)}:", "", *block([_one_line(t) for t in f.tests]), ""]
+    counts = ", ".join(f"{n} {text(k)}" for k, n in f.counts.items()) or "no tests collected"
+    lines.append(f"Result: **{text(f.status)}** ({counts}).")
     if f.detail:
-        lines += ["", f.detail]
+        lines += ["", text(f.detail)]
     return lines
 
 
@@ -67,9 +107,9 @@ def _smoke(s: Smoke | None) -> list[str]:
     if s is None:
         return [*lines, "Not run: no smoke record in the given run directories."]
     word = "passed" if s.passed else "FAILED"
-    lines += [f"A live serving smoke test ({s.mode}) {word}: {s.verdict}.", ""]
+    lines += [f"A live serving smoke test ({text(s.mode)}) {word}: {text(s.verdict)}.", ""]
     lines += table(("check", "result", "evidence"),
-                   [(c.name, c.status, c.evidence) for c in s.checks])
+                   [(text(c.name), text(c.status), text(c.evidence)) for c in s.checks])
     lines += [""]
     if s.counters is None:
         lines.append("No speculative-decoding counters were recorded (speculative decoding "
@@ -78,24 +118,24 @@ def _smoke(s: Smoke | None) -> list[str]:
         c = s.counters
         width = len(str(max(c.drafts, c.draft_tokens, c.accepted)))
         lines += ["Observed speculative-decoding counters during the smoke request:", "",
-                  "```",
-                  f"num_drafts_total:       {c.drafts:>{width}}",
-                  f"num_draft_tokens_total: {c.draft_tokens:>{width}}  # {c.relation}",
-                  f"num_accepted_tokens:    {c.accepted:>{width}}",
-                  "```"]
-    return [*lines, "", s.limits, "", f"Record: `{s.record}`"]
+                  *block([f"num_drafts_total:       {c.drafts:>{width}}",
+                          f"num_draft_tokens_total: {c.draft_tokens:>{width}}  # "
+                          f"{_one_line(c.relation)}",
+                          f"num_accepted_tokens:    {c.accepted:>{width}}"])]
+    return [*lines, "", s.limits, "", f"Record: {code(s.record)}"]
 
 
 def _environment(e: Environment) -> list[str]:
     return ["## Reproduction Environment", "", "### Hardware", "",
-            f"- {e.hardware}", f"- Tensor parallel size: {e.tensor_parallel_size}",
-            f"- Data parallel size: {e.data_parallel_size}", "", "### Model", "",
-            f"- Model: {e.model}", f"- Local validation path: {e.model_path}",
-            f"- Architecture: {e.architecture}", f"- Quantization: {e.quantization}",
-            f"- Checkpoint size: {e.checkpoint_size}",
-            f"- config.json SHA256: {e.config_sha256}",
-            f"- model.safetensors.index.json SHA256: {e.index_sha256}", "",
-            f"Record: `{e.record}`"]
+            f"- {text(e.hardware)}", f"- Tensor parallel size: {text(e.tensor_parallel_size)}",
+            f"- Data parallel size: {text(e.data_parallel_size)}", "", "### Model", "",
+            f"- Model: {text(e.model)}", f"- Local validation path: {text(e.model_path)}",
+            f"- Architecture: {text(e.architecture)}",
+            f"- Quantization: {text(e.quantization)}",
+            f"- Checkpoint size: {text(e.checkpoint_size)}",
+            f"- config.json SHA256: {text(e.config_sha256)}",
+            f"- model.safetensors.index.json SHA256: {text(e.index_sha256)}", "",
+            f"Record: {code(e.record)}"]
 
 
 def _provenance(p: Provenance) -> list[str]:
@@ -106,30 +146,30 @@ def _provenance(p: Provenance) -> list[str]:
             ("AITER commit", p.aiter_commit), ("AITER wheel SHA256", p.aiter_wheel_sha256),
             ("PyTorch", p.pytorch), ("ROCm (HIP)", p.rocm), ("CUDA", p.cuda))
     width = max(len(k) for k, _ in rows) + 1
-    return ["## Container Provenance", "", "```",
-            *(f"{k + ':':<{width}} {v}" for k, v in rows), "```", "",
+    return ["## Container Provenance", "",
+            *block([f"{k + ':':<{width}} {_one_line(v)}" for k, v in rows]), "",
             "The image tag, ID and base digest come from `runtime.image.*` "
             "(DSPARK_IMAGE_TAG, DSPARK_IMAGE_ID, DSPARK_BASE_DIGEST): a container cannot see "
             "its own image. The vLLM commit is what the installed vLLM reports (a patched "
             "build's base); the patch on top comes from `runtime.image.vllm_patch`.", "",
-            f"Record: `{p.record}`"]
+            f"Record: {code(p.record)}"]
 
 
 def _serving(s: Serving | None) -> list[str]:
     lines = ["## Serving Configuration", ""]
     if s is None:
         return [*lines, "Not recorded: no run record with a launch (an attached smoke only)."]
-    return [*lines, "```bash", s.script, "```", "", f"Record: `{s.record}`"]
+    return [*lines, *block(s.script.splitlines(), "bash"), "", f"Record: {code(s.record)}"]
 
 
 def _methodology(m: Methodology | None) -> list[str]:
     lines = ["## Throughput Methodology", ""]
     if m is None:
         return [*lines, "Not run: no bench record in the given run directories."]
-    lines += [f"Protocol `{m.protocol}`: {m.requests}, arms {', '.join(m.arms)}, speedups over "
-              f"`{m.baseline}`.", "",
-              f"- Dataset: {m.dataset}", f"- Dataset SHA256: {m.dataset_sha256}",
-              f"- Sampling: {m.sampling}",
+    lines += [f"Protocol {code(m.protocol)}: {text(m.requests)}, arms "
+              f"{text(', '.join(m.arms))}, speedups over {code(m.baseline)}.", "",
+              f"- Dataset: {text(m.dataset)}", f"- Dataset SHA256: {text(m.dataset_sha256)}",
+              f"- Sampling: {text(m.sampling)}",
               f"- Concurrency order: {', '.join(map(str, m.concurrency_order))}",
               f"- Repeats per cell: {m.repeats}" + (
                   f"; equivalence margin {m.equivalence_margin:.1%} (comparable only when the "
@@ -137,11 +177,11 @@ def _methodology(m: Methodology | None) -> list[str]:
                   "interval excludes 1 and the estimate is beyond it; else inconclusive, with "
                   "the smallest change the repeats could detect)"
                   if m.equivalence_margin is not None else ""),
-              f"- Cold boot: {m.cold_boot}", "",
+              f"- Cold boot: {text(m.cold_boot)}", "",
               "Warmup and measurement, per cell:", ""]
-    lines += [f"{i}. {w}" for i, w in enumerate(m.warmups, 1)]
+    lines += [f"{i}. {text(w)}" for i, w in enumerate(m.warmups, 1)]
     lines += ["", "A result is valid only when:", ""]
-    return [*lines, *(f"- {r}" for r in m.validity_rules)]
+    return [*lines, *(f"- {text(r)}" for r in m.validity_rules)]
 
 
 def _interval(estimate: str, low: float | None, high: float | None,
@@ -170,31 +210,31 @@ def _latency(r: ResultRow, metric: str) -> str:
 
 
 def _verdict(r: ResultRow) -> str:
-    return f"{r.verdict} ({r.note})" if r.note else r.verdict
+    return text(f"{r.verdict} ({r.note})" if r.note else r.verdict)
 
 
 def _results(r: Results | None) -> list[str]:
     lines = ["## Results", ""]
     if r is None:
         return [*lines, "Not run: no bench summary in the given run directories."]
-    lines += [r.sentence, ""]
+    lines += [text(r.sentence), ""]
     header = ("arm", "output tok/s, mean [95% CI] (n)", "acceptance length",
               "accepted per draft", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
-              f"speedup over {r.baseline} [95% CI]", "verdict", "valid")
+              f"speedup over {text(r.baseline)} [95% CI]", "verdict", "valid")
     for t in r.tables:
         lines += [f"### Concurrency {t.concurrency}", ""]
         lines += table(header, [
-            (row.arm, _throughput(row), _num(row.acceptance_length, 3),
+            (text(row.arm), _throughput(row), _num(row.acceptance_length, 3),
              _num(row.accepted_per_draft, 3), _latency(row, "ttft"), _latency(row, "tpot"),
              _speedup(row), _verdict(row),
-             ("yes" if row.valid else "no: " + "; ".join(row.reasons)) + (
-                 f"; DEGRADED ({', '.join(row.degraded)}: vLLM overrode what was asked)"
+             ("yes" if row.valid else "no: " + text("; ".join(row.reasons))) + (
+                 f"; DEGRADED ({text(', '.join(row.degraded))}: vLLM overrode what was asked)"
                  if row.degraded else ""))
             for row in t.rows])
         lines.append("")
     if r.plot:
-        lines += [f"![throughput and speedup vs concurrency]({r.plot})", ""]
-    return [*lines, *_lossless(r.lossless), f"Record: `{r.record}`"]
+        lines += [f"![throughput and speedup vs concurrency]({quote(r.plot)})", ""]
+    return [*lines, *_lossless(r.lossless), f"Record: {code(r.record)}"]
 
 
 def _share(share: float | None, needed: float | None) -> str:
@@ -208,22 +248,22 @@ def _lossless(rows: tuple[LosslessRow, ...]) -> list[str]:
         return []
     lines = ["### Lossless at temperature 0", "",
              f"Every cell answered the pinned greedy prompts after its measured phase; its "
-             f"sequences are compared token for token with `{rows[0].reference}`'s. A cell "
+             f"sequences are compared token for token with {code(rows[0].reference)}'s. A cell "
              "below the identity share it needs is invalid.", ""]
     lines += table(
         ("arm", "compared by", "cells", "identical sequences", "share (needed)",
          "first divergence", "cells below"),
-        [(r.arm, r.compared_by, str(r.cells) + (f" (+{r.unchecked} unchecked)" if r.unchecked
-                                                else ""),
+        [(text(r.arm), text(r.compared_by),
+          str(r.cells) + (f" (+{r.unchecked} unchecked)" if r.unchecked else ""),
           f"{r.identical} of {r.total}", _share(r.share, r.min_identical),
-          r.first_divergence, ", ".join(r.below) or "none") for r in rows])
+          text(r.first_divergence), text(", ".join(r.below) or "none")) for r in rows])
     return [*lines, ""]
 
 
 def render(report: Report) -> str:
     parts = [
         ["# Validation report", "", "Built by `dspark report` from the run records in:", "",
-         *(f"- `{s}`" for s in report.sources)],
+         *(f"- {code(s)}" for s in report.sources)],
         _summary(report), _focused(report.focused), _smoke(report.smoke),
         _environment(report.environment), _provenance(report.provenance),
         _serving(report.serving), _methodology(report.methodology), _results(report.results),

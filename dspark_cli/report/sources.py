@@ -4,12 +4,13 @@ nothing is measured again.
 
 A smoke run is a directory holding `smoke.json` (with its `config.yaml`, `launch.sh` and
 `provenance.json` beside it when it was managed); a bench run holds `cells/*/cell.json` (with
-`summary.json`, `summary.png` and each arm's record under `arms/`).
+`summary.png` and each arm's record under `arms/`; its summary is recomputed from the cells).
+Every record is untrusted input: read inside the directory it was found under only, each field
+of its JSON type (`record_specs.py`), and records of different models refused together.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,10 @@ from typing import Any
 
 import yaml
 
+from dspark_cli.bench import records
+from dspark_cli.bench.merge import summarize_records
 from dspark_cli.errors import UsageError
+from dspark_cli.report import record_specs as specs
 from dspark_cli.run_files import (
     ARMS_DIR,
     CELL_JSON,
@@ -26,11 +30,11 @@ from dspark_cli.run_files import (
     LAUNCH_SH,
     PROVENANCE_JSON,
     SMOKE_JSON,
-    SUMMARY_JSON,
     SUMMARY_PNG,
     TESTS_JSON,
     VALIDATE_JSON,
 )
+from dspark_cli.untrusted import RecordError, Spec, check, contained, load_json, read_text
 
 
 @dataclass(frozen=True)
@@ -74,27 +78,26 @@ def lookup(record: Mapping[str, Any] | None, *path: str) -> Any:
     return node
 
 
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read record {path}: {e}.") from None
+def _record(path: Path, root: Path, spec: Spec, required: Sequence[str] = ()) -> Any:
+    """A JSON record inside `root`, held to its spec (None when there is none)."""
+    data = load_json(path, root)
+    if data is not None:
+        check(data, path, spec, required)
+    return data
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def read_yaml(path: Path, root: Path) -> dict[str, Any]:
+    """A run's config.yaml inside `root`, held to `record_specs.CONFIG` ({} when absent)."""
+    text = read_text(path, root)
+    if text is None:
         return {}
     try:
         # libyaml's loader where installed: a resolved config.yaml is hundreds of lines.
-        data = yaml.load(path.read_text(encoding="utf-8"),
-                         Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as e:
-        raise UsageError(f"cannot read record {path}: {e}.") from None
-    return data if isinstance(data, dict) else {}
-
-
-def _text(path: Path) -> str | None:
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        raise RecordError(path, "the file", f"is not valid YAML ({e})") from None
+    check(data, path, specs.CONFIG)
+    return data
 
 
 def _one(found: Sequence[Path], what: str) -> Path | None:
@@ -108,38 +111,61 @@ def _one(found: Sequence[Path], what: str) -> Path | None:
     return unique[0] if unique else None
 
 
-def _smoke(path: Path | None) -> SmokeRecords | None:
+def _smoke(path: Path | None, root: Path) -> SmokeRecords | None:
     if path is None:
         return None
     d = path.parent
-    prov = d / PROVENANCE_JSON
-    return SmokeRecords(d, read_json(path), read_yaml(d / CONFIG_YAML), _text(d / LAUNCH_SH),
-                        read_json(prov) if prov.is_file() else {})
+    return SmokeRecords(d, _record(path, root, specs.SMOKE, specs.SMOKE_REQUIRED),
+                        read_yaml(d / CONFIG_YAML, root), read_text(d / LAUNCH_SH, root),
+                        _record(d / PROVENANCE_JSON, root, specs.PROVENANCE) or {})
 
 
-def _bench(root: Path | None, cells: Sequence[Path]) -> BenchRecords | None:
+def _bench(root: Path | None) -> BenchRecords | None:
+    """The bench run at `root`: its summary recomputed from the cell records (retries
+    included, as `bench --report` does: an edited summary.json never wins)."""
     if root is None:
         return None
-    arms = sorted(p for p in (root / ARMS_DIR).glob("*") if p.is_dir())
-    summary = root / SUMMARY_JSON
+    read = {p: records.read(p, root) for p in sorted(root.rglob(CELL_JSON))}
+    arms = sorted(p for p in (root / ARMS_DIR).glob("*") if p.is_dir() and not p.is_symlink())
     plot = root / SUMMARY_PNG
+    if plot.is_file() or plot.is_symlink():
+        contained(plot, root)
     return BenchRecords(
-        root, read_json(summary) if summary.is_file() else None,
-        tuple(read_json(p) for p in sorted(cells)),
-        {a.name: read_yaml(a / CONFIG_YAML) for a in arms},
-        {a.name: t for a in arms if (t := _text(a / LAUNCH_SH)) is not None},
-        {a.name: read_json(a / PROVENANCE_JSON) for a in arms
-         if (a / PROVENANCE_JSON).is_file()},
+        root, summarize_records(list(read.values())).as_dict(),
+        tuple(r.to_dict() for p, r in read.items() if ".attempt" not in p.parent.name),
+        {a.name: read_yaml(a / CONFIG_YAML, root) for a in arms},
+        {a.name: t for a in arms if (t := read_text(a / LAUNCH_SH, root)) is not None},
+        {a.name: prov for a in arms
+         if (prov := _record(a / PROVENANCE_JSON, root, specs.PROVENANCE)) is not None},
         plot if plot.is_file() else None)
 
 
-def _bench_root(cell: Path) -> Path:
-    """A cell record lives at <run>/cells/<id>/cell.json (a multirun: <sweep>/<job>/cells/...)."""
-    return cell.parent.parent.parent
+def _bench_root(cell: Path, given: Path) -> Path:
+    """A cell record lives at <run>/cells/<id>/cell.json (a multirun: <sweep>/<job>/cells/...);
+    never above the directory it was found under."""
+    root = cell.parent.parent.parent
+    return root if root.is_relative_to(given) else given
+
+
+def _model(config: Mapping[str, Any]) -> str | None:
+    path = lookup(config, "model", "path")
+    return path if isinstance(path, str) else None
+
+
+def _belong_together(smoke: SmokeRecords | None, bench: BenchRecords | None) -> None:
+    """UsageError when the smoke and the bench ran different models: one report would claim
+    both of one deployment."""
+    models = {m for m in ([_model(smoke.config)] if smoke else []) +
+              [_model(c) for c in (bench.arm_configs.values() if bench else ())] if m}
+    if len(models) > 1:
+        raise UsageError(f"the given records do not belong together: they ran different "
+                         f"models ({', '.join(sorted(models))}); a report covers one "
+                         "deployment.", hint="pass the run directories of one deployment")
 
 
 def collect(directories: Sequence[Path]) -> Sources:
-    """Every record under the directories; UsageError when one is missing or holds none."""
+    """Every record under the directories, read as untrusted input (`untrusted.py`): nothing
+    outside them is read or followed; UsageError when one is missing or holds none."""
     dirs = tuple(d.resolve() for d in directories)
     for d in dirs:
         if not d.is_dir():
@@ -147,27 +173,35 @@ def collect(directories: Sequence[Path]) -> Sources:
                              "validate`, `dspark smoke` or `dspark bench`.")
     found: dict[str, list[Path]] = {n: [] for n in (VALIDATE_JSON, CHECKPOINT_JSON, TESTS_JSON,
                                                     SMOKE_JSON, CELL_JSON)}
+    under: dict[Path, Path] = {}  # each record -> the given directory it was found under
     for d in dirs:
         for name, paths in found.items():
-            paths.extend(p for p in d.rglob(name) if ".attempt" not in p.parent.name)
-    cells = found[CELL_JSON]
-    roots = {_bench_root(c) for c in cells}
+            for p in d.rglob(name):
+                if ".attempt" not in p.parent.name:
+                    paths.append(p)
+                    under.setdefault(p, d)
+    roots = {_bench_root(c, under[c]): under[c] for c in found[CELL_JSON]}
     # A multirun's jobs share one sweep directory: its jobs' cells are one protocol.
-    bench_root = _one(sorted({r.parent if len(roots) > 1 else r for r in roots}), "bench run")
+    if len(roots) > 1:
+        roots = {r.parent if r.parent.is_relative_to(d) else r: d for r, d in roots.items()}
+    bench_root = _one(sorted(roots), "bench run")
+
+    def one(name: str, what: str, spec: Spec, required: Sequence[str] = ()) -> Any:
+        path = _one(found[name], what)
+        return None if path is None else _record(path, under[path], spec, required)
+
+    smoke_json = _one(found[SMOKE_JSON], "smoke run")
     sources = Sources(
         dirs,
-        _json_or_none(_one(found[VALIDATE_JSON], "validate run")),
-        _json_or_none(_one(found[CHECKPOINT_JSON], "checkpoint record")),
-        _json_or_none(_one(found[TESTS_JSON], "focused-test record")),
-        _smoke(_one(found[SMOKE_JSON], "smoke run")),
-        _bench(bench_root, cells),
+        one(VALIDATE_JSON, "validate run", specs.VALIDATE, specs.VALIDATE_REQUIRED),
+        one(CHECKPOINT_JSON, "checkpoint record", specs.CHECKPOINT),
+        one(TESTS_JSON, "focused-test record", specs.TESTS, specs.TESTS_REQUIRED),
+        _smoke(smoke_json, under[smoke_json]) if smoke_json else None,
+        _bench(bench_root),
     )
     if not any((sources.validate, sources.checkpoint, sources.tests, sources.smoke,
                 sources.bench)):
         raise UsageError(f"no dspark run records under {', '.join(map(str, dirs))} (looked "
                          "for validate.json, smoke.json and cells/*/cell.json).")
+    _belong_together(sources.smoke, sources.bench)
     return sources
-
-
-def _json_or_none(path: Path | None) -> Any:
-    return None if path is None else read_json(path)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.errors import ServerError
+from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server import watchdog
 from dspark_cli.server.groups import descendants, stop_group
 
@@ -171,7 +172,7 @@ class ServerProcess:
         assert self._proc is not None and self._proc.stdout is not None
         with self.log_path.open("a", encoding="utf-8") as log:
             for line in self._proc.stdout:
-                line = self.prefix + line
+                line = SCRUB(self.prefix + line)  # vLLM prints its args: a URL password too
                 log.write(line)  # one write per line: lines of processes sharing it stay whole
                 log.flush()
                 line = line.rstrip("\n")

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from dspark_cli.errors import ExitCode, UsageError
+from dspark_cli.launch.secrets import redact_text
 from dspark_cli.run_files import CHECKPOINT_JSON, JUNIT_XML, PYTEST_LOG, TESTS_JSON
 from dspark_cli.status import Status
 
@@ -33,8 +34,9 @@ class StageResult:
 
 
 def _write_json(path: Path, data: Any) -> None:
+    """A stage's record, redacted (a checkpoint's path may hold a URL password)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.write_text(redact_text(json.dumps(data, indent=2) + "\n"))
 
 
 def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:

@@ -1,0 +1,51 @@
+"""The fields of each record the report reads, and their JSON types: what `untrusted.check`
+holds a record to before the report trusts it (a record failing it is exit 2, naming the file
+and the field). Keys are dotted paths; `*` is every item of a list or value of an object."""
+
+from __future__ import annotations
+
+from dspark_cli.untrusted import BOOL, INT, LIST, MAP, NUMBER, TEXT
+
+VALIDATE = {"stages": LIST, "stages.*": MAP, "stages.*.name": TEXT, "stages.*.status": TEXT,
+            "stages.*.detail": TEXT, "exit_code": INT}
+VALIDATE_REQUIRED = ("stages", "stages.*.name", "stages.*.status")
+
+TESTS = {"status": TEXT, "node_ids": LIST, "node_ids.*": TEXT, "source": TEXT, "counts": MAP,
+         "counts.*": INT, "detail": TEXT}
+TESTS_REQUIRED = ("status",)
+
+CHECKPOINT = {"num_shards": INT, "total_bytes": INT}
+
+SMOKE = {"verdict": MAP, "verdict.passed": BOOL, "verdict.summary": TEXT, "mode": TEXT,
+         "checks": LIST, "checks.*": MAP, "checks.*.name": TEXT, "checks.*.status": TEXT,
+         "checks.*.evidence": TEXT, "checks.*.data": MAP, "checks.*.data.k": INT,
+         "checks.*.data.rule": TEXT, "request": MAP, "request.completion_tokens": INT,
+         "counters": MAP, "counters.spec_decode": MAP, "counters.spec_decode.drafts": INT,
+         "counters.spec_decode.draft_tokens": INT, "counters.spec_decode.accepted": INT,
+         "versions": MAP}
+SMOKE_REQUIRED = ("verdict", "verdict.passed", "checks.*.name", "checks.*.status")
+
+_CHECKPOINT = {"path": TEXT, "exists": BOOL, "config_sha256": TEXT, "index_sha256": TEXT,
+               "architecture": TEXT, "quantization": MAP, "num_shards": INT,
+               "total_bytes": INT}
+PROVENANCE = {"hardware": MAP, "hardware.gpus": LIST, "hardware.gpus.*": MAP,
+              "hardware.gpus.*.name": TEXT, "hardware.platform": TEXT, "platform": TEXT,
+              "checkpoint": MAP, **{f"checkpoint.{k}": v for k, v in _CHECKPOINT.items()},
+              "runtime": MAP, "packages": MAP, "torch_backends": MAP, "argv": LIST,
+              "argv.*": TEXT}
+# An attached smoke's `versions` (the server's own and this host's provenance).
+SMOKE.update({f"versions.{k}": v for k, v in PROVENANCE.items()})
+
+CONFIG = {"model": MAP, "model.path": TEXT, "model.name": TEXT, "model.args": MAP,
+          "model.args.served_model_name": TEXT, "hw": MAP, "hw.name": TEXT, "hw.args": MAP,
+          "runtime": MAP, "runtime.image": MAP, "bench": MAP, "bench.name": TEXT,
+          "bench.dataset": MAP, "bench.dataset.kind": TEXT, "bench.dataset.subset": TEXT,
+          "bench.dataset.path": TEXT, "bench.dataset.sha256": TEXT,
+          "bench.dataset.input_tokens": INT, "bench.dataset.seed": INT, "bench.sampling": MAP,
+          "bench.sampling.temperature": NUMBER, "bench.sampling.top_p": NUMBER,
+          "bench.sampling.max_output_tokens": INT, "bench.sampling.ignore_eos": BOOL,
+          "bench.warmups": LIST, "bench.warmups.*": MAP, "bench.warmups.*.num_prompts": INT,
+          "bench.warmups.*.concurrency": INT, "bench.warmups.*.output_tokens": INT,
+          "bench.measured_prompts": INT, "bench.concurrencies": LIST,
+          "bench.concurrencies.*": INT, "bench.arms": LIST, "bench.arms.*": TEXT,
+          "bench.baseline": TEXT, "bench.repeats": INT, "bench.equivalence_margin": NUMBER}
