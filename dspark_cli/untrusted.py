@@ -105,14 +105,15 @@ def _at(node: Any, steps: Sequence[str], where: str) -> Iterator[tuple[str, Any]
 
 def check(record: Any, path: Path | str, spec: Spec, required: Sequence[str] = ()) -> None:
     """RecordError unless `record` is a JSON object whose fields in `spec` have their kinds
-    (absent or null is allowed, except for the `required` ones)."""
+    (absent or null is allowed, except for the `required` ones, in each object their parent
+    path reaches: require the parent too where it must be there)."""
     if not isinstance(record, dict):
         raise RecordError(path, "the record", f"must be {MAP}")
-    for dotted in required:  # in every place its parent is (`checks.*.name`: each check's)
+    for dotted in required:  # wherever its parent is (`checks.*.name`: in each check)
         parent, _, last = dotted.rpartition(".")
         places = _at(record, parent.split("."), "") if parent else [("", record)]
         for where, node in places:
-            if not isinstance(node, dict) or node.get(last) is None:
+            if isinstance(node, dict) and node.get(last) is None:
                 raise RecordError(path, f"{where}.{last}" if where else last, "is missing")
     for dotted, kind in spec.items():
         for where, value in _at(record, dotted.split("."), ""):

@@ -188,6 +188,7 @@ def test_non_finite_numbers_are_no_json(records: Path, tmp_path: Path, constant:
     ("smoke/provenance.json", lambda d: d["checkpoint"].update(total_bytes="big"),
      "checkpoint.total_bytes"),
     ("smoke/provenance.json", lambda d: d["hardware"].update(gpus="eight"), "hardware.gpus"),
+    ("smoke/smoke.json", lambda d: d["counters"]["spec_decode"].pop("accepted"), "accepted"),
 ])
 def test_a_smoke_record_field_of_the_wrong_type_is_exit_2(records: Path, tmp_path: Path,
                                                           record: str, change: Any,
@@ -195,6 +196,20 @@ def test_a_smoke_record_field_of_the_wrong_type_is_exit_2(records: Path, tmp_pat
     edit_json(records / record, change)
     out = tmp_path / "out"
     refused(report(records / "smoke", out=out), out, str(records / record), field)
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("  repeats: 2", "  repeats: many", "bench.repeats"),
+    ("  equivalence_margin: 0.02", "  equivalence_margin: .nan", "bench.equivalence_margin"),
+    ("  baseline: dspark_fixed", "  baseline: [dspark_fixed]", "bench.baseline"),
+])
+def test_an_arms_config_of_the_wrong_type_is_exit_2(records: Path, tmp_path: Path, old: str,
+                                                   new: str, field: str) -> None:
+    config = records / "bench" / "arms" / "none" / "config.yaml"
+    assert old in config.read_text()
+    config.write_text(config.read_text().replace(old, new, 1))
+    out = tmp_path / "out"
+    refused(report(records / "bench", out=out), out, str(config), field)
 
 
 def test_a_truncated_record_is_exit_2_naming_the_file(records: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dspark_cli.errors import UsageError
 from dspark_cli.launch.secrets import redact_text
 from dspark_cli.report import markdown, sources
 from dspark_cli.report.build import build
@@ -37,7 +38,15 @@ def write_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Report, str]:
     """Build the report of the records under `run_dirs` and write it into `out_dir`; returns
     the (redacted) report and its Markdown."""
     out = out_dir.resolve()
-    report = redacted(build(sources.collect(run_dirs), str(out)))
+    src = sources.collect(run_dirs)
+    try:
+        report = redacted(build(src, str(out)))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        # what the specs (`record_specs.py`) do not hold a record to: still a bad record
+        raise UsageError(redact_text(
+            f"a record under {', '.join(map(str, src.directories))} is malformed "
+            f"({type(e).__name__}: {e}); nothing was written."),
+            hint="restore the records from the run, or leave the run out") from None
     text = redact_text(markdown.render(report))
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / REPORT_MD, text)

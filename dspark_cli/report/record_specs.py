@@ -23,7 +23,9 @@ SMOKE = {"verdict": MAP, "verdict.passed": BOOL, "verdict.summary": TEXT, "mode"
          "counters": MAP, "counters.spec_decode": MAP, "counters.spec_decode.drafts": INT,
          "counters.spec_decode.draft_tokens": INT, "counters.spec_decode.accepted": INT,
          "versions": MAP}
-SMOKE_REQUIRED = ("verdict", "verdict.passed", "checks.*.name", "checks.*.status")
+SMOKE_REQUIRED = ("verdict", "verdict.passed", "checks.*.name", "checks.*.status",
+                  "counters.spec_decode.drafts", "counters.spec_decode.draft_tokens",
+                  "counters.spec_decode.accepted")
 
 _CHECKPOINT = {"path": TEXT, "exists": BOOL, "config_sha256": TEXT, "index_sha256": TEXT,
                "architecture": TEXT, "quantization": MAP, "num_shards": INT,
@@ -49,3 +51,4 @@ CONFIG = {"model": MAP, "model.path": TEXT, "model.name": TEXT, "model.args": MA
           "bench.measured_prompts": INT, "bench.concurrencies": LIST,
           "bench.concurrencies.*": INT, "bench.arms": LIST, "bench.arms.*": TEXT,
           "bench.baseline": TEXT, "bench.repeats": INT, "bench.equivalence_margin": NUMBER}
+CONFIG_REQUIRED = ("bench.warmups.*.num_prompts", "bench.warmups.*.output_tokens")

@@ -96,7 +96,7 @@ def read_yaml(path: Path, root: Path) -> dict[str, Any]:
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         raise RecordError(path, "the file", f"is not valid YAML ({e})") from None
-    check(data, path, specs.CONFIG)
+    check(data, path, specs.CONFIG, specs.CONFIG_REQUIRED)
     return data
 
 
