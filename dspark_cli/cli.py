@@ -175,6 +175,9 @@ def run_command(name: str, argv: list[str]) -> int:
     plain = expand_home(plain)
     plain = with_hardware(plain, detect=module.needs_machine(opts))
     plain = hide_secrets(plain, flags)
+    from dspark_cli.config.override_keys import check_override_keys
+
+    check_override_keys(plain)
 
     from dspark_cli.config.strict import check_known_keys, check_ranges
     from dspark_cli.launch.secrets import learn

@@ -12,9 +12,10 @@ import pytest
 
 from dspark_cli.errors import ExitCode, ServerError
 from dspark_cli.server import probe
+from dspark_cli.server.attached import AttachedServer
+from dspark_cli.server.deployment import Watch
 from dspark_cli.server.process import free_port
 from dspark_cli.server.session import ATTACH_REFUSED_S, ServerSession
-from dspark_cli.server.target import Target
 from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import SCRIPT
 
@@ -22,13 +23,13 @@ from tests.doubles.fake_vllm import SCRIPT
 LONG_TIMEOUT_S = 900.0
 
 
-def attached(port: int, host: str = "127.0.0.1") -> Target:
-    return Target(f"http://{host}:{port}", host, port, None, LONG_TIMEOUT_S)
+def attached(port: int, host: str = "127.0.0.1") -> tuple[AttachedServer, Watch]:
+    return AttachedServer(f"http://{host}:{port}"), Watch(LONG_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
 def test_nothing_listening_is_a_server_error_after_the_grace(host: str) -> None:
-    session = ServerSession(attached(free_port(), host)).start()
+    session = ServerSession(*attached(free_port(), host)).start()
     started = time.monotonic()
     with pytest.raises(ServerError) as exc:
         session.wait_healthy()
@@ -42,7 +43,7 @@ def test_a_server_that_comes_up_within_the_grace_is_attached(tmp_path: Path) -> 
     fake = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        session = ServerSession(attached(port)).start()
+        session = ServerSession(*attached(port)).start()
         assert session.wait_healthy() < LONG_TIMEOUT_S / 10
     finally:
         fake.terminate()
@@ -78,7 +79,7 @@ def test_a_server_that_is_not_vllm_is_not_waited_for(tmp_path: Path) -> None:
     try:
         wait_until(lambda: probe.health(f"http://127.0.0.1:{port}") == 404, 60,
                    "the other server")
-        session = ServerSession(attached(port)).start()
+        session = ServerSession(*attached(port)).start()
         with pytest.raises(ServerError) as exc:
             session.wait_healthy()
         assert "no vLLM server (/health: 404)" in exc.value.reason

@@ -168,11 +168,25 @@ def test_deploy_is_local_by_default_for_every_launching_primary() -> None:
         assert compose_config(["+hw=cpu"], config=config).deploy.target == "local"
 
 
+SEED_PROTOCOL = "speed_bench_throughput_1k"
+
+
 @pytest.mark.parametrize("option", options("bench"))
 def test_every_bench_protocol_composes(option: str) -> None:
+    """A protocol names itself; an option named after a GPU profile is that profile's
+    protocol (what `dspark validate +hw=<profile>` runs by default): the seed's."""
     cfg = compose_config(["+hw=mi350x", f"bench={option}"], config="bench")
     assert_composes(cfg)
-    assert cfg.bench.name == option
+    gpu_profile = option in options("hw") and option != "cpu"
+    assert cfg.bench.name == (SEED_PROTOCOL if gpu_profile else option)
+
+
+@pytest.mark.parametrize("profile", options("hw"))
+def test_validate_runs_the_protocol_of_its_hw_profile(profile: str) -> None:
+    cfg = compose_config([f"+hw={profile}"], config="validate")
+    assert cfg.bench.name == ("cpu" if profile == "cpu" else SEED_PROTOCOL)
+    chosen = compose_config([f"+hw={profile}", "bench=cpu"], config="validate")
+    assert chosen.bench.name == "cpu"
 
 
 @pytest.mark.parametrize("option", options("model"))

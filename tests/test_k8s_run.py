@@ -15,6 +15,7 @@ import pytest
 
 from dspark_cli.deploy.k8s_pods import pod_problem
 from dspark_cli.deploy.k8s_run import kubernetes_run
+from dspark_cli.deploy.k8s_target import k8s_spec
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.layout import node_layout
 from dspark_cli.launch.plan import build_plan
@@ -57,7 +58,8 @@ def run_for(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
                           f"server.port={free_port()}", f"hw.dp_rpc_port={free_port()}",
                           *overrides])
     plan = build_plan(cfg)
-    return kubernetes_run(cfg, plan, node_layout(cfg, plan), tmp_path / "run")
+    return kubernetes_run(plan, node_layout(cfg, plan), k8s_spec(cfg), tmp_path / "run",
+                          stop_timeout_s=30.0)
 
 
 def pods_left(state: Path) -> list[str]:
@@ -83,7 +85,7 @@ def test_a_run_is_applied_followed_forwarded_and_deleted(tmp_path: Path, cluster
     assert "dspark-0" in run.describe() and "dspark-0-1 Running" in run.describe()
     pods = {p.environ().get("FAKE_KUBECTL_POD") for p in processes(cluster)} - {None}
     assert pods == {f"{cluster}/dspark-0", f"{cluster}/dspark-0-1"}
-    teardown = run.stop(30)
+    teardown = run.stop()
     assert teardown.clean and teardown.deployment_gone, teardown
     assert pods_left(cluster) == []
     assert _health(url) is None  # the forward is gone too
@@ -100,7 +102,7 @@ def test_a_crashing_leader_ends_the_run_naming_the_pod(tmp_path: Path, cluster: 
     reason = run.ended()
     assert reason is not None and reason.startswith("pod dspark-0: CrashLoopBackOff")
     assert "last exit code 1" in reason
-    assert run.stop(30).deployment_gone and pods_left(cluster) == []
+    assert run.stop().deployment_gone and pods_left(cluster) == []
 
 
 def test_an_image_that_cannot_be_pulled_ends_the_run(tmp_path: Path, cluster: Path,
@@ -112,7 +114,7 @@ def test_an_image_that_cannot_be_pulled_ends_the_run(tmp_path: Path, cluster: Pa
     wait_until(lambda: run.ended(), 30, "the pull failure to be seen")
     assert "ImagePullBackOff" in str(run.ended()) and "pod dspark-0" in str(run.ended())
     assert run.base_url() is None
-    assert run.stop(30).deployment_gone
+    assert run.stop().deployment_gone
 
 
 def test_no_cluster_is_a_server_error_and_nothing_is_applied(tmp_path: Path, cluster: Path,

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dspark_cli.config.schema import Platform
 from dspark_cli.launch.plan import build_plan
-from dspark_cli.launch.prepare import Prepared, write
-from dspark_cli.launch.record import write_config
+from dspark_cli.launch.prepare import record_notes
+from dspark_cli.launch.record import write_config, write_record
 from dspark_cli.launch.secrets import REDACTED, learn
-from dspark_cli.machine.detect import Machine
 from dspark_cli.run_files import CONFIG_YAML
 from dspark_cli.status import Finding, Status
 from tests.conftest import compose_config
@@ -19,8 +17,8 @@ from tests.conftest import compose_config
 def record(tmp_path: Path, *findings: Finding, custom: bool = False) -> str:
     cfg = compose_config(["+hw=cpu", "model.path=/nonexistent/model"])
     plan = build_plan(cfg)
-    prepared = Prepared(plan.argv, {}, Machine(Platform.cpu), findings, custom)
-    write(prepared, cfg, plan, tmp_path)
+    write_record(tmp_path, cfg, plan, list(plan.argv), {},
+                 record_notes(plan.argv, custom, findings))
     return (tmp_path / "launch.sh").read_text()
 
 

@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.errors import ServerError
+from dspark_cli.server.attached import AttachedServer
+from dspark_cli.server.deployment import Watch
+from dspark_cli.server.local import LocalDeployment, NodeProcess
 from dspark_cli.server.logscan import compile_patterns
 from dspark_cli.server.metrics import GENERATION_TOKENS
 from dspark_cli.server.process import free_port
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.target import Target
 from tests.conftest import dspark_env
 from tests.doubles.fake_vllm import SCRIPT
 from tests.smoke_support import smoke_argv
@@ -29,11 +31,12 @@ from tests.smoke_support import smoke_argv
 FATAL = compile_patterns({"rocm_memory_fault": r"Memory access fault by GPU"})
 
 
-def managed(tmp_path: Path, *fake_args: str, timeout: float = 10.0) -> Target:
+def managed(tmp_path: Path, *fake_args: str,
+            timeout: float = 10.0) -> tuple[LocalDeployment, Watch]:
     port = free_port()
     argv = (sys.executable, str(SCRIPT), "--port", str(port), *fake_args)
-    return Target(f"http://127.0.0.1:{port}", "127.0.0.1", port, tmp_path / "server.log",
-                  timeout, stop_grace_s=5.0, argv=argv, env=dict(os.environ), fatal=FATAL)
+    return (LocalDeployment((NodeProcess(0, argv, dict(os.environ), port),), "127.0.0.1", port,
+                            tmp_path / "server.log", stop_grace_s=5.0), Watch(timeout, FATAL))
 
 
 def scratch_of(log: Path) -> Path:
@@ -43,12 +46,12 @@ def scratch_of(log: Path) -> Path:
 
 def test_managed_session_boots_scrapes_and_tears_down_clean(tmp_path: Path) -> None:
     target = managed(tmp_path, "--k", "3")
-    with ServerSession(target) as session:
-        assert session.wait_healthy() < target.ready_timeout_s
+    with ServerSession(*target) as session:
+        assert session.wait_healthy() < target[1].ready_timeout_s
         before = session.scrape()
         assert session.version() == "0.32.0"
-        scratch = scratch_of(target.log_path)
-        assert scratch.is_dir() and "exists=True" in target.log_path.read_text()
+        scratch = scratch_of(target[0].log_path)
+        assert scratch.is_dir() and "exists=True" in target[0].log_path.read_text()
     teardown = session.teardown
     assert teardown is not None and teardown.clean and teardown.signal == "SIGTERM"
     assert teardown.to_dict()["port_free"] is True
@@ -61,7 +64,7 @@ def test_a_fatal_line_ends_the_wait_for_health_at_once(tmp_path: Path) -> None:
                      "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x0.",
                      timeout=60.0)
     start = time.monotonic()
-    with ServerSession(target) as session, pytest.raises(ServerError) as exc:
+    with ServerSession(*target) as session, pytest.raises(ServerError) as exc:
         session.wait_healthy()
     assert time.monotonic() - start < 10, "waited for the timeout instead of the fatal line"
     assert exc.value.reason.startswith("a fatal log line (rocm_memory_fault: ")
@@ -70,7 +73,7 @@ def test_a_fatal_line_ends_the_wait_for_health_at_once(tmp_path: Path) -> None:
 
 def test_a_dead_process_ends_the_wait_with_its_exit_code(tmp_path: Path) -> None:
     target = managed(tmp_path, "--no-such-flag", timeout=60.0)
-    with ServerSession(target) as session, pytest.raises(ServerError) as exc:
+    with ServerSession(*target) as session, pytest.raises(ServerError) as exc:
         session.wait_healthy()
     assert exc.value.reason == "the server exited with code 2 before /health answered 200"
 
@@ -92,8 +95,8 @@ def running_fake(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 def test_attached_session_is_the_same_interface_and_never_stops_the_server(
         running_fake: tuple[int, Path]) -> None:
     port, log = running_fake
-    target = Target(f"http://127.0.0.1:{port}", "127.0.0.1", port, log, 20.0, fatal=FATAL)
-    with ServerSession(target) as session:
+    target = AttachedServer(f"http://127.0.0.1:{port}", log), Watch(20.0, FATAL)
+    with ServerSession(*target) as session:
         assert not session.managed
         session.wait_healthy()
         assert session.scrape().has(GENERATION_TOKENS)

@@ -16,10 +16,11 @@ import psutil
 import pytest
 
 from dspark_cli.errors import ServerError
+from dspark_cli.server.deployment import Watch
+from dspark_cli.server.local import LocalDeployment, NodeProcess
 from dspark_cli.server.logscan import compile_patterns
 from dspark_cli.server.process import Teardown, free_port
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.target import NodeProcess, Target
 from tests.conftest import wait_until
 from tests.doubles.fake_vllm import SCRIPT
 
@@ -36,12 +37,12 @@ def headless(code: str) -> tuple[str, ...]:
 
 
 def target(tmp_path: Path, *nodes: NodeProcess, timeout: float = 20.0,
-           head_args: tuple[str, ...] = ()) -> Target:
+           head_args: tuple[str, ...] = ()) -> tuple[LocalDeployment, Watch]:
     port = free_port()
     argv = (sys.executable, str(SCRIPT), "--port", str(port), *head_args)
-    return Target(f"http://127.0.0.1:{port}", "127.0.0.1", port, tmp_path / "server.log",
-                  timeout, stop_grace_s=3.0, argv=argv, env=dict(os.environ), fatal=FATAL,
-                  nodes=nodes)
+    head = NodeProcess(0, argv, dict(os.environ), port)
+    return (LocalDeployment((head, *nodes), "127.0.0.1", port, tmp_path / "server.log",
+                            stop_grace_s=3.0), Watch(timeout, FATAL))
 
 
 def node(rank: int, code: str = "pass", port: int | None = None) -> NodeProcess:
@@ -50,12 +51,12 @@ def node(rank: int, code: str = "pass", port: int | None = None) -> NodeProcess:
 
 def test_every_node_runs_in_its_own_group_and_all_are_torn_down(tmp_path: Path) -> None:
     t = target(tmp_path, node(1), node(2))
-    with ServerSession(t) as session:
+    with ServerSession(*t) as session:
         session.wait_healthy()
-        pids = [p.pid for p in (session.process, *session.nodes)]
+        pids = [p.pid for p in session.deployment.processes]
         assert len({os.getpgid(pid) for pid in pids}) == 3, "one process group per node"
-        wait_until(lambda: t.log_path.read_text().count("node up") == 2, 10, "nodes' lines")
-        log = t.log_path.read_text().splitlines()
+        wait_until(lambda: t[0].log_path.read_text().count("node up") == 2, 10, "nodes' lines")
+        log = t[0].log_path.read_text().splitlines()
         marked = [line for line in log if "node up" in line]
         assert sorted(line.split("]")[0] for line in marked) == ["[node 1", "[node 2"]
         scratches = {line.split("TMPDIR ")[1] for line in marked}
@@ -72,7 +73,7 @@ def test_a_dead_node_ends_the_wait_for_health_naming_it(tmp_path: Path) -> None:
     t = target(tmp_path, node(1, "sys.exit(7)"), head_args=("--scenario", "never_healthy"),
                timeout=60.0)
     start = time.monotonic()
-    with ServerSession(t) as session, pytest.raises(ServerError) as exc:
+    with ServerSession(*t) as session, pytest.raises(ServerError) as exc:
         session.wait_healthy()
     assert time.monotonic() - start < 15, "waited for the timeout instead of the dead node"
     assert exc.value.reason == "node 1 of 2 exited with code 7 before /health answered 200"
@@ -81,12 +82,12 @@ def test_a_dead_node_ends_the_wait_for_health_naming_it(tmp_path: Path) -> None:
 
 def test_a_node_killed_after_boot_is_seen_and_its_code_reported(tmp_path: Path) -> None:
     t = target(tmp_path, node(1))
-    with ServerSession(t) as session:
+    with ServerSession(*t) as session:
         session.wait_healthy()
-        os.killpg(session.nodes[0].pid, signal.SIGKILL)
+        os.killpg(session.deployment.processes[1].pid, signal.SIGKILL)
         wait_until(lambda: session.stop_reason() is not None, 10, "the node's death")
         assert session.stop_reason() == "node 1 of 2 exited with code -9"
-        assert session.exit_code() == -9 and session.dead_node() == (1, -9)
+        assert session.exit_code() == -9 and session.deployment.dead_node() == (1, -9)
         assert session.healthy(), "health is the head's; the session's reason is what fails"
 
 
@@ -94,7 +95,7 @@ def test_a_fatal_line_of_another_node_is_seen_in_the_one_log(tmp_path: Path) -> 
     t = target(tmp_path, node(1, "print('Worker proc VllmWorker-0 died unexpectedly', "
                                  "flush=True)"), head_args=("--scenario", "never_healthy"),
                timeout=60.0)
-    with ServerSession(t) as session, pytest.raises(ServerError) as exc:
+    with ServerSession(*t) as session, pytest.raises(ServerError) as exc:
         session.wait_healthy()
     assert exc.value.reason.startswith("a fatal log line (worker_died: [node 1] Worker proc")
 
@@ -109,17 +110,17 @@ def test_a_busy_api_port_of_another_node_is_refused_before_anything_starts(
         port = busy.getsockname()[1]
         t = target(tmp_path, node(1, port=port))
         with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
-            ServerSession(t).start()
-    assert not t.log_path.exists()
+            ServerSession(*t).start()
+    assert not t[0].log_path.exists()
 
 
 def test_serve_forwards_a_signal_to_every_node(tmp_path: Path) -> None:
     t = target(tmp_path, node(1), node(2))
-    with ServerSession(t) as session:
+    with ServerSession(*t) as session:
         session.wait_healthy()
         session.signal(signal.SIGTERM)
         assert session.wait(poll_s=0.05) is not None
-        wait_until(lambda: all(not p.alive() for p in (session.process, *session.nodes)), 10,
+        wait_until(lambda: all(not p.alive() for p in session.deployment.processes), 10,
                    "every node stopped")
     assert session.teardown is not None and session.teardown.clean
 

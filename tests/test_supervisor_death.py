@@ -141,18 +141,19 @@ def test_smoke_on_hangup_tears_the_server_down_and_exits_130(tmp_path: Path) -> 
 SUPERVISOR = """
 import json, os, sys, threading, time
 from pathlib import Path
+from dspark_cli.server.deployment import Watch
+from dspark_cli.server.local import LocalDeployment, NodeProcess
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.target import NodeProcess, Target
 port, log, fake = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 node = (sys.executable, "-c", "import time; print('node up', flush=True); time.sleep(600)")
-target = Target(f"http://127.0.0.1:{port}", "127.0.0.1", port, log, 30.0, stop_grace_s=3.0,
-                argv=(sys.executable, fake, "--port", str(port)), env=dict(os.environ),
-                nodes=(NodeProcess(1, node, dict(os.environ)),))
-session = ServerSession(target)
+head = NodeProcess(0, (sys.executable, fake, "--port", str(port)), dict(os.environ), port)
+deployment = LocalDeployment((head, NodeProcess(1, node, dict(os.environ))), "127.0.0.1", port,
+                             log, stop_grace_s=3.0)
+session = ServerSession(deployment, Watch(30.0))
 started = threading.Thread(target=lambda: (session.start(), session.wait_healthy()))
 started.start()
 started.join()
-print(json.dumps([p.pid for p in (session.process, *session.nodes)]), flush=True)
+print(json.dumps([p.pid for p in deployment.processes]), flush=True)
 time.sleep(600)
 """
 

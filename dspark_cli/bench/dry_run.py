@@ -12,7 +12,7 @@ from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.loadgen import phase_argv
 from dspark_cli.bench.protocol import Cell, Protocol
-from dspark_cli.launch.render import command_lines, shell_script
+from dspark_cli.launch.render import command_lines
 from dspark_cli.launch.render import plan_dict as launch_dict
 
 
@@ -37,25 +37,20 @@ def _loads(cell: Cell, protocol: Protocol, dataset: DatasetSpec, arm: Arm, run_d
 
 
 def _launch(arm: Arm) -> tuple[str, str]:
-    """How a cell of `arm` starts (a comment) and the text that starts it: the plan's command
-    (one node here), every node's block (several nodes here), or the job script (Slurm)."""
-    from dspark_cli.launch.layout import node_layout
-    from dspark_cli.launch.layout_render import layout_script
+    """How a cell of `arm` starts (a comment) and the text its deploy target runs: the plan's
+    command (one node here), every node's block (several nodes here), the job script (Slurm),
+    the manifests (Kubernetes)."""
+    from dspark_cli.deploy.targets import deploy_target
 
-    layout = node_layout(arm.cfg, arm.plan)
-    target = str(arm.cfg.deploy.target)
-    if target == "slurm":
-        from dspark_cli.deploy.command import sbatch_spec
-        from dspark_cli.deploy.sbatch import sbatch_script
-
-        return ("a cold Slurm job for this cell (the load goes to its head once it runs)",
-                sbatch_script(layout, sbatch_spec(arm.cfg), arm.plan.env))
-    if target != "local":
-        return f"a cold deploy={target} deployment for this cell", ""
+    layout = arm.layout
+    target = deploy_target(arm.cfg)
+    text = target.render(arm.cfg, arm.plan, layout)
+    if not target.here:
+        return (f"a cold {target.what} for this cell (the load goes to its head once it "
+                "runs)", text)
     if layout.nodes > 1:
-        return (f"{layout.nodes} cold nodes on this host for this cell (head 127.0.0.1)",
-                layout_script(layout))
-    return "a cold server for this cell", shell_script(arm.plan)
+        return f"{layout.nodes} cold nodes on this host for this cell (head 127.0.0.1)", text
+    return "a cold server for this cell", text
 
 
 def _lossless_line(protocol: Protocol) -> str:

@@ -30,6 +30,7 @@ from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
+from dspark_cli.server.deployment import Watch
 from dspark_cli.server.logscan import Pattern, degraded_lines
 from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.session import ServerSession
@@ -73,9 +74,9 @@ class _CellRun:
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
         started_at, start = _now(), time.monotonic()
-        target = self.launch.target(self.dir, fatal=self.ctx.fatal, watch=self.ctx.degraded,
-                                    metrics_timeout_s=self.ctx.protocol.metrics_timeout_s)
-        session = ServerSession(target)
+        watch = Watch(self.launch.ready_timeout_s, self.ctx.fatal, self.ctx.degraded,
+                      metrics_timeout_s=self.ctx.protocol.metrics_timeout_s)
+        session = ServerSession(self.launch.deployment(self.dir), watch)
         fatal_lines: tuple[str, ...] = ()
         degraded: tuple[str, ...] = ()
         teardown_s = 0.0
@@ -104,7 +105,7 @@ class _CellRun:
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
                        "base_url": session.base_url},
-            "server_log": str(target.log_path)})
+            "server_log": str(session.log_path)})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:

@@ -16,7 +16,6 @@ from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
 from dspark_cli.bench.protocol import Protocol, build_protocol
 from dspark_cli.config.plain import plain
-from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.run_files import ARMS_DIR
 
 
@@ -24,14 +23,6 @@ def protocol_of(cfg: DictConfig) -> tuple[Protocol, DatasetSpec]:
     """The protocol and request set `cfg.bench` describes (pure; the dataset is verified when
     the run starts)."""
     return build_protocol(plain(cfg.bench)), dataset_spec(plain(cfg.bench.dataset), Path.cwd())
-
-
-def planned_arms(cfg: DictConfig, protocol: Protocol) -> dict[str, Arm]:
-    """Every arm planned once; a bad node layout is refused before anything runs."""
-    arms = compose_arms(cfg, protocol)
-    for arm in arms.values():
-        checked_layout(arm.cfg, arm.plan)
-    return arms
 
 
 @contextlib.contextmanager
@@ -48,11 +39,12 @@ def claimed_ports(cfg: DictConfig) -> Iterator[DictConfig]:
             or HydraConfig.get().mode != RunMode.MULTIRUN):
         yield cfg
         return
+    from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch.plan import client_host
     from dspark_cli.server.port_claim import claimed_port
 
     host = client_host(cfg.server.host)
-    nodes = int(cfg.hw.nodes) if str(cfg.deploy.target) == "local" else 1
+    nodes = int(cfg.hw.nodes) if deploy_target(cfg).here else 1
     claimed = copy.deepcopy(cfg)
     with contextlib.ExitStack() as claims:
         claimed.server.port = claims.enter_context(claimed_port(host, int(cfg.server.port),
@@ -94,5 +86,5 @@ def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool) -> Any:
     summarize it (the bench Report)."""
     protocol, dataset = protocol_of(cfg)
     with claimed_ports(cfg) as claimed:
-        arms = planned_arms(claimed, protocol)
+        arms = compose_arms(claimed, protocol)
         return run_protocol(claimed, protocol, dataset, arms, directory, stop_on_failure)

@@ -56,13 +56,32 @@ def register() -> None:
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     if opts.report is not None:
+        _refuse_overrides(opts.report)
         return _report(opts.report, opts)
-    from dspark_cli.bench.workflow import bench_in, planned_arms, protocol_of
+    from dspark_cli.bench.arms import compose_arms
+    from dspark_cli.bench.workflow import bench_in, protocol_of
 
     if opts.dry_run:
         protocol, dataset = protocol_of(cfg)
-        return _dry_run(protocol, dataset, planned_arms(cfg, protocol), _run_dir(opts), opts)
+        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts)
     return _render(bench_in(cfg, _run_dir(opts), opts.stop_on_failure), opts)
+
+
+def _refuse_overrides(directory: Path) -> None:
+    """`--report` merges the records as they were run: an override would change nothing, so
+    one given is refused rather than silently ignored."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from dspark_cli.errors import UsageError
+
+    given = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    if given:
+        shown = " ".join(shlex.quote(o) for o in given)
+        raise UsageError(f"--report merges the cell records under {directory} as they were run; "
+                         f"it takes no overrides, and would ignore {shown}.",
+                         hint=f"run `dspark bench --report {shlex.quote(str(directory))}` alone")
 
 
 def _run_dir(opts: argparse.Namespace) -> Path:
@@ -80,9 +99,11 @@ def _run_dir(opts: argparse.Namespace) -> Path:
 def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
              opts: argparse.Namespace) -> int:
     from dspark_cli.bench.dry_run import plan_dict, plan_text
+    from dspark_cli.deploy.preflight import dry_preflight
+    from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch import checks
 
-    findings = {name: checks.check(arm.cfg, arm.plan, None, ask_vllm=False)
+    findings = {name: dry_preflight(arm.cfg, arm.plan, arm.layout, deploy_target(arm.cfg))
                 for name, arm in arms.items()}
     if opts.json:
         print(json.dumps(plan_dict(protocol, dataset, arms, directory, findings), indent=2))

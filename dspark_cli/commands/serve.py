@@ -1,4 +1,5 @@
-"""`dspark serve`: compose the launch, check it before anything boots, then print or run it."""
+"""`dspark serve`: compose the launch, check it before anything boots, then print or run it
+where `deploy.target` runs it (this host, a Slurm job, Kubernetes objects)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ import sys
 
 from omegaconf import DictConfig
 
+from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout import NodeLayout
-from dspark_cli.launch.layout_render import layout_dict, layout_script
-from dspark_cli.launch.layout_rules import checked_layout, layout_findings
+from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
-from dspark_cli.launch.render import plan_dict, shell_script
-from dspark_cli.run_files import SERVER_LOG
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -33,55 +32,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "deployment until Ctrl-C, which deletes it (default: write them)")
 
 
-def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, target: DeployTarget,
              opts: argparse.Namespace) -> int:
-    """Print the plan (one node) or every node's block, and the preflight that needs no
-    machine; --validate asks vLLM about every node's command."""
-    several = layout.nodes > 1
-    findings = checks.check(cfg, plan, machine=None, ask_vllm=opts.validate and not several)
-    if several:
-        findings += layout_findings(cfg, layout)
-        if opts.validate:
-            from dspark_cli.launch.vllm_verdict import layout_verdict
+    """Print what the target runs (the plan's script, every node's block, the job script, the
+    manifests) and the preflight that needs no machine."""
+    from dspark_cli.deploy.preflight import dry_preflight
 
-            findings += layout_verdict(layout)
+    found = dry_preflight(cfg, plan, layout, target, opts.validate)
     if opts.json:
-        doc = {**plan_dict(plan), "preflight": [f.to_dict() for f in findings]}
-        print(json.dumps({**doc, "layout": layout_dict(layout)} if several else doc, indent=2))
+        print(json.dumps(target.render_json(cfg, plan, layout, found), indent=2))
     else:
-        sys.stdout.write(layout_script(layout) if several else shell_script(plan))
-    checks.print_findings(findings)
-    return checks.exit_code(findings)
+        sys.stdout.write(target.render(cfg, plan, layout))
+    checks.print_findings(found)
+    return checks.exit_code(found)
 
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
-    if opts.apply and str(cfg.deploy.target) != "k8s":
-        from dspark_cli.errors import UsageError
+    from dspark_cli.deploy.targets import TARGETS, deploy_target
+    from dspark_cli.errors import CheckFailed, UsageError
 
-        raise UsageError(f"--apply is for deploy=k8s (deploy={cfg.deploy.target} starts the "
-                         "deployment without it); drop --apply or use deploy=k8s")
+    target = deploy_target(cfg)
+    if opts.apply and target.hand_off is None:
+        applied = " or ".join(f"deploy={n}" for n, t in TARGETS.items() if t.hand_off)
+        raise UsageError(f"--apply is for {applied} (deploy={target.name} starts the "
+                         f"deployment without it); drop --apply or use {applied}")
     plan = build_plan(cfg)
     layout = checked_layout(cfg, plan)  # a bad layout is refused for every target
-    if str(cfg.deploy.target) != "local":  # a cluster engine runs it: Slurm, Kubernetes
-        from dspark_cli.deploy.command import run as run_on_cluster
-
-        return run_on_cluster(cfg, plan, opts)
     if opts.dry_run:
-        return _dry_run(cfg, plan, layout, opts)
-    from dspark_cli.launch import local_nodes
-    from dspark_cli.launch.prepare import prepare
+        return _dry_run(cfg, plan, layout, target, opts)
     from dspark_cli.launch.record import run_dir
-    from dspark_cli.server import foreground
-    from dspark_cli.server.process import ensure_port_free
 
-    several = layout.nodes > 1
-    local_nodes.refuse_custom_command(cfg, layout)
-    ensure_port_free(plan.client_host, plan.port)  # before anything is written
+    if target.hand_off is not None and not opts.apply:
+        from dspark_cli.deploy.preflight import dry_preflight
+
+        found = dry_preflight(cfg, plan, layout, target, opts.validate)
+        checks.print_findings(found)
+        if any(f.failed for f in found):
+            raise CheckFailed("preflight failed; nothing was written (details above).")
+        return target.hand_off(cfg, plan, layout, run_dir())
+    from dspark_cli.deploy.start import ready
+    from dspark_cli.server import foreground
+    from dspark_cli.server.deployment import Watch
+
     directory = run_dir()
-    prepared = prepare(cfg, plan, directory, ask_vllm=not several)
-    if several:
-        local_nodes.require_accepted(local_nodes.vllm_accepts_nodes(layout))
-        local_nodes.write_script(layout, directory)
+    started = ready(cfg, plan, layout, directory, asked=opts.validate)
     print(f"dspark: run directory {directory}", file=sys.stderr)
-    return foreground.serve(local_nodes.node_target(prepared, plan, layout, cfg.server,
-                                                    directory / SERVER_LOG))
+    return foreground.serve(started.deployment(directory),
+                            Watch(float(cfg.server.ready_timeout_s)))

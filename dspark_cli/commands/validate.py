@@ -18,7 +18,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-going", action="store_true",
                         help="run the later stages after a failed one")
     parser.add_argument("--json", action="store_true",
-                        help="print report.json instead of report.md on stdout")
+                        help="print report.json instead of report.md on stdout (with "
+                        "--dry-run: the plan of every stage as JSON)")
 
 
 def register() -> None:
@@ -51,38 +52,48 @@ def register() -> None:
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     if opts.dry_run:
-        return _dry_run(cfg)
+        return _dry_run(cfg, opts)
     from dspark_cli.launch.record import run_dir
 
     return _run(cfg, run_dir(), opts)
 
 
-def _dry_run(cfg: DictConfig) -> int:
+def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    """Every stage's plan as the run would start it: the smoke's launch where `deploy.target`
+    runs it (its node layout checked, the target's own checks), the bench's every arm."""
     from dspark_cli.bench.arms import compose_arms
-    from dspark_cli.bench.dataset import dataset_spec
-    from dspark_cli.bench.dry_run import plan_text as bench_plan
-    from dspark_cli.bench.protocol import build_protocol
-    from dspark_cli.config.plain import plain
+    from dspark_cli.bench.dry_run import plan_dict as bench_dict
+    from dspark_cli.bench.dry_run import plan_text as bench_text
+    from dspark_cli.bench.workflow import protocol_of
+    from dspark_cli.deploy.preflight import dry_preflight
+    from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch import checks
+    from dspark_cli.launch.layout_rules import checked_layout
     from dspark_cli.launch.plan import build_plan
-    from dspark_cli.launch.render import shell_script
-    from dspark_cli.validate.plan import plan_text
+    from dspark_cli.validate.plan import plan_doc, plan_text
 
     directory = Path.cwd() / "runs" / "validate" / "<time>"
     plan = build_plan(cfg)
-    findings = list(checks.check(cfg, plan, None, ask_vllm=False))
-    bench_text = None
+    layout = checked_layout(cfg, plan)  # refused as the smoke would refuse it
+    target = deploy_target(cfg)
+    findings = list(dry_preflight(cfg, plan, layout, target))
+    bench: Any = None
     if cfg.validate.bench is not None:
-        protocol = build_protocol(plain(cfg.bench))
-        dataset = dataset_spec(plain(cfg.bench.dataset), Path.cwd())
+        protocol, dataset = protocol_of(cfg)
         arms = compose_arms(cfg, protocol)
-        for name, arm in arms.items():
-            failed = [f for f in checks.check(arm.cfg, arm.plan, None, ask_vllm=False)
-                      if f.failed]
+        found = {name: dry_preflight(arm.cfg, arm.plan, arm.layout, deploy_target(arm.cfg))
+                 for name, arm in arms.items()}
+        for name, arm_found in found.items():
+            failed = [f for f in arm_found if f.failed]
             checks.print_findings(failed, label=name)
             findings += failed
-        bench_text = bench_plan(protocol, dataset, arms, directory / "bench")
-    sys.stdout.write(plan_text(cfg, directory, shell_script(plan), bench_text))
+        bench = (bench_dict(protocol, dataset, arms, directory / "bench", found) if opts.json
+                 else bench_text(protocol, dataset, arms, directory / "bench"))
+    if opts.json:
+        launch = target.render_json(cfg, plan, layout, tuple(findings))
+        print(json.dumps(plan_doc(cfg, directory, launch, bench), indent=2))
+    else:
+        sys.stdout.write(plan_text(cfg, directory, target.render(cfg, plan, layout), bench))
     checks.print_findings(findings)
     return checks.exit_code(findings)
 
@@ -106,7 +117,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
 
     write_config(directory, cfg)
     progress(f"run directory {directory}")
-    with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends the run as Ctrl-C does
+    with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends it as Ctrl-C does
         results = _stages(cfg, directory, keep_going=opts.keep_going)
     code = worst(r.exit_code for r in results)
     (directory / VALIDATE_JSON).write_text(redact_text(json.dumps(  # a stage's detail may

@@ -1,5 +1,5 @@
-"""A managed Kubernetes deployment for one `smoke` or `bench` session (`deploy/cluster_run.py`'s
-k8s branch), through `kubectl` with the user's kubeconfig and context.
+"""A managed Kubernetes deployment for one `serve --apply`, `smoke` or `bench` session (a
+`Deployment`, `server/deployment.py`), through `kubectl` with the user's kubeconfig and context.
 
 `start()` writes the manifests to the run directory and applies them (the plan's secrets go
 into a Secret of the run's own, applied from stdin, never written); the pods' status
@@ -25,11 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from omegaconf import DictConfig
-
 from dspark_cli.console import progress
 from dspark_cli.deploy.deployment_record import k8s_delete, record_deployment
-from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, manifests
+from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, K8sSpec, manifests
 from dspark_cli.deploy.k8s_pods import node_index, pod_line, pod_problem, running
 from dspark_cli.deploy.kubectl import (
     CONNECT_TIMEOUT_S,
@@ -41,6 +39,7 @@ from dspark_cli.errors import ServerError
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.run_files import MANIFESTS_YAML, SERVER_LOG
+from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import Teardown
 
 FORWARD_WAIT_S = 15.0  # port-forward's "Forwarding from" line
@@ -48,11 +47,15 @@ POLL_S = 1.0  # pods' status is asked at most this often
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
 
 
-class KubernetesRun:
-    """One applied deployment; see the module docstring. Satisfies `ClusterRun`."""
+class KubernetesRun(Deployment):
+    """One applied deployment; see the module docstring."""
+
+    queued = True
 
     def __init__(self, objects: Sequence[dict[str, Any]], secret: dict[str, Any] | None,
-                 name: str, api_port: int, directory: Path, kubectl: Kubectl) -> None:
+                 name: str, api_port: int, directory: Path, kubectl: Kubectl, *,
+                 planned_url: str = "", stop_timeout_s: float = 15.0) -> None:
+        self.planned_url, self.stop_timeout_s = planned_url, stop_timeout_s
         self.objects = list(objects)
         self.secret = secret
         self.name = name
@@ -131,8 +134,8 @@ class KubernetesRun:
         shown = ", ".join(pod_line(p) for p in pods) if pods else "no pods yet"
         return f"Kubernetes {self.describe_objects()}: {shown}"
 
-    def stop(self, timeout_s: float) -> Teardown:
-        start = time.monotonic()
+    def stop(self) -> Teardown:
+        start, timeout_s = time.monotonic(), self.stop_timeout_s
         stop_stream(self._forward)
         gone = True
         if self._applied:
@@ -229,15 +232,14 @@ def _secret_object(name: str, namespace: str | None, instance: str,
             "stringData": values}
 
 
-def kubernetes_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
-                   directory: Path) -> KubernetesRun:
+def kubernetes_run(plan: LaunchPlan, layout: NodeLayout, spec: K8sSpec, directory: Path, *,
+                   stop_timeout_s: float) -> KubernetesRun:
     """The deployment of `layout` as Kubernetes objects, validated offline; nothing is applied
-    until `start()`. The preflight has checked the image (`target_findings`: pinned by digest)."""
-    from dspark_cli.deploy.command import k8s_spec
+    until `start()`. The preflight has checked the image (the k8s target's findings: pinned
+    by digest)."""
     from dspark_cli.deploy.k8s_schema import require_valid_manifests
     from dspark_cli.deploy.node_script import secret_environment, url_refs
 
-    spec = k8s_spec(cfg)
     values = secret_environment(layout, plan.env, url_refs(layout, plan.env))
     # The run's own Secret: a user's `deploy.k8s.secret_name` is never replaced or deleted.
     spec = replace(spec, secret_name=f"{spec.name}-run-secrets")
@@ -247,4 +249,5 @@ def kubernetes_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
               if values else None)
     directory.mkdir(parents=True, exist_ok=True)
     return KubernetesRun(objects, secret, spec.name, int(layout.head.api_port or plan.port),
-                         directory, Kubectl(spec.namespace))
+                         directory, Kubectl(spec.namespace), planned_url=plan.base_url,
+                         stop_timeout_s=stop_timeout_s)

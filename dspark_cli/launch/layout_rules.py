@@ -152,19 +152,22 @@ def _ports(c: LayoutContext) -> tuple[str, str] | None:
     return None
 
 
-def _adaptive_every_node(c: LayoutContext) -> str | None:
-    problems = []
+def _adaptive_every_node(c: LayoutContext) -> tuple[str, str] | None:
+    """The key named is the one that makes a node break the rule: the PP size, or eager mode."""
+    problems, keys = [], []
     for node in c.layout.launches:
         spec = node.arg("speculative_config") or {}
         if not spec.get("enable_adaptive_verification"):
             continue
         if _size(node, "pipeline_parallel_size") > 1:
             problems.append(f"node {node.rank} runs pipeline parallelism")
+            keys.append("hw.args.pipeline_parallel_size")
         if node.arg("enforce_eager"):
             problems.append(f"node {node.rank} runs --enforce-eager")
+            keys.append("compilation.enforce_eager")
     if problems:
         return ("DSpark adaptive verification excludes pipeline parallelism and eager mode on "
-                "every node: " + "; ".join(problems))
+                "every node: " + "; ".join(problems), keys[0])
     return None
 
 

@@ -26,3 +26,8 @@ def layout_verdict(layout: NodeLayout, head_addr: str = LOCAL_HEAD) -> tuple[Fin
         return vllm_accepts_commands(argvs, envs[0], labels)
     return tuple(vllm_accepts_command(a, e, label) for a, e, label in zip(argvs, envs, labels,
                                                                         strict=True))
+
+
+def node_verdicts(plan: LaunchPlan, layout: NodeLayout) -> tuple[Finding, ...]:
+    """vLLM's verdict on every node's command (one node: the plan's)."""
+    return layout_verdict(layout, LOCAL_HEAD) if layout.nodes > 1 else (plan_verdict(plan),)

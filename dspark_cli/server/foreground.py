@@ -1,8 +1,9 @@
 """`dspark serve`'s action: a managed session in the foreground until the server exits or we
 are told to stop. SIGINT/SIGTERM go to the server's process groups (a SIGHUP, from a closed
 terminal or a dropped ssh session, as SIGTERM; a second signal kills them), and the session's
-teardown makes sure no process is left. A cluster deployment (`deploy=slurm`) is
-followed until it ends; a signal cancels it, and dspark waits until the engine says it is gone."""
+teardown makes sure no process is left. A deployment an engine places (Slurm,
+Kubernetes) is followed until it ends; a signal cancels it, and dspark waits until the engine
+says it is gone."""
 
 from __future__ import annotations
 
@@ -11,18 +12,18 @@ import signal
 import sys
 
 from dspark_cli.errors import ExitCode, ServerError
+from dspark_cli.server.deployment import Deployment, Watch
 from dspark_cli.server.process import STOP_SIGNALS
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.target import Target
 
 
-def serve(target: Target) -> int:
+def serve(deployment: Deployment, watch: Watch) -> int:
     """Run the server; exit code INTERRUPTED after a signal, ServerError when it fails or
     exits on its own."""
     received: list[int] = []
-    session = ServerSession(target, echo=lambda line: print(line, file=sys.stderr, flush=True),
+    session = ServerSession(deployment, watch,
+                            echo=lambda line: print(line, file=sys.stderr, flush=True),
                             abort=lambda: "interrupted" if received else None)
-    cluster = target.cluster
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
@@ -38,7 +39,7 @@ def serve(target: Target) -> int:
                 if received:
                     return _stopped(session)
                 raise
-            stops = (f" ({cluster.describe()}); Ctrl-C cancels it" if cluster is not None
+            stops = (f" ({deployment.describe()}); Ctrl-C cancels it" if deployment.queued
                      else "; Ctrl-C stops it")
             print(f"dspark: ready at {session.base_url} after {boot:.1f} s{stops}",
                   file=sys.stderr, flush=True)
@@ -50,9 +51,9 @@ def serve(target: Target) -> int:
     _check_teardown(session)
     if received:
         return _stopped(session)
-    if cluster is not None:
-        raise ServerError(f"{ended} on its own; its output: {target.log_path}")
-    raise ServerError(f"the server exited with code {code}; log: {target.log_path}")
+    if deployment.queued:
+        raise ServerError(f"{ended} on its own; its output: {deployment.log_path}")
+    raise ServerError(f"the server exited with code {code}; log: {deployment.log_path}")
 
 
 def _check_teardown(session: ServerSession) -> None:

@@ -113,9 +113,9 @@ class _Smoke:
         self.exp, self.session, self.model = exp, session, model
 
     def boot(self) -> Boot:
-        where = ("the head's /health once the deployment runs" if self.session.cluster
+        where = ("the head's /health once the deployment runs" if self.session.deployment.queued
                  else f"{self.session.base_url}/health")
-        progress(f"waiting for {where} (up to {self.session.target.ready_timeout_s:.0f} s: "
+        progress(f"waiting for {where} (up to {self.session.watch.ready_timeout_s:.0f} s: "
                  "server.ready_timeout_s)")
         try:
             return Boot(True, self.session.wait_healthy())
@@ -169,8 +169,8 @@ class _Smoke:
     def _ended(self, wait_s: float = 0.0) -> str | None:
         """Why the cluster deployment no longer runs (None: it runs, or it is not one);
         `wait_s` gives the engine time to notice an end a dropped connection announced."""
-        cluster = self.session.cluster
-        if cluster is None:
+        cluster = self.session.deployment
+        if not cluster.queued:
             return None
         deadline = time.monotonic() + wait_s
         while (ended := cluster.ended()) is None and time.monotonic() < deadline:
@@ -179,7 +179,7 @@ class _Smoke:
 
     def observe(self) -> Observations:
         obs = Observations(managed=self.session.managed, boot=self.boot(),
-                           cluster=self.session.cluster is not None)
+                           cluster=self.session.deployment.queued)
         if not obs.boot.healthy:
             code, ended = self.session.exit_code(), self._ended()
             return replace(obs, exit_code=code, ended=ended,
@@ -213,7 +213,7 @@ def validation_check(validation: BackgroundCheck | None, session: ServerSession)
     if validation is not None:
         return validation.result()
     why = ("the command runs on the cluster's nodes: `dspark serve deploy=... --dry-run "
-           "--validate` checks it with this host's vLLM" if session.cluster is not None
+           "--validate` checks it with this host's vLLM" if session.deployment.queued
            else "server.command replaces the planned vLLM command" if session.managed
            else "attached: the command is not ours")
     return CheckResult("vllm_accepts_command", Status.skipped, why)
@@ -227,7 +227,7 @@ def run_smoke(exp: Expectations, session: ServerSession, model: str,
     version: str | None = None
     with session:
         if session.managed:
-            progress(f"started the server; log: {session.target.log_path}")
+            progress(f"started the server; log: {session.log_path}")
         obs = smoke.observe()
         if session.watcher is not None and not session.watcher.fired.is_set():
             time.sleep(LOG_SETTLE_S)  # lines printed just before (e.g. with an HTTP 500)

@@ -1,23 +1,32 @@
-"""`dspark validate --dry-run`: the plan of every stage as text, from the composed config.
-Nothing runs, nothing is probed: the smoke's launch is `dspark serve --dry-run`'s script and the
-bench's is `dspark bench --dry-run`'s plan."""
+"""`dspark validate --dry-run`: the plan of every stage as text (or a dict for --json), from the
+composed config. Nothing runs, nothing is probed: the smoke's launch is what `dspark serve
+--dry-run` prints for the deploy target and the bench's is `dspark bench --dry-run`'s plan."""
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
 from dspark_cli.config.plain import plain
+from dspark_cli.launch.secrets import redact_urls
 from dspark_cli.run_files import JUNIT_XML, REPORT_JSON, REPORT_MD
 
 
-def _checkpoint(cfg: DictConfig) -> list[str]:
+def _pins(cfg: DictConfig) -> dict[str, Any]:
+    return {k: v for k, v in (plain(cfg.model.expected) or {}).items() if v is not None}
+
+
+def _content(cfg: DictConfig) -> str:
     stage = cfg.validate.checkpoint
-    pins = {k: v for k, v in (plain(cfg.model.expected) or {}).items() if v is not None}
-    content = (f"every file against manifest {stage.manifest}" if stage.manifest
-               else "Hugging Face cache blobs against their names" if stage.hash else "no")
+    return (f"every file against manifest {stage.manifest}" if stage.manifest
+            else "Hugging Face cache blobs against their names" if stage.hash else "no")
+
+
+def _checkpoint(cfg: DictConfig) -> list[str]:
+    pins, content = _pins(cfg), _content(cfg)
     return [f"1. checkpoint: verify-checkpoint of {cfg.model.path}: config, index, shard "
             "headers, confidence head",
             f"   pins: {', '.join(f'{k}={v}' for k, v in sorted(pins.items())) or 'none'}",
@@ -58,3 +67,30 @@ def plan_text(cfg: DictConfig, directory: Path, script: str, bench_plan: str | N
         lines += [f"   {line}" for line in bench_plan.rstrip("\n").splitlines()]
     lines.append(f"5. report: {directory / REPORT_MD} and {directory / REPORT_JSON}")
     return "\n".join(lines) + "\n"
+
+
+def plan_doc(cfg: DictConfig, directory: Path, launch: dict[str, Any],
+             bench: dict[str, Any] | None) -> dict[str, Any]:
+    """The plan of every stage for --json: `launch` is the smoke's (the deploy target's dry-run
+    document, preflight included), `bench` the bench's plan (None: skipped)."""
+    from dspark_cli.smoke.expectations import expectations
+    from dspark_cli.validate.stages import tests_argv
+
+    tests = cfg.validate.tests
+    exp = expectations(cfg)
+    return {
+        "run_dir": str(directory),
+        "stages": [
+            {"name": "checkpoint", "path": redact_urls(str(cfg.model.path)),
+             "pins": _pins(cfg), "content_hashes": _content(cfg)},
+            {"name": "tests", "run": bool(tests.node_ids), "source": tests.source,
+             "command": tests_argv(cfg, directory / "tests" / JUNIT_XML)
+             if tests.node_ids else None},
+            {"name": "smoke", "startup_lines": [p.name for p in exp.required],
+             "max_tokens": exp.max_tokens, "launch": launch},
+            {"name": "bench", "run": bench is not None,
+             "protocol": str(cfg.bench.name) if bench is not None else None, "plan": bench},
+            {"name": "report", "files": [str(directory / REPORT_MD),
+                                         str(directory / REPORT_JSON)]},
+        ],
+    }

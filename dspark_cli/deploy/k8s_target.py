@@ -1,0 +1,120 @@
+"""`deploy=k8s`: the plan's nodes as Kubernetes objects (a Deployment for one node, a
+LeaderWorkerSet for several; `k8s_manifests.py` builds them, `k8s_schema.py` checks them
+offline). `serve` writes them for the operator to apply (or applies them with `--apply`);
+`smoke` and `bench` apply and follow them (`k8s_run.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from dspark_cli.config.plain import plain
+from dspark_cli.console import progress
+from dspark_cli.deploy.cluster_json import cluster_json
+from dspark_cli.deploy.k8s_manifests import (
+    K8sSpec,
+    create_secret_line,
+    image_problem,
+    manifests,
+    secret_keys,
+)
+from dspark_cli.deploy.node_script import url_refs
+from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.run_files import MANIFESTS_YAML
+from dspark_cli.server.deployment import Deployment
+from dspark_cli.status import Finding, Status
+
+
+def k8s_spec(cfg: DictConfig) -> K8sSpec:
+    k = plain(cfg.deploy.k8s)
+    return K8sSpec(platform=str(cfg.hw.platform), model_path=str(cfg.model.path), **k)
+
+
+def k8s_objects(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> list[dict[str, Any]]:
+    """The manifests, validated offline (CheckFailed names every problem)."""
+    from dspark_cli.deploy.k8s_schema import require_valid_manifests
+
+    objects = manifests(layout, k8s_spec(cfg), plan.env)
+    require_valid_manifests(objects)
+    return objects
+
+
+def secret_line(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str | None:
+    """`kubectl create secret ...` for the Secret the manifests refer to, or None."""
+    return create_secret_line(k8s_spec(cfg), secret_keys(layout, plan.env))
+
+
+def secret_comment(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
+    """YAML comment lines above the manifests: the Secret to create first, and which URL each
+    `DSPARK_URL_PASSWORD_N` is the password of. Empty when the objects need no Secret."""
+    line = secret_line(cfg, plan, layout)
+    if line is None:
+        return ""
+    refs = url_refs(layout, plan.env)
+    lines = ["The Secret these objects take their secrets from (never written here); create it",
+             "first, with the variables set in your shell:", f"  {line}",
+             *(f"{var}: the password in {text}" for var, text in refs.where.items())]
+    return "".join(f"# {ln}\n" for ln in lines)
+
+
+def findings(cfg: DictConfig) -> tuple[Finding, ...]:
+    """The image pinned by digest."""
+    problem = image_problem(k8s_spec(cfg).image)
+    return (Finding("k8s-image-pinned", Status.failed if problem else Status.passed,
+                    problem or "the image is pinned by digest", "deploy.k8s.image"),)
+
+
+def render(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
+    from dspark_cli.deploy.k8s_render import to_yaml
+
+    return secret_comment(cfg, plan, layout) + to_yaml(k8s_objects(cfg, plan, layout))
+
+
+def render_json(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+                found: tuple[Finding, ...]) -> dict[str, Any]:
+    spec = k8s_spec(cfg)
+    keys = secret_keys(layout, plan.env)
+    return cluster_json("k8s", layout, {
+        "manifests": k8s_objects(cfg, plan, layout),
+        "secret": {"name": spec.secret_name, "keys": keys,
+                   "create": create_secret_line(spec, keys)}}, found)
+
+
+def hand_off(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: Path) -> int:
+    """The manifests written into `directory` with the lines that apply them on stdout."""
+    from dspark_cli.launch.record import write_config
+
+    text = render(cfg, plan, layout)  # refused before anything is written
+    secret = secret_line(cfg, plan, layout)
+    write_config(directory, cfg)
+    path = directory / MANIFESTS_YAML
+    path.write_text(text)
+    progress("manifests written; apply them with the command(s) on stdout"
+             + (" (the Secret first, from your shell's variables)" if secret else ""))
+    if secret:
+        print(secret)
+    print(f"kubectl apply -f {path}")
+    return 0
+
+
+def deployment(launch: Launch, directory: Path) -> Deployment:
+    from dspark_cli.deploy.k8s_run import kubernetes_run
+
+    return kubernetes_run(launch.plan, launch.layout, k8s_spec(launch.cfg), directory,
+                          stop_timeout_s=float(launch.cfg.server.stop_grace_s))
+
+
+TARGET = DeployTarget(
+    name="k8s",
+    what="Kubernetes deployment",
+    here=False,
+    render=render,
+    render_json=render_json,
+    findings=findings,
+    deployment=deployment,
+    hand_off=hand_off,
+)

@@ -1,0 +1,60 @@
+"""`deploy=local`: every node of the plan runs on this host as its own process group, the head's
+address 127.0.0.1 (one node: today's launch, untouched)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.layout_render import layout_dict, layout_script
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.render import plan_dict, shell_script
+from dspark_cli.launch.vllm_verdict import LOCAL_HEAD
+from dspark_cli.run_files import SERVER_LOG
+from dspark_cli.server.deployment import Deployment
+from dspark_cli.status import Finding
+
+
+def render(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
+    """The plan's script (one node), or every node's block."""
+    return layout_script(layout) if layout.nodes > 1 else shell_script(plan)
+
+
+def render_json(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+                findings: tuple[Finding, ...]) -> dict[str, Any]:
+    doc = {**plan_dict(plan), "preflight": [f.to_dict() for f in findings]}
+    return {**doc, "layout": layout_dict(layout)} if layout.nodes > 1 else doc
+
+
+def deployment(launch: Launch, directory: Path) -> Deployment:
+    """The head's command as `launch` runs it; the other nodes' through the shim, beside it."""
+    from dspark_cli.server.local import LocalDeployment, NodeProcess
+    from dspark_cli.vllm.shim import vllm_command
+
+    plan, layout = launch.plan, launch.layout
+    nodes = [NodeProcess(0, launch.argv, dict(launch.env), plan.port)]
+    if layout.nodes > 1:
+        nodes = [NodeProcess(n.rank, tuple(vllm_command(n.resolved(LOCAL_HEAD))),
+                             {**launch.env, **n.env}, n.api_port if n.serves_api else None)
+                 for n in layout.launches]
+    return LocalDeployment(tuple(nodes), plan.client_host, plan.port, directory / SERVER_LOG,
+                           float(launch.cfg.server.stop_grace_s), url=plan.base_url)
+
+
+def _no_findings(cfg: DictConfig) -> tuple[Finding, ...]:
+    return ()
+
+
+TARGET = DeployTarget(
+    name="local",
+    what="server on this host",
+    here=True,
+    render=render,
+    render_json=render_json,
+    findings=_no_findings,
+    deployment=deployment,
+)

@@ -1,0 +1,24 @@
+"""A dry run's preflight, wherever the plan would run (pure but for vLLM's verdict, when asked):
+`serve`, `bench` and `validate` print the same findings for the same plan."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from dspark_cli.deploy.target_entry import DeployTarget
+from dspark_cli.launch import checks
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.layout_rules import layout_findings
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.vllm_verdict import node_verdicts
+from dspark_cli.status import Finding
+
+
+def dry_preflight(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+                  target: DeployTarget, validate: bool = False) -> tuple[Finding, ...]:
+    """What a dry run checks wherever the plan would run: the rules that need no machine, the
+    node layout's and the target's own (the k8s image pinned); vLLM's verdict on every node's
+    command when asked (`--validate`)."""
+    found = (*checks.check(cfg, plan, machine=None, ask_vllm=False),
+             *layout_findings(cfg, layout), *target.findings(cfg))
+    return (*found, *node_verdicts(plan, layout)) if validate else found

@@ -1,0 +1,60 @@
+"""`deploy=slurm`: the plan's nodes as one sbatch job (`sbatch.py` renders it, `slurm_run.py`
+submits and follows it, `slurm_job.py` speaks to Slurm's clients)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from dspark_cli.deploy import slurm_job
+from dspark_cli.deploy.cluster_json import cluster_json
+from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
+from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.server.deployment import Deployment
+from dspark_cli.status import Finding
+
+
+def sbatch_spec(cfg: DictConfig) -> SbatchSpec:
+    s = cfg.deploy.slurm
+    return SbatchSpec(job_name=str(s.job_name), time=str(s.time), partition=s.partition,
+                      account=s.account, qos=s.qos, extra=tuple(str(x) for x in s.sbatch),
+                      setup=tuple(str(x) for x in s.setup),
+                      gpus=str(cfg.hw.platform) != "cpu")
+
+
+def render(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
+    return sbatch_script(layout, sbatch_spec(cfg), plan.env)
+
+
+def render_json(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+                findings: tuple[Finding, ...]) -> dict[str, Any]:
+    return cluster_json("slurm", layout, {"script": render(cfg, plan, layout)}, findings)
+
+
+def deployment(launch: Launch, directory: Path) -> Deployment:
+    from dspark_cli.deploy.slurm_run import slurm_run
+
+    cfg = launch.cfg
+    return slurm_run(launch.plan, launch.layout, sbatch_spec(cfg), directory,
+                     poll_s=float(cfg.deploy.slurm.poll_s),
+                     stop_timeout_s=float(cfg.deploy.slurm.cancel_timeout_s))
+
+
+def _no_findings(cfg: DictConfig) -> tuple[Finding, ...]:
+    return ()
+
+
+TARGET = DeployTarget(
+    name="slurm",
+    what="Slurm job",
+    here=False,
+    render=render,
+    render_json=render_json,
+    findings=_no_findings,
+    deployment=deployment,
+    require=slurm_job.require_clients,
+)

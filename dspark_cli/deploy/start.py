@@ -1,0 +1,154 @@
+"""The one start step, plan -> deployment, for `serve`, `smoke`, `bench` and `validate`.
+
+`ready()` does what every start needs once, before anything boots: the deploy target's entry
+(`targets.py`), a command of its own refused where it cannot run, the port checked, the
+preflight (on this machine, or the rules that need none when the cluster's machine runs it), the
+model, vLLM's own validation by one policy (`vllm_check`), and the run record. The `Ready` it
+returns makes a fresh `Deployment` per start (`serve` and `smoke` one, `bench` one per cell).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from dspark_cli.compat import StrEnum
+from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.deploy.targets import deploy_target
+from dspark_cli.errors import CheckFailed, UsageError
+from dspark_cli.launch import checks
+from dspark_cli.launch.layout import NodeLayout
+from dspark_cli.launch.layout_render import layout_script
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.prepare import (
+    child_environ,
+    ensure_model,
+    launch_argv,
+    machine_checks,
+    record_notes,
+)
+from dspark_cli.launch.provenance import collect
+from dspark_cli.launch.record import write_record
+from dspark_cli.launch.vllm_verdict import LOCAL_HEAD, node_verdicts, plan_verdict
+from dspark_cli.machine.detect import Machine
+from dspark_cli.run_files import NODES_SH
+from dspark_cli.server.attached import AttachedServer
+from dspark_cli.server.deployment import Deployment
+from dspark_cli.server.process import ensure_port_free
+from dspark_cli.status import Finding
+
+
+class VllmCheck(StrEnum):
+    """When vLLM's own validation of the commands runs."""
+
+    before = "before"  # before anything starts: a rejection stops the start
+    beside = "beside"  # beside the boot (a smoke of one node): a rejection ends the wait
+
+
+def vllm_check(target: DeployTarget, custom: bool, nodes: int, *, asked: bool = False,
+               beside: bool = False) -> VllmCheck | None:
+    """The one policy. A command of one's own is not vLLM's to judge; a cluster target's
+    commands run on the cluster's vLLM, so this host's judges them only when `asked`
+    (`serve --validate`); several nodes are judged before they boot (beside several booting
+    nodes, on a small machine, the validator can starve past its timeout); one node beside its
+    boot when the caller can wait for both (`beside`), else before."""
+    if custom or not (target.here or asked):
+        return None
+    return VllmCheck.beside if beside and target.here and nodes == 1 else VllmCheck.before
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A plan checked and recorded for its target; `deployment(dir)` is a fresh start of it."""
+
+    target: DeployTarget
+    launch: Launch
+    machine: Machine | None  # this machine, when the nodes run here
+    verdict: tuple[Finding, ...]  # vLLM's, taken before the start (empty: not taken)
+    beside: Callable[[], Finding] | None  # vLLM's, to take beside the boot
+    load_env: Mapping[str, str]  # the load generator's environment (bench)
+
+    @property
+    def custom_command(self) -> bool:
+        return self.launch.cfg.server.command is not None
+
+    @property
+    def head_argv(self) -> tuple[str, ...]:
+        """The head's command as it runs, for the records."""
+        if self.target.here and self.launch.layout.nodes > 1:
+            from dspark_cli.vllm.shim import vllm_command
+
+            return tuple(vllm_command(self.launch.layout.head.resolved(LOCAL_HEAD)))
+        return self.launch.argv
+
+    def deployment(self, directory: Path) -> Deployment:
+        return self.target.deployment(self.launch, directory)
+
+
+def _refuse_custom(cfg: DictConfig, target: DeployTarget, layout: NodeLayout) -> None:
+    if cfg.server.command is None:
+        return
+    if not target.here:
+        raise UsageError(f"server.command replaces the command dspark starts on this host, but "
+                         f"deploy={target.name} runs the plan's node commands on the cluster; "
+                         "drop server.command, or use deploy=local.")
+    if layout.nodes > 1:
+        raise UsageError(f"server.command replaces one command, but hw.nodes={layout.nodes} "
+                         "runs one per node; drop server.command or set hw.nodes=1.")
+
+
+def _require(found: tuple[Finding, ...], what: str) -> None:
+    checks.print_findings(found)
+    if any(f.failed for f in found):
+        raise CheckFailed(f"{what}; nothing was started.")
+
+
+def ready(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, record_dir: Path, *,
+          check_port: bool = True, asked: bool = False, beside: bool = False) -> Ready:
+    """Check `plan` for where `deploy.target` runs it and write its run record into
+    `record_dir`; CheckFailed/UsageError/ServerError before anything starts. `check_port`:
+    refuse a busy port before anything is written; `asked`/`beside`: see `vllm_check`."""
+    target = deploy_target(cfg)
+    target.require()  # before anything is written
+    _refuse_custom(cfg, target, layout)
+    machine = None
+    if target.here:
+        if check_port:
+            ensure_port_free(plan.client_host, plan.port)
+        machine, found = machine_checks(cfg, plan)
+    else:
+        found = (*checks.check(cfg, plan, machine=None, ask_vllm=False), *target.findings(cfg))
+        checks.print_findings(found)
+        if any(f.failed for f in found):
+            raise CheckFailed("preflight failed; nothing was submitted (details above).")
+    ensure_model(cfg)
+    when = vllm_check(target, cfg.server.command is not None, layout.nodes, asked=asked,
+                      beside=beside)
+    verdict = node_verdicts(plan, layout) if when is VllmCheck.before else ()
+    if verdict:
+        _require(verdict, "a node's command did not pass vLLM's own validation"
+                 if layout.nodes > 1 else "the command did not pass vLLM's own validation")
+    argv = launch_argv(cfg, plan)
+    env = {**child_environ(), **plan.env_map}
+    notes = record_notes(argv, cfg.server.command is not None, found)
+    if not target.here:
+        notes.append(f"deploy={target.name}: the cluster engine runs every node's command (the "
+                     "job script of each start; nodes.sh for several nodes)")
+    write_record(record_dir, cfg, plan, list(argv), collect(plan.model_path, machine), notes)
+    if layout.nodes > 1:
+        (record_dir / NODES_SH).write_text(layout_script(layout))
+    return Ready(target, Launch(cfg, plan, layout, argv, env), machine, verdict,
+                 (lambda: plan_verdict(plan)) if when is VllmCheck.beside else None,
+                 env if target.here else child_environ())
+
+
+def attach(cfg: DictConfig, plan: LaunchPlan) -> AttachedServer:
+    """The running server `server.url` names, its log `server.log` when given."""
+    log = Path(cfg.server.log) if cfg.server.log else None
+    if log is not None and not log.is_file():
+        raise UsageError(f"server.log={log} is not a file; give the attached server's log, "
+                         "or leave server.log unset to skip the log checks.")
+    return AttachedServer(plan.base_url, log)
