@@ -4,16 +4,17 @@ form pasted into a real shell gives exactly the value the user meant."""
 
 from __future__ import annotations
 
+import functools
 import os
+import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dspark_cli.config.overrides import expand_home, hydra_value, shell_word
-from tests.conftest import REPO, run_dspark
+from tests.conftest import REPO, dspark_argv, dspark_env, run_dspark
 
 HOME = "/home/ann"
 
@@ -67,10 +68,16 @@ LEXER_ERRORS = {
 }
 
 
+@functools.cache
+def refused(override: str, dry_run: bool) -> subprocess.CompletedProcess[str]:
+    """`dspark serve +hw=cpu <override>`, run once per session: both tests below read it."""
+    return run_dspark("serve", "+hw=cpu", override, *(["--dry-run"] if dry_run else []))
+
+
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
 @pytest.mark.parametrize("override", LEXER_ERRORS)
 def test_a_lexer_error_is_one_line_that_shows_the_quoting(override: str, dry_run: bool) -> None:
-    done = run_dspark("serve", "+hw=cpu", override, *(["--dry-run"] if dry_run else []))
+    done = refused(override, dry_run)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dspark: cannot read the override"), lines
@@ -82,12 +89,10 @@ def test_a_lexer_error_is_one_line_that_shows_the_quoting(override: str, dry_run
 @pytest.mark.parametrize(("override", "value"), LEXER_ERRORS.items())
 def test_the_suggested_quoting_pasted_into_bash_gives_the_value(override: str,
                                                                 value: str) -> None:
-    done = run_dspark("serve", "+hw=cpu", override, "--dry-run")
-    suggestion = done.stderr.strip().rsplit("write it as ", 1)[1]
+    suggestion = refused(override, True).stderr.strip().rsplit("write it as ", 1)[1]
     shell = subprocess.run(
-        ["bash", "-c", f"{sys.executable} -m dspark_cli.cli serve +hw=cpu {suggestion} "
-                       "--cfg job"],
-        capture_output=True, text=True, cwd=REPO, timeout=120, env=os.environ.copy())
+        ["bash", "-c", f"{shlex.join(dspark_argv('serve', '+hw=cpu'))} {suggestion} --cfg job"],
+        capture_output=True, text=True, cwd=REPO, timeout=120, env=dspark_env())
     assert shell.returncode == 0, shell.stderr
     cfg = yaml.safe_load(shell.stdout)
     key = override.split("=", 1)[0].lstrip("+").split(".")
