@@ -46,6 +46,12 @@ def fake_pid(log: Path) -> int:
     return int(match.group(1))
 
 
+def scratch_of(log: Path) -> Path:
+    """The TMPDIR the fake says it was started with (its log line, with whether it exists)."""
+    line = next(x for x in log.read_text().splitlines() if "TMPDIR " in x)
+    return Path(line.split("TMPDIR ")[1].split(" exists=")[0])
+
+
 def port_free(port: int) -> bool:
     """Nothing listens on the port (TIME_WAIT leftovers of closed connections do not count)."""
     with socket.socket() as s:

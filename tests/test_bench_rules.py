@@ -16,6 +16,7 @@ import pytest
 from dspark_cli.server.process import free_port
 from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import SCRIPT
+from tests.smoke_support import scratch_of
 
 # Every cell's load generator is vLLM's own `vllm bench serve`.
 pytestmark = pytest.mark.vllm
@@ -62,6 +63,12 @@ def test_healthy_cells_are_valid_and_give_a_speedup(tmp_path: Path) -> None:
     assert len(rec["per_position_acceptance"]) == 3
     assert rec["loadgen"]["completed"] == 6 and "ttfts" not in rec["loadgen"]
     assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
+    # Every cell ran on its own live scratch directory, removed after it.
+    logs = [tmp_path / "run" / "cells" / cell / "server.log" for cell in ("none-c2",
+                                                                          "draft_model-c2")]
+    scratches = [scratch_of(log) for log in logs]
+    assert all("exists=True" in log.read_text() for log in logs), "a cell ran on a deleted TMPDIR"
+    assert scratches[0] != scratches[1] and not any(s.exists() for s in scratches)
     by_c = {s["concurrency"]: s for s in out["speedups"]}
     assert (by_c[8]["speedup"], by_c[8]["note"]) == (None, "cell not run")
     speedup = by_c[2]

@@ -5,7 +5,6 @@ written."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -26,7 +25,7 @@ from dspark_cli.server.process import free_port
 from dspark_cli.server.session import ServerSession
 from tests.conftest import dspark_env
 from tests.doubles.fake_vllm import SCRIPT
-from tests.smoke_support import smoke_argv
+from tests.smoke_support import scratch_of, smoke_argv
 
 FATAL = compile_patterns({"rocm_memory_fault": r"Memory access fault by GPU"})
 
@@ -37,11 +36,6 @@ def managed(tmp_path: Path, *fake_args: str,
     argv = (sys.executable, str(SCRIPT), "--port", str(port), *fake_args)
     return (LocalDeployment((NodeProcess(0, argv, dict(os.environ), port),), "127.0.0.1", port,
                             tmp_path / "server.log", stop_grace_s=5.0), Watch(timeout, FATAL))
-
-
-def scratch_of(log: Path) -> Path:
-    line = next(x for x in log.read_text().splitlines() if "TMPDIR " in x)
-    return Path(line.split("TMPDIR ")[1].split(" exists=")[0])
 
 
 def test_managed_session_boots_scrapes_and_tears_down_clean(tmp_path: Path) -> None:
@@ -120,20 +114,3 @@ def test_busy_port_is_refused_before_the_run_record_or_a_scratch_dir(tmp_path: P
     assert f"port {port} on 127.0.0.1 is already in use; nothing was started" in done.stderr
     assert not (run_dir / "launch.sh").exists() and not (run_dir / "config.yaml").exists()
     assert list(scratch_root.iterdir()) == [], "a scratch directory was left behind"
-
-
-@pytest.mark.vllm  # the load generator is vLLM's own `vllm bench serve`
-def test_every_bench_cell_gets_a_live_scratch_dir(tmp_path: Path) -> None:
-    from tests.test_bench_rules import bench_argv, run
-
-    port = free_port()
-    done = run([*bench_argv(port, "healthy", "bench.arm=none", "bench.concurrencies=[4,2]"),
-                f"hydra.run.dir={tmp_path / 'run'}", "--json"], tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    logs = sorted((tmp_path / "run" / "cells").glob("*/server.log"))
-    assert len(logs) == 2
-    scratches = [scratch_of(log) for log in logs]
-    assert all("exists=True" in log.read_text() for log in logs), "a cell ran on a deleted TMPDIR"
-    assert scratches[0] != scratches[1] and not any(s.exists() for s in scratches)
-    cells = json.loads(done.stdout)["cells"]
-    assert [c["valid"] for c in cells] == [True, True]
