@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.cell import CellRecord, ProtocolInfo
+from dspark_cli.bench.goodput import Goodput, Objectives
 from dspark_cli.bench.merge import summarize_records
 from dspark_cli.bench.summary_files import write
 from dspark_cli.launch.plan import build_plan
@@ -53,6 +54,18 @@ def throughputs(arm: str, concurrency: int, repeats: int, rng: random.Random) ->
     return [round(BASE_TPUT[arm] * scale * rng.uniform(0.98, 1.02), 3) for _ in range(repeats)]
 
 
+# The seed's crossover under an objective: the share of requests within it per arm, falling
+# with load faster for the arms that verify more tokens per step.
+SHARE_DROP = {"none": 0.0005, "dspark_fixed": 0.002, "dspark_adaptive": 0.001}
+
+
+def goodput(arm: str, concurrency: int, value: float) -> Goodput:
+    share = max(0.0, 1 - SHARE_DROP[arm] * concurrency)
+    good = round(880 * share)
+    return Goodput(880, good, good / 860.0, value * good / 880, good / 860.0,
+                   good >= 0.99 * 880)
+
+
 def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: ProtocolInfo,
                 sha256: str) -> CellRecord:
     k = None if arm == "none" else 7
@@ -67,14 +80,17 @@ def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: Pro
         acceptance_length=None if spec is None else spec["mean_acceptance_length"],
         boot_s=412.5, finished_at="2026-01-01T00:00:00+00:00", repeat=repeat,
         accepted_per_draft=None if spec is None else 2.6, latency_ms=latency,
+        goodput=None if info.objectives is None else goodput(arm, concurrency, value),
         evidence={"completed": 880, "failed": 0, "spec_decode": spec,
                   "dataset": {"kind": "speed_bench", "file": DATASET_FILE, "sha256": sha256,
                               "rows": 880, "seed": 0, "input_tokens": None}})
 
 
-def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02) -> Path:
+def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02,
+              objectives: Objectives | None = None) -> Path:
     """A finished run of the seed's protocol under `root`: the arms' run records, every
-    repeat's cell.json, and summary.json as `dspark bench` summarizes them."""
+    repeat's cell.json, and summary.json as `dspark bench` summarizes them; with `objectives`,
+    each cell's goodput under them (SHARE_DROP)."""
     from dspark_cli.bench import schema
     from dspark_cli.bench.arms import arm_config
     from tests.conftest import compose_config
@@ -88,7 +104,7 @@ def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02)
         plan = build_plan(arm_cfg)
         write_record(root / "arms" / arm, arm_cfg, plan, list(plan.argv), provenance(), [])
     info = ProtocolInfo("speed_bench_throughput_1k", ARMS, BASELINE, CONCURRENCIES, repeats,
-                        margin)
+                        margin, objectives)
     rng = random.Random(seed)
     records = []
     for c in CONCURRENCIES:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dspark_cli.bench import goodput as gp
 from dspark_cli.bench.loadgen import PhaseRun, latency_ms, scalars
 from dspark_cli.bench.lossless import Comparison, lossless_reason
 from dspark_cli.bench.protocol import Cell, Protocol
@@ -47,23 +48,27 @@ class ProtocolInfo:
     concurrencies: tuple[int, ...]
     repeats: int = 1
     equivalence_margin: float = 0.05
+    objectives: gp.Objectives | None = None  # goodput's latency objectives
 
     @classmethod
     def of(cls, protocol: Protocol) -> ProtocolInfo:
         return cls(protocol.name, tuple(protocol.arms), protocol.baseline,
-                   tuple(protocol.concurrencies), protocol.repeats, protocol.equivalence_margin)
+                   tuple(protocol.concurrencies), protocol.repeats, protocol.equivalence_margin,
+                   protocol.objectives)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arms": list(self.arms), "baseline": self.baseline,
                 "concurrencies": list(self.concurrencies), "repeats": self.repeats,
-                "equivalence_margin": self.equivalence_margin}
+                "equivalence_margin": self.equivalence_margin,
+                "objectives": None if self.objectives is None else self.objectives.to_dict()}
 
     @classmethod
     def from_dict(cls, p: Mapping[str, Any]) -> ProtocolInfo:
-        """Records written before repeats existed are one repeat with the default margin."""
+        """Records written before repeats existed are one repeat with the default margin;
+        before objectives, none."""
         return cls(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
                    tuple(int(c) for c in p["concurrencies"]), int(p.get("repeats", 1)),
-                   float(p.get("equivalence_margin", 0.05)))
+                   float(p.get("equivalence_margin", 0.05)), gp.objectives(p.get("objectives")))
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class CellRecord:
     latency_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # ttft: p50..
     lossless: Mapping[str, Any] | None = None  # the greedy probe's answers and comparison
     degraded: tuple[str, ...] = ()  # "family: line" where vLLM overrode what was asked
+    goodput: gp.Goodput | None = None  # under the protocol's objectives, when it has any
 
     @property
     def cell_id(self) -> str:
@@ -122,7 +128,8 @@ class CellRecord:
             "latency_ms": {k: dict(v) for k, v in self.latency_ms.items()},
             "boot_s": self.boot_s, "teardown": self.teardown.to_dict() if self.teardown else None,
             "finished_at": self.finished_at, "lossless": self.lossless,
-            "degraded": list(self.degraded), **self.evidence,
+            "degraded": list(self.degraded),
+            "goodput": None if self.goodput is None else self.goodput.to_dict(), **self.evidence,
         }
 
     @classmethod
@@ -134,7 +141,7 @@ class CellRecord:
         own = {"arm", "concurrency", "repeat", "cell_id", "protocol", "valid", "reasons",
                "output_throughput", "request_throughput", "total_output_tokens",
                "acceptance_length", "accepted_per_draft", "latency_ms", "boot_s", "teardown",
-               "finished_at", "lossless", "degraded"}
+               "finished_at", "lossless", "degraded", "goodput"}
         latency = data.get("latency_ms")
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
@@ -154,6 +161,7 @@ class CellRecord:
             teardown=Teardown.from_dict(td) if td else None,
             lossless=data.get("lossless") if isinstance(data.get("lossless"), Mapping) else None,
             degraded=tuple(str(x) for x in data.get("degraded") or ()),
+            goodput=gp.Goodput.from_dict(data["goodput"]) if data.get("goodput") else None,
             evidence={k: v for k, v in data.items() if k not in own},
         )
 
@@ -235,6 +243,8 @@ def build(seen: Observed, protocol: ProtocolInfo,
         boot_s=None if seen.boot_s is None else round(seen.boot_s, 3),
         finished_at=seen.finished_at, teardown=seen.teardown, lossless=seen.lossless,
         degraded=seen.degraded,
+        goodput=gp.measure(result, protocol.objectives)
+        if result is not None and protocol.objectives is not None else None,
         evidence={
             "completed": evidence.completed, "failed": evidence.failed,
             "per_position_acceptance": None if spec is None or not spec.drafts else

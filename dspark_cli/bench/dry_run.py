@@ -31,7 +31,8 @@ def _dataset_line(dataset: DatasetSpec) -> str:
 def _loads(cell: Cell, protocol: Protocol, dataset: DatasetSpec, arm: Arm, run_dir: Path):
     out_dir = records.cell_dir(run_dir, cell.id)
     return [
-        (phase, phase_argv(phase, protocol.sampling, dataset, arm.plan, out_dir))
+        (phase, phase_argv(phase, protocol.sampling, dataset, arm.plan, out_dir,
+                           objectives=protocol.objectives))
         for phase in cell.phases
     ]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.dataset import DatasetSpec
+from dspark_cli.bench.goodput import Objectives, loadgen_flags
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server import watchdog
@@ -72,9 +73,11 @@ def phase_argv(
     plan: LaunchPlan,
     result_dir: Path,
     base_url: str | None = None,
+    objectives: Objectives | None = None,
 ) -> list[str]:
     """The `vllm bench serve` command line of one phase against the plan's server (or the one
-    at `base_url`: a cluster deployment's head)."""
+    at `base_url`: a cluster deployment's head); the measured phase counts goodput under the
+    protocol's `objectives`."""
     argv = [
         "vllm", "bench", "serve",
         "--backend", "openai",
@@ -104,6 +107,8 @@ def phase_argv(
         argv.append("--trust-remote-code")
     if sampling.ignore_eos:
         argv.append("--ignore-eos")
+    if phase.measured:
+        argv += loadgen_flags(objectives)
     return argv
 
 

@@ -42,11 +42,13 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
     names = {p.name for p in protocols}
     baselines = {p.baseline for p in protocols}
     margins = {p.equivalence_margin for p in protocols}
-    if len(names) > 1 or len(baselines) > 1 or len(margins) > 1:
+    objectives = {p.objectives for p in protocols}
+    if len(names) > 1 or len(baselines) > 1 or len(margins) > 1 or len(objectives) > 1:
         raise UsageError(
             f"The cell records mix protocols {sorted(names)} / baselines {sorted(baselines)} / "
-            f"equivalence margins {sorted(margins)}; a summary compares cells of one protocol "
-            "only.",
+            f"equivalence margins {sorted(margins)} / latency objectives "
+            f"{[o.words() if o else None for o in objectives]}; a summary compares cells of "
+            "one protocol only.",
             hint="Report each protocol's directory separately.",
         )
     _belong_together(records)
@@ -58,6 +60,7 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
         concurrencies=_ordered_union([p.concurrencies for p in protocols]),
         repeats=max(p.repeats for p in protocols),
         equivalence_margin=margins.pop(),
+        objectives=objectives.pop(),
     )
 
 

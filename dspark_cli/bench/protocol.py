@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dspark_cli.bench.goodput import Objectives, objectives
 from dspark_cli.bench.lossless import LosslessSpec, lossless_spec
 from dspark_cli.errors import UsageError
 
@@ -70,6 +71,7 @@ class Protocol:
     repeats: int = 1
     equivalence_margin: float = 0.05
     lossless: LosslessSpec | None = None  # None: no greedy check
+    objectives: Objectives | None = None  # None: no latency objective, no goodput
 
     def cell(self, arm: str, concurrency: int, repeat: int = 1) -> Cell | None:
         return next((c for c in self.cells
@@ -192,6 +194,7 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
         repeats=repeats,
         equivalence_margin=float(margin),
         lossless=lossless_spec(bench.get("lossless"), arms),
+        objectives=objectives(bench.get("objectives")),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dspark_cli.bench import stats, verdicts
+from dspark_cli.bench import decision_render, stats, verdicts
 from dspark_cli.bench.summary import ArmResult, Summary
 
 if TYPE_CHECKING:
@@ -99,7 +99,8 @@ def table(summary: Summary) -> RenderableType:
             _num(result.accepted_per_draft, ".2f"),
             *(_latency(result, m) for m in ("ttft", "tpot", "itl")),
         )
-    return Group(t, lat, *_lossless(summary), summary.results_sentence)
+    return Group(t, lat, *_lossless(summary), *decision_render.tables(summary),
+                 summary.results_sentence)
 
 
 def _lossless(summary: Summary) -> list[RenderableType]:

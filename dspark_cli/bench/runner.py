@@ -119,7 +119,8 @@ class _CellRun:
                 self.before = self._scrape(session.scrape, "before")
             argv = vllm_command(phase_argv(phase, self.ctx.protocol.sampling,
                                            self.ctx.dataset.spec, self.arm.plan, self.dir,
-                                           base_url=session.base_url))
+                                           base_url=session.base_url,
+                                           objectives=self.ctx.protocol.objectives))
             progress(f"{self.cell.id}: {phase.name}: {phase.num_prompts} requests at "
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
             result = run_phase(argv, phase, self.dir, self.launch.env,

@@ -61,6 +61,17 @@ class LosslessConf:
 
 
 @dataclass
+class ObjectivesConf:
+    """Latency objectives per request (ms; null: none); goodput counts the requests within all
+    of them, and a cell meets the objective when `percentile` % of its requests did."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+    percentile: float = 99.0
+
+
+@dataclass
 class BenchConf:
     name: str = MISSING
     arms: list[str] = MISSING  # speculative profiles (config group `speculative`)
@@ -75,6 +86,8 @@ class BenchConf:
     # Comparable: the speedup's 90% interval lies within 1 +- this fraction (0.05: +-5%).
     equivalence_margin: float = 0.05
     lossless: LosslessConf = field(default_factory=LosslessConf)
+    # Goodput: each cell also reports the throughput of the requests that met these.
+    objectives: ObjectivesConf = field(default_factory=ObjectivesConf)
     # Run one arm, concurrency and/or repeat only (a multirun job's cell); null: all of them.
     arm: str | None = None
     concurrency: int | None = None

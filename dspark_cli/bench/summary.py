@@ -15,7 +15,8 @@ from dataclasses import dataclass, fields, replace
 from statistics import fmean
 from typing import Any
 
-from dspark_cli.bench import lossless, stats, verdicts
+from dspark_cli.bench import goodput as gp
+from dspark_cli.bench import lossless, stats, verdicts, winners
 from dspark_cli.bench.cell import CellRecord
 
 Latency = Mapping[str, Mapping[str, float]]
@@ -42,6 +43,7 @@ class CellRow:
     lossless: Mapping[str, Any] | None = None  # the record's greedy answers
     degraded: tuple[str, ...] = ()  # lines where vLLM overrode what was asked (still valid)
     lossless_check: Mapping[str, Any] | None = None  # their comparison with the reference's
+    goodput: gp.Goodput | None = None  # under the protocol's objectives
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "concurrency": self.concurrency, "repeat": self.repeat,
@@ -53,7 +55,8 @@ class CellRow:
                 "accepted_per_draft": self.accepted_per_draft,
                 "latency_ms": _plain(self.latency_ms), "boot_s": self.boot_s,
                 "speedup": self.speedup, "lossless": self.lossless_check,
-                "degraded": list(self.degraded)}
+                "degraded": list(self.degraded),
+                "goodput": None if self.goodput is None else self.goodput.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,11 @@ class ArmResult:
     acceptance_length: float | None  # means over the valid repeats
     accepted_per_draft: float | None
     latency_ms: Latency  # each percentile's mean over the valid repeats
+    goodput: gp.GoodputResult | None = None  # None: no objective (or no valid repeat)
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "concurrency": self.concurrency,
+                "goodput": None if self.goodput is None else self.goodput.to_dict(),
                 "repeats": list(self.repeats), "throughputs": list(self.throughputs),
                 "invalid_repeats": self.invalid,
                 "throughput": None if self.throughput is None else self.throughput.to_dict(),
@@ -118,6 +123,8 @@ class Summary:
     results: tuple[ArmResult, ...]  # per arm and concurrency, in the protocol's order
     speedups: tuple[SpeedupRow, ...]
     mean_speedup: Mapping[str, float | None]  # geometric mean over valid pairs, per arm
+    objectives: gp.Objectives | None = None
+    winners: tuple[winners.Winner, ...] = ()  # the arm to run per concurrency
 
     @property
     def results_sentence(self) -> str:
@@ -141,6 +148,8 @@ class Summary:
             "speedups": [s.to_dict() for s in self.speedups],
             "mean_speedup": dict(self.mean_speedup),
             "results_sentence": self.results_sentence,
+            "objectives": None if self.objectives is None else self.objectives.to_dict(),
+            "winners": [w.to_dict() for w in self.winners],
             "lossless": lossless.by_arm([(c.arm, c.cell_id, c.lossless, c.lossless_check)
                                          for c in self.cells], self.arms),
             "counts": {
@@ -215,6 +224,7 @@ def aggregate(arm: str, concurrency: int, rows: Sequence[CellRow]) -> ArmResult:
         acceptance_length=_mean([r.acceptance_length for r in valid]),
         accepted_per_draft=_mean([r.accepted_per_draft for r in valid]),
         latency_ms=_mean_latency(valid),
+        goodput=gp.aggregate([r.goodput for r in valid]),
     )
 
 
@@ -246,6 +256,7 @@ def summarize(
     concurrencies: Sequence[int],
     repeats: int = 1,
     equivalence_margin: float = 0.05,
+    objectives: gp.Objectives | None = None,
 ) -> Summary:
     """Order cells as the protocol does (concurrency-major, then repeat), aggregate the repeats
     of each arm and concurrency, and compute every speedup with its verdict."""
@@ -287,4 +298,16 @@ def summarize(
         results=tuple(results[k] for k in order if k in results),
         speedups=tuple(speedups),
         mean_speedup=mean,
+        objectives=objectives,
+        winners=_winners(list(results.values()), concurrencies, equivalence_margin, objectives),
     )
+
+
+def _winners(results: Sequence[ArmResult], concurrencies: Sequence[int], margin: float,
+             objectives: gp.Objectives | None) -> tuple[winners.Winner, ...]:
+    """Per concurrency the arm to run: by goodput under an objective, else by throughput."""
+    if objectives is None:
+        return winners.pick([(r.arm, r.concurrency, r.throughputs) for r in results],
+                            concurrencies, margin, winners.THROUGHPUT)
+    return winners.pick([(r.arm, r.concurrency, r.goodput.values if r.goodput else ())
+                         for r in results], concurrencies, margin, winners.GOODPUT)

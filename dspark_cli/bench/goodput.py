@@ -1,0 +1,161 @@
+"""Goodput: the throughput of the requests that met the protocol's latency objectives (pure).
+
+DistServe's definition, as `vllm bench serve --goodput` counts it: a request is good when its
+TTFT, TPOT ((latency - TTFT) / (output tokens - 1), 0 for one token) and end-to-end latency are
+each within its objective. vLLM reports only good requests per second; the share of good
+requests and the output tokens/s they carried come from the same result file's per-request
+arrays (`ttfts`, `latencies`, `output_lens`, `errors`), so the two agree by construction and
+the record keeps vLLM's number beside dspark's. The objective is met when at least
+`percentile` % of the measured requests were good (e.g. "p99 TTFT within 2 s").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dspark_cli.bench import stats
+from dspark_cli.errors import UsageError
+
+METRICS = ("ttft", "tpot", "e2el")  # vLLM's --goodput keys
+
+
+@dataclass(frozen=True)
+class Objectives:
+    """Per-request latency limits in ms (None: not an objective) and the attainment asked."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+    percentile: float = 99.0
+
+    @property
+    def limits(self) -> dict[str, float]:
+        return {m: v for m in METRICS if (v := getattr(self, f"{m}_ms")) is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2el_ms": self.e2el_ms,
+                "percentile": self.percentile}
+
+    def words(self) -> str:
+        """"p99 of requests within TTFT 2000 ms, TPOT 80 ms"."""
+        limits = ", ".join(f"{m.upper()} {v:g} ms" for m, v in self.limits.items())
+        return f"p{self.percentile:g} of requests within {limits}"
+
+
+def objectives(conf: Mapping[str, Any] | None) -> Objectives | None:
+    """The protocol's objectives from `bench.objectives`; None when it names no limit."""
+    if not conf:
+        return None
+    limits: dict[str, float | None] = {}
+    for metric in METRICS:
+        value = conf.get(f"{metric}_ms")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not math.isfinite(value) or value <= 0):
+            raise UsageError(f"bench.objectives.{metric}_ms must be a positive number of "
+                             f"milliseconds or null, got {value!r}.")
+        limits[metric] = None if value is None else float(value)
+    pct = conf.get("percentile", 99.0)
+    if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 100:
+        raise UsageError(f"bench.objectives.percentile must be in (0, 100], got {pct!r}.",
+                         hint="99: the objective is met when 99% of requests meet the limits.")
+    if all(v is None for v in limits.values()):
+        return None
+    return Objectives(limits["ttft"], limits["tpot"], limits["e2el"], float(pct))
+
+
+def loadgen_flags(obj: Objectives | None) -> list[str]:
+    """`--goodput ttft:MS tpot:MS e2el:MS`: vLLM's own count of the good requests, and
+    `--save-detailed`: the per-request arrays the share is counted from."""
+    if obj is None:
+        return []
+    return ["--goodput", *(f"{m}:{v:g}" for m, v in obj.limits.items()), "--save-detailed"]
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """One measured phase under the objectives."""
+
+    requests: int  # the phase's requests, failed ones included (they are not good)
+    good: int
+    request_goodput: float  # good requests per second
+    output_goodput: float  # the good requests' output tokens per second
+    vllm_request_goodput: float | None  # vLLM's own number, for the record
+    met: bool  # share >= percentile / 100
+
+    @property
+    def share(self) -> float:
+        return self.good / self.requests if self.requests else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "good": self.good, "share": round(self.share, 4),
+                "request_goodput": round(self.request_goodput, 4),
+                "output_goodput": round(self.output_goodput, 4),
+                "vllm_request_goodput": self.vllm_request_goodput, "met": self.met}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Goodput:
+        """A recorded goodput; ValueError/TypeError/KeyError when it is not one."""
+        vllm = data.get("vllm_request_goodput")
+        out = cls(int(data["requests"]), int(data["good"]), float(data["request_goodput"]),
+                  float(data["output_goodput"]), None if vllm is None else float(vllm),
+                  bool(data["met"]))
+        if not 0 <= out.good <= out.requests:
+            raise ValueError(f"goodput: {out.good} good of {out.requests} requests")
+        return out
+
+
+def _tpot(latency: float, ttft: float, tokens: int) -> float:
+    return (latency - ttft) / (tokens - 1) if tokens > 1 else 0.0
+
+
+def measure(result: Mapping[str, Any], obj: Objectives) -> Goodput | None:
+    """Goodput of a `vllm bench serve` result file; None when it lacks the per-request arrays."""
+    arrays = [result.get(k) for k in ("ttfts", "latencies", "output_lens")]
+    duration = result.get("duration")
+    if not all(isinstance(a, list) for a in arrays) or not isinstance(duration, int | float) \
+            or duration <= 0 or len({len(a) for a in arrays}) != 1:
+        return None
+    ttfts, latencies, lens = arrays
+    errors = result.get("errors") if isinstance(result.get("errors"), list) else [""] * len(lens)
+    limits = {m: v / 1000 for m, v in obj.limits.items()}  # vLLM's arrays are seconds
+    good, tokens = 0, 0
+    for ttft, latency, n, err in zip(ttfts, latencies, lens, errors, strict=False):
+        if err or not isinstance(n, int) or n <= 0:
+            continue
+        seen = {"ttft": ttft, "tpot": _tpot(latency, ttft, n), "e2el": latency}
+        if all(seen[m] <= limit for m, limit in limits.items()):
+            good += 1
+            tokens += n
+    vllm = result.get("request_goodput")
+    return Goodput(len(lens), good, good / duration, tokens / duration,
+                   float(vllm) if isinstance(vllm, int | float) else None,
+                   good >= obj.percentile / 100 * len(lens))
+
+
+@dataclass(frozen=True)
+class GoodputResult:
+    """One arm at one concurrency over its valid repeats' goodput."""
+
+    values: tuple[float, ...]  # output goodput per valid repeat, in repeat order
+    output_goodput: stats.Interval
+    share: stats.Interval
+    met: int  # how many of the repeats met the objective
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output_goodputs": list(self.values),
+                "output_goodput": self.output_goodput.to_dict(), "share": self.share.to_dict(),
+                "met": self.met, "repeats": len(self.values)}
+
+
+def aggregate(recorded: Sequence[Goodput | None]) -> GoodputResult | None:
+    """Mean goodput and share with their t intervals, like throughput; None without any."""
+    present = [g for g in recorded if g is not None]
+    if not present:
+        return None
+    values = tuple(g.output_goodput for g in present)
+    return GoodputResult(values, stats.mean_interval(values),
+                         stats.mean_interval([g.share for g in present]),
+                         sum(g.met for g in present))
