@@ -56,6 +56,7 @@ def degraded() -> tuple[Pattern, ...]:
     return compile_patterns(dict(cfg.logs.degraded))
 
 
+@pytest.mark.vllm  # reads the installed vLLM's source
 @pytest.mark.parametrize(("family", "path", "needle", "args"),
                          [(f, p, n, a) for f, p, n, *a in FROM_SOURCE],
                          ids=[f"{f}:{n[:30]}" for f, _, n, *_ in FROM_SOURCE])
@@ -76,6 +77,7 @@ def downgrade_line() -> str:
                                    "FULL")
 
 
+@pytest.mark.vllm  # downgrade_line() reads the installed vLLM's source
 def test_the_smoke_reports_an_override_and_still_passes() -> None:
     exp = expectations(smoke_cfg("+hw=cpu"))
     assert {p.name for p in exp.degraded} == {p.name for p in degraded()}
@@ -95,12 +97,14 @@ def test_the_smoke_reports_an_override_and_still_passes() -> None:
         is Status.skipped
 
 
+@pytest.mark.vllm  # downgrade_line() reads the installed vLLM's source
 def test_a_family_set_to_null_is_switched_off() -> None:
     exp = expectations(smoke_cfg("+hw=cpu", "logs.degraded.cudagraph_downgrade=null"))
     log = scan_lines([downgrade_line()], exp.fatal, exp.watch)
     assert degraded_lines(log, exp.degraded) == ()
 
 
+@pytest.mark.vllm  # downgrade_line() reads the installed vLLM's source
 def test_a_degraded_cell_stays_valid_and_is_marked() -> None:
     protocol = {"name": "cpu", "arms": ["none", "draft_model"], "baseline": "none",
                 "concurrencies": [2]}

@@ -84,6 +84,7 @@ def test_smoke_on_two_lws_pods_serves_from_both_engines_and_leaves_nothing(tmp_p
     assert "[node 1] " in (run / "server.log").read_text()  # the worker's output, gathered
 
 
+@pytest.mark.vllm  # serve/smoke import vLLM here (exit 4 without it)
 def test_a_crashing_leader_fails_the_smoke_with_exit_3_naming_the_pod(tmp_path):
     env, state = cluster_env(tmp_path, 'case " $* " in *" --headless "*) exec sleep 600;; esac\n'
                                        'echo "vllm: the model cannot be loaded" >&2; exit 1')
@@ -94,6 +95,7 @@ def test_a_crashing_leader_fails_the_smoke_with_exit_3_naming_the_pod(tmp_path):
     assert left_on(state) == ([], [])
 
 
+@pytest.mark.vllm  # serve/smoke import vLLM here (exit 4 without it)
 def test_no_cluster_fails_the_smoke_with_exit_3_before_anything_is_applied(tmp_path):
     env, state = cluster_env(tmp_path, "exit 1")
     done = smoke(tmp_path, {**env, "FAKE_KUBECTL_UNREACHABLE": "1"}, "model.synthetic=null",
@@ -118,6 +120,7 @@ def serve_apply(tmp_path: Path) -> tuple[ForegroundServe, Path, dict[str, str]]:
     return ForegroundServe(argv, tmp_path, env), state, env
 
 
+@pytest.mark.vllm  # serve/smoke import vLLM here (exit 4 without it)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
 def test_serve_apply_follows_the_deployment_and_ctrl_c_or_hangup_deletes_it(tmp_path, sig):
     """Applied, ready through the port-forward, then SIGINT (or a hangup: a closed terminal)
@@ -136,6 +139,7 @@ def test_serve_apply_follows_the_deployment_and_ctrl_c_or_hangup_deletes_it(tmp_
     assert (tmp_path / "run" / "manifests.yaml").is_file()
 
 
+@pytest.mark.vllm  # serve/smoke import vLLM here (exit 4 without it)
 def test_after_kill_9_the_run_record_names_the_objects_and_its_lines_delete_them(tmp_path):
     """No teardown runs after `kill -9`: deployment.json names what is applied and the shell
     lines that delete it; run as printed (bash), they leave nothing on the cluster."""
