@@ -21,7 +21,9 @@ from dspark_cli.errors import UsageError
 # What a field must be (said in the error as is).
 BOOL = "a JSON boolean (true or false)"
 INT = "an integer"
+COUNT = "a non-negative integer"
 NUMBER = "a finite number"
+AMOUNT = "a finite non-negative number"
 TEXT = "a string"
 MAP = "a JSON object"
 LIST = "a list"
@@ -77,11 +79,12 @@ def load_json(path: Path, root: Path) -> Any:
 def _is(value: Any, kind: str) -> bool:
     if kind == BOOL:
         return isinstance(value, bool)
-    if kind == INT:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == NUMBER:
+    if kind in (INT, COUNT):
+        return (isinstance(value, int) and not isinstance(value, bool)
+                and (kind == INT or value >= 0))
+    if kind in (NUMBER, AMOUNT):
         return (isinstance(value, int | float) and not isinstance(value, bool)
-                and math.isfinite(value))
+                and math.isfinite(value) and (kind == NUMBER or value >= 0))
     return isinstance(value, {TEXT: str, MAP: dict, LIST: list}[kind])
 
 

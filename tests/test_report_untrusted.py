@@ -158,7 +158,8 @@ def test_validate_json_holds_no_url_password(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("valid", "false"), ("valid", 0), ("output_throughput", "NaN"), ("output_throughput", "1e9"),
     ("concurrency", "4"), ("concurrency", 4.5), ("reasons", "none"), ("protocol", None),
-    ("latency_ms", {"ttft": {"p50": "fast"}}), ("arm", ["none"]),
+    ("latency_ms", {"ttft": {"p50": "fast"}}), ("arm", ["none"]), ("concurrency", -4),
+    ("output_throughput", -1.5), ("repeat", True),
 ])
 def test_a_cell_field_of_the_wrong_type_is_exit_2_naming_it(records: Path, tmp_path: Path,
                                                             field: str, value: Any) -> None:

@@ -14,22 +14,22 @@ from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.server import metrics
 from dspark_cli.server.process import Teardown
-from dspark_cli.untrusted import BOOL, INT, LIST, MAP, NUMBER, TEXT
+from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, INT, LIST, MAP, TEXT
 
 # The fields of cell.json that are read back, and their JSON types (`untrusted.check`).
 FIELDS = {
-    "arm": TEXT, "concurrency": INT, "repeat": INT, "cell_id": TEXT, "valid": BOOL,
+    "arm": TEXT, "concurrency": COUNT, "repeat": COUNT, "cell_id": TEXT, "valid": BOOL,
     "reasons": LIST, "reasons.*": TEXT, "protocol": MAP, "protocol.name": TEXT,
     "protocol.arms": LIST, "protocol.arms.*": TEXT, "protocol.baseline": TEXT,
-    "protocol.concurrencies": LIST, "protocol.concurrencies.*": INT, "protocol.repeats": INT,
-    "protocol.equivalence_margin": NUMBER, "output_throughput": NUMBER,
-    "request_throughput": NUMBER, "total_output_tokens": INT, "acceptance_length": NUMBER,
-    "accepted_per_draft": NUMBER, "latency_ms": MAP, "latency_ms.*": MAP,
-    "latency_ms.*.*": NUMBER, "boot_s": NUMBER, "finished_at": TEXT, "teardown": MAP,
-    "teardown.seconds": NUMBER, "teardown.signal": TEXT, "teardown.leftover_pids": LIST,
+    "protocol.concurrencies": LIST, "protocol.concurrencies.*": COUNT, "protocol.repeats": COUNT,
+    "protocol.equivalence_margin": AMOUNT, "output_throughput": AMOUNT,
+    "request_throughput": AMOUNT, "total_output_tokens": COUNT, "acceptance_length": AMOUNT,
+    "accepted_per_draft": AMOUNT, "latency_ms": MAP, "latency_ms.*": MAP,
+    "latency_ms.*.*": AMOUNT, "boot_s": AMOUNT, "finished_at": TEXT, "teardown": MAP,
+    "teardown.seconds": AMOUNT, "teardown.signal": TEXT, "teardown.leftover_pids": LIST,
     "teardown.leftover_pids.*": INT, "teardown.port_free": BOOL, "teardown.deployment": TEXT,
-    "teardown.deployment_gone": BOOL, "spec_decode": MAP, "spec_decode.drafts": INT,
-    "spec_decode.draft_tokens": INT, "spec_decode.accepted": INT, "loadgen": MAP,
+    "teardown.deployment_gone": BOOL, "spec_decode": MAP, "spec_decode.drafts": COUNT,
+    "spec_decode.draft_tokens": COUNT, "spec_decode.accepted": COUNT, "loadgen": MAP,
     "dataset": MAP, "dataset.kind": TEXT, "dataset.file": TEXT, "dataset.sha256": TEXT,
     "launch": MAP, "launch.plan": MAP, "launch.plan.model_path": TEXT, "lossless": MAP,
     "degraded": LIST, "degraded.*": TEXT,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.summary import CellRow, Summary
+from dspark_cli.launch.secrets import redact_text
 from dspark_cli.run_files import SUMMARY_CSV, SUMMARY_JSON
 from dspark_cli.untrusted import write_atomic
 
@@ -41,14 +42,15 @@ def _csv_row(cell: CellRow) -> dict[str, Any]:
 
 
 def write(summary: Summary, directory: Path) -> tuple[Path, Path]:
-    """Write summary.json and summary.csv into `directory` (each replaced at once, never
-    through a link planted at its name); returns their paths."""
+    """Write summary.json and summary.csv into `directory` (redacted: cells read back may hold
+    anything; each replaced at once, never through a link planted at its name); returns their
+    paths."""
     json_path = directory / SUMMARY_JSON
     csv_path = directory / SUMMARY_CSV
-    write_atomic(json_path, json.dumps(summary.as_dict(), indent=2) + "\n")
+    write_atomic(json_path, redact_text(json.dumps(summary.as_dict(), indent=2) + "\n"))
     rows = io.StringIO(newline="")
     writer = csv.DictWriter(rows, fieldnames=CSV_COLUMNS)
     writer.writeheader()
     writer.writerows(_csv_row(cell) for cell in summary.cells)
-    write_atomic(csv_path, rows.getvalue())
+    write_atomic(csv_path, redact_text(rows.getvalue()))
     return json_path, csv_path

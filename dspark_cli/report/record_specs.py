@@ -4,32 +4,32 @@ and the field). Keys are dotted paths; `*` is every item of a list or value of a
 
 from __future__ import annotations
 
-from dspark_cli.untrusted import BOOL, INT, LIST, MAP, NUMBER, TEXT
+from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, INT, LIST, MAP, NUMBER, TEXT
 
 VALIDATE = {"stages": LIST, "stages.*": MAP, "stages.*.name": TEXT, "stages.*.status": TEXT,
             "stages.*.detail": TEXT, "exit_code": INT}
 VALIDATE_REQUIRED = ("stages", "stages.*.name", "stages.*.status")
 
 TESTS = {"status": TEXT, "node_ids": LIST, "node_ids.*": TEXT, "source": TEXT, "counts": MAP,
-         "counts.*": INT, "detail": TEXT}
+         "counts.*": COUNT, "detail": TEXT}
 TESTS_REQUIRED = ("status",)
 
-CHECKPOINT = {"num_shards": INT, "total_bytes": INT}
+CHECKPOINT = {"num_shards": COUNT, "total_bytes": COUNT}
 
 SMOKE = {"verdict": MAP, "verdict.passed": BOOL, "verdict.summary": TEXT, "mode": TEXT,
          "checks": LIST, "checks.*": MAP, "checks.*.name": TEXT, "checks.*.status": TEXT,
-         "checks.*.evidence": TEXT, "checks.*.data": MAP, "checks.*.data.k": INT,
-         "checks.*.data.rule": TEXT, "request": MAP, "request.completion_tokens": INT,
-         "counters": MAP, "counters.spec_decode": MAP, "counters.spec_decode.drafts": INT,
-         "counters.spec_decode.draft_tokens": INT, "counters.spec_decode.accepted": INT,
+         "checks.*.evidence": TEXT, "checks.*.data": MAP, "checks.*.data.k": COUNT,
+         "checks.*.data.rule": TEXT, "request": MAP, "request.completion_tokens": COUNT,
+         "counters": MAP, "counters.spec_decode": MAP, "counters.spec_decode.drafts": COUNT,
+         "counters.spec_decode.draft_tokens": COUNT, "counters.spec_decode.accepted": COUNT,
          "versions": MAP}
 SMOKE_REQUIRED = ("verdict", "verdict.passed", "checks.*.name", "checks.*.status",
                   "counters.spec_decode.drafts", "counters.spec_decode.draft_tokens",
                   "counters.spec_decode.accepted")
 
 _CHECKPOINT = {"path": TEXT, "exists": BOOL, "config_sha256": TEXT, "index_sha256": TEXT,
-               "architecture": TEXT, "quantization": MAP, "num_shards": INT,
-               "total_bytes": INT}
+               "architecture": TEXT, "quantization": MAP, "num_shards": COUNT,
+               "total_bytes": COUNT}
 PROVENANCE = {"hardware": MAP, "hardware.gpus": LIST, "hardware.gpus.*": MAP,
               "hardware.gpus.*.name": TEXT, "hardware.platform": TEXT, "platform": TEXT,
               "checkpoint": MAP, **{f"checkpoint.{k}": v for k, v in _CHECKPOINT.items()},
@@ -46,9 +46,9 @@ CONFIG = {"model": MAP, "model.path": TEXT, "model.name": TEXT, "model.args": MA
           "bench.dataset.input_tokens": INT, "bench.dataset.seed": INT, "bench.sampling": MAP,
           "bench.sampling.temperature": NUMBER, "bench.sampling.top_p": NUMBER,
           "bench.sampling.max_output_tokens": INT, "bench.sampling.ignore_eos": BOOL,
-          "bench.warmups": LIST, "bench.warmups.*": MAP, "bench.warmups.*.num_prompts": INT,
-          "bench.warmups.*.concurrency": INT, "bench.warmups.*.output_tokens": INT,
-          "bench.measured_prompts": INT, "bench.concurrencies": LIST,
-          "bench.concurrencies.*": INT, "bench.arms": LIST, "bench.arms.*": TEXT,
-          "bench.baseline": TEXT, "bench.repeats": INT, "bench.equivalence_margin": NUMBER}
+          "bench.warmups": LIST, "bench.warmups.*": MAP, "bench.warmups.*.num_prompts": COUNT,
+          "bench.warmups.*.concurrency": COUNT, "bench.warmups.*.output_tokens": COUNT,
+          "bench.measured_prompts": COUNT, "bench.concurrencies": LIST,
+          "bench.concurrencies.*": COUNT, "bench.arms": LIST, "bench.arms.*": TEXT,
+          "bench.baseline": TEXT, "bench.repeats": COUNT, "bench.equivalence_margin": AMOUNT}
 CONFIG_REQUIRED = ("bench.warmups.*.num_prompts", "bench.warmups.*.output_tokens")
