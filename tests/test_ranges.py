@@ -41,6 +41,8 @@ OUT_OF_RANGE = [
     ("compilation.max_cudagraph_capture_size=0", ">= 1"),
     ("server.ready_timeout_s=0", "> 0"),
     ("server.stop_grace_s=-1", ">= 0"),
+    ("server.attach_refused_s=-1", ">= 0"),
+    ("server.metrics_settle_s=-1", ">= 0"),
     ("server.host=''", "non-empty"),
     ("logs.context_lines=-1", ">= 0"),
 ]

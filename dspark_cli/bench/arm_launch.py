@@ -16,12 +16,14 @@ from dspark_cli.server.deployment import Deployment
 @dataclass(frozen=True)
 class ArmLaunch:
     """What every cell of an arm starts: `deployment(cell_dir)`; `argv` is the head's command
-    for the record, `env` the load generator's environment, `ready_timeout_s` the arm's."""
+    for the record, `env` the load generator's environment, `ready_timeout_s` and
+    `metrics_settle_s` the arm's (server.*)."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
     deployment: Callable[[Path], Deployment]
     ready_timeout_s: float
+    metrics_settle_s: float
 
 
 def arm_launch(arm: Arm, record_dir: Path) -> ArmLaunch:
@@ -31,4 +33,5 @@ def arm_launch(arm: Arm, record_dir: Path) -> ArmLaunch:
 
     start = ready(arm.cfg, arm.plan, arm.layout, record_dir, check_port=False)
     return ArmLaunch(start.head_argv, start.load_env, start.deployment,
-                     float(arm.cfg.server.ready_timeout_s))
+                     float(arm.cfg.server.ready_timeout_s),
+                     float(arm.cfg.server.metrics_settle_s))

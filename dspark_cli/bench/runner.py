@@ -75,7 +75,8 @@ class _CellRun:
         self.dir.mkdir(parents=True)
         started_at, start = _now(), time.monotonic()
         watch = Watch(self.launch.ready_timeout_s, self.ctx.fatal, self.ctx.degraded,
-                      metrics_timeout_s=self.ctx.protocol.metrics_timeout_s)
+                      metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
+                      metrics_settle_s=self.launch.metrics_settle_s)
         session = ServerSession(self.launch.deployment(self.dir), watch)
         fatal_lines: tuple[str, ...] = ()
         degraded: tuple[str, ...] = ()

@@ -198,6 +198,10 @@ class ServerConf:
     log: str | None = None  # the log of an attached server, for log checks
     ready_timeout_s: float = field(default=1200.0, metadata=between(0, low_open=True))
     stop_grace_s: float = field(default=15.0, metadata=between(0))
+    # Attached: how long connections may be refused before nothing listening is the verdict.
+    attach_refused_s: float = field(default=2.0, metadata=between(0))
+    # How long the generation counter may lag an answer before a short count is a mismatch.
+    metrics_settle_s: float = field(default=3.0, metadata=between(0))
 
 
 @schema_class

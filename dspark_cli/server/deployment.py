@@ -28,13 +28,17 @@ if TYPE_CHECKING:  # a dry run plans deployments without loading psutil or the l
 @dataclass(frozen=True)
 class Watch:
     """What a session watches and how long it waits: /health (`ready_timeout_s`), the fatal
-    and expected log lines, the context kept around a fatal one, each /metrics read."""
+    and expected log lines, the context kept around a fatal one, each /metrics read; how long
+    an attached URL may refuse connections before nothing listening is the verdict, and how
+    long the generation counter may lag an answer before a short count is a mismatch."""
 
     ready_timeout_s: float
     fatal: tuple[Pattern, ...] = ()
     watch: tuple[Pattern, ...] = ()
     context_lines: int = 10
     metrics_timeout_s: float = 5.0
+    attach_refused_s: float = 2.0  # not `ready_timeout_s`, which is for a server that boots
+    metrics_settle_s: float = 3.0  # vLLM may count a request's last tokens just after answering
 
 
 class Deployment(abc.ABC):

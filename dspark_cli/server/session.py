@@ -32,8 +32,6 @@ from dspark_cli.server.process import Teardown
 HEALTH_POLL_S = 0.1
 # Attached: how long connections may be refused before nothing listening is the verdict (not
 # `ready_timeout_s`, which is for a server that is booting).
-ATTACH_REFUSED_S = 2.0
-SETTLE_S = 3.0  # vLLM may count a request's last tokens just after answering it
 SETTLE_POLL_S = 0.1
 PROGRESS_EVERY_S = 15.0  # a placed deployment's state while waiting: on change, else this often
 TAIL_LINES = 15
@@ -170,11 +168,12 @@ class ServerSession:
                     progress(f"{note} ({now - self.started_at:.0f} s)")
                     said, said_at = note, now
             elif (status in (probe.REFUSED, 404) and not d.managed
-                  and time.monotonic() - self.started_at > ATTACH_REFUSED_S):
+                  and time.monotonic() - self.started_at > self.watch.attach_refused_s):
                 what = ("nothing listens at" if status == probe.REFUSED
                         else "no vLLM server (/health: 404) at")
-                raise self._failure(f"{what} {d.planned_url} for {ATTACH_REFUSED_S:.0f} s; "
-                                    "start the server, or fix server.url")
+                raise self._failure(f"{what} {d.planned_url} for "
+                                    f"{self.watch.attach_refused_s:g} s; start the server, or "
+                                    "fix server.url")
             if running_since is not None and time.monotonic() - running_since > timeout:
                 raise self._failure(f"/health did not answer 200 within {timeout:.0f} s "
                                     "(server.ready_timeout_s)")
@@ -188,11 +187,11 @@ class ServerSession:
         """/metrics now (ScrapeError on failure)."""
         return scrape(self.base_url, self.watch.metrics_timeout_s)
 
-    def scrape_settled(self, before: Scrape, tokens: int | float,
-                       settle_s: float = SETTLE_S) -> Scrape:
+    def scrape_settled(self, before: Scrape, tokens: int | float) -> Scrape:
         """/metrics once the server's generation counter has caught up with `tokens` generated
-        since `before`, or after `settle_s`: a count that stays short is a real mismatch."""
-        deadline = time.monotonic() + settle_s
+        since `before`, or after `watch.metrics_settle_s`: a count that stays short is a real
+        mismatch."""
+        deadline = time.monotonic() + self.watch.metrics_settle_s
         after = self.scrape()
         while (after.delta(before).total(GENERATION_TOKENS) < tokens
                and time.monotonic() < deadline and not self.stop_reason()):

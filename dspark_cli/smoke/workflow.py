@@ -40,7 +40,8 @@ def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expecta
     verdict as a check (taken beside the boot for one node here, before it for several), and
     the provenance."""
     watch = Watch(float(cfg.server.ready_timeout_s), exp.fatal, exp.watch, exp.context_lines,
-                  exp.metrics_timeout_s)
+                  exp.metrics_timeout_s, float(cfg.server.attach_refused_s),
+                  float(cfg.server.metrics_settle_s))
     if cfg.server.url:
         return ServerSession(attach(cfg, plan), watch), None, collect(plan.model_path, None)
     start = ready(cfg, plan, layout, directory, beside=True)
