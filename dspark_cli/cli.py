@@ -58,6 +58,8 @@ COMMANDS: dict[str, Command] = {
                         "checkpoint, focused tests, smoke, bench and the report, in one run"),
     "report": Command("dspark_cli.commands.report", None,
                       "render the validation report from existing run directories"),
+    "compare": Command("dspark_cli.commands.compare", None,
+                       "what changed between two runs, and which cells got slower"),
 }
 
 _HW_OVERRIDE = re.compile(r"^(\+{0,2})hw=")

@@ -87,10 +87,12 @@ def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: Pro
 
 
 def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02,
-              objectives: Objectives | None = None) -> Path:
+              objectives: Objectives | None = None, scale: float = 1.0,
+              protocol: str = "speed_bench_throughput_1k") -> Path:
     """A finished run of the seed's protocol under `root`: the arms' run records, every
     repeat's cell.json, and summary.json as `dspark bench` summarizes them; with `objectives`,
-    each cell's goodput under them (SHARE_DROP)."""
+    each cell's goodput under them (SHARE_DROP); `scale` multiplies every throughput (a run
+    that got slower), `protocol` renames it (records that do not belong together)."""
     from dspark_cli.bench import schema
     from dspark_cli.bench.arms import arm_config
     from tests.conftest import compose_config
@@ -103,13 +105,14 @@ def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02,
         arm_cfg = arm_config(cfg, arm)
         plan = build_plan(arm_cfg)
         write_record(root / "arms" / arm, arm_cfg, plan, list(plan.argv), provenance(), [])
-    info = ProtocolInfo("speed_bench_throughput_1k", ARMS, BASELINE, CONCURRENCIES, repeats,
+    info = ProtocolInfo(protocol, ARMS, BASELINE, CONCURRENCIES, repeats,
                         margin, objectives)
     rng = random.Random(seed)
     records = []
     for c in CONCURRENCIES:
         for arm in ARMS:
             for repeat, value in enumerate(throughputs(arm, c, repeats, rng), 1):
+                value = round(value * scale, 3)
                 record = cell_record(arm, c, repeat, value, info, "5" * 64)
                 path = root / "cells" / record.cell_id / "cell.json"
                 path.parent.mkdir(parents=True, exist_ok=True)

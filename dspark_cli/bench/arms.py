@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -37,11 +38,15 @@ def arm_config(cfg: DictConfig, arm: str) -> DictConfig:
 
     directory = conf_dir() / "speculative"
     path = directory / f"{arm}.yaml"
+    extra = (cfg.get("bench") or {}).get("profiles")
+    if not path.is_file() and extra:  # a proposal's profile (bench/proposal.py)
+        path = Path(str(extra)) / "speculative" / f"{arm}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml")))
         raise UsageError(
             f"bench.arms names {arm!r}, which is not a speculative profile.",
-            hint=f"Arms are files of conf/speculative/: {known}.",
+            hint=f"Arms are files of conf/speculative/ ({known}) or of "
+            "<bench.profiles>/speculative/.",
         )
     out = copy.deepcopy(cfg)
     try:

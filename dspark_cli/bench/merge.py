@@ -12,6 +12,7 @@ from typing import Any
 
 from dspark_cli.bench import records as rec
 from dspark_cli.bench.cell import CellRecord
+from dspark_cli.bench.proposal_files import write_proposal
 from dspark_cli.bench.summary import Summary, summarize
 from dspark_cli.bench.summary_files import write
 from dspark_cli.errors import UsageError
@@ -26,6 +27,7 @@ class Merged:
     summary_json: Path
     summary_csv: Path
     plot_png: Path | None  # None: matplotlib (the `plot` extra) is not installed
+    proposal_json: Path | None = None  # the configuration the winners propose
 
 
 def _ordered_union(lists: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
@@ -99,4 +101,5 @@ def merge(directory: Path) -> Merged:
     summary = summarize_records(records)
     json_path, csv_path = write(summary, directory)
     png = plot(summary, directory) if importlib.util.find_spec("matplotlib") else None
-    return Merged(directory, summary, json_path, csv_path, png)
+    return Merged(directory, summary, json_path, csv_path, png,
+                  write_proposal(summary, directory))

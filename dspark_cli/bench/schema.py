@@ -88,6 +88,9 @@ class BenchConf:
     lossless: LosslessConf = field(default_factory=LosslessConf)
     # Goodput: each cell also reports the throughput of the requests that met these.
     objectives: ObjectivesConf = field(default_factory=ObjectivesConf)
+    # A directory whose speculative/<arm>.yaml are arms too (a run's proposal/, written with
+    # its proposal.json), so `dspark validate` can run a proposal as one more arm.
+    profiles: str | None = None
     # Run one arm, concurrency and/or repeat only (a multirun job's cell); null: all of them.
     arm: str | None = None
     concurrency: int | None = None
