@@ -5,6 +5,7 @@ for several. Real signals to real processes; the server is the fake vLLM (a real
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -201,3 +202,36 @@ def test_the_watchdog_exits_as_its_server_did() -> None:
     missing = run_watchdog(["/nonexistent/vllm", "serve"])
     assert missing.returncode == watchdog.CANNOT_START
     assert "could not start '/nonexistent/vllm'" in missing.stderr
+
+
+def test_a_closed_terminal_tears_serve_down(tmp_path: Path) -> None:
+    """The real hangup: `dspark serve` on a terminal of its own (a pty, its controlling
+    terminal), which is then closed. The kernel sends SIGHUP; writes to the terminal fail from
+    then on, and the teardown still runs to its end."""
+    import pty
+
+    port = free_port()
+    pid, master = pty.fork()
+    if pid == 0:  # the child: on the pty, as a shell would start it
+        try:
+            os.chdir(tmp_path)
+            default_signals()
+            os.execvpe(sys.executable, serve_argv(port), dspark_env())
+        finally:
+            os._exit(127)
+    seen = b""
+    try:
+        def ready() -> bool:
+            nonlocal seen
+            with contextlib.suppress(OSError):
+                seen += os.read(master, 65536)
+            return b"ready at" in seen
+
+        wait_until(ready, 60, "`dspark serve` to say it is ready on its terminal")
+        pids = server_pids(pid)
+        assert fakes(port)
+    finally:
+        os.close(master)  # the terminal is gone
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 130, seen.decode(errors="replace")[-2000:]
+    assert not running(pids) and not fakes(port) and port_free(port)
