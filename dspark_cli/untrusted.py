@@ -65,13 +65,20 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: JSON, but no finite number
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
 def load_json(path: Path, root: Path) -> Any:
     """A JSON record inside `root` (None when there is none); RecordError when unreadable."""
     text = read_text(path, root)
     if text is None:
         return None
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except ValueError as e:
         raise RecordError(path, "the file", f"is not valid JSON ({e})") from None
 
