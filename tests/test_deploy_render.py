@@ -10,9 +10,10 @@ import subprocess
 import pytest
 import yaml
 
-from dspark_cli.deploy.k8s_manifests import IMAGE_UNSET, K8sSpec, image_problem, manifests
+from dspark_cli.deploy.k8s_manifests import CLEAN_SHM, manifests
 from dspark_cli.deploy.k8s_render import to_yaml
 from dspark_cli.deploy.k8s_schema import problems
+from dspark_cli.deploy.k8s_spec import IMAGE_UNSET, K8sSpec, image_problem
 from dspark_cli.deploy.node_script import dispatch, shell_word
 from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
 from dspark_cli.errors import UsageError
@@ -142,7 +143,9 @@ def test_one_node_is_a_deployment_with_replicas_on_cuda_and_a_pvc():
     assert deployment["kind"] == "Deployment" and deployment["spec"]["replicas"] == 3
     pod = deployment["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
-    assert pod["containers"][0]["command"] == ["/bin/bash", "-c", "exec vllm serve /models/m\n"]
+    assert pod["containers"][0]["command"] == ["/bin/bash", "-c",
+                                               f"{CLEAN_SHM}\nexec vllm serve /models/m\n"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert pod["volumes"][1]["persistentVolumeClaim"] == {"claimName": "ckpt", "readOnly": True}
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
@@ -182,6 +185,12 @@ def test_a_hub_model_gets_no_model_volume_and_a_pvc_needs_a_path():
 def test_bad_k8s_settings_are_refused(kw, message):
     with pytest.raises(UsageError, match=message):
         manifests(dp_layout(), spec(**kw), ENV)
+
+
+@pytest.mark.parametrize("name", ["1ENV", "A B", "A=B", "Ä"])
+def test_an_environment_variable_kubernetes_refuses_is_refused(name):
+    with pytest.raises(UsageError, match=f"{name!r}.*environment variable name"):
+        manifests(dp_layout(), spec(), ((name, "x"),))
 
 
 def test_dollar_parens_reach_the_container_as_written():

@@ -94,6 +94,40 @@ def test_a_run_is_applied_followed_forwarded_and_deleted(tmp_path: Path, cluster
     assert "hf-run-secret-123456" not in every
 
 
+def test_a_service_named_like_the_lws_breaks_the_group(tmp_path: Path, cluster: Path) -> None:
+    """The LWS controller makes the headless Service that LWS_LEADER_ADDRESS resolves through
+    under the LWS's own name, only if no Service has it: a Service of that name (dspark's old
+    naming) leaves the group crash-looping. dspark's API Service is NAME-leader."""
+    image_bin(tmp_path / "image")
+    run = run_for(tmp_path)
+    lws, service = run.objects
+    assert service["metadata"]["name"] == "dspark-leader" != lws["metadata"]["name"]
+    service["metadata"]["name"] = run.service = lws["metadata"]["name"]  # the old naming
+    run.start()
+    wait_until(lambda: run.ended(), 30, "the group to crash-loop")
+    reason = str(run.ended())
+    assert reason.startswith("pod dspark-0") and "CrashLoopBackOff" in reason, reason
+    assert "dspark-0.dspark.default does not resolve" in reason
+    assert run.stop(30).deployment_gone and pods_left(cluster) == []
+
+
+def test_the_pods_get_a_dev_shm_of_their_own(tmp_path: Path, cluster: Path) -> None:
+    """The fake kubelet mounts the memory-backed emptyDir as the pod's own tmpfs, so the
+    container's stale-/dev/shm cleanup never touches this host's /dev/shm."""
+    image_bin(tmp_path / "image")
+    host_file = Path("/dev/shm") / f"dspark-test-{os.getpid()}"
+    host_file.write_text("the host's")
+    try:
+        run = run_for(tmp_path)
+        run.start()
+        wait_until(lambda: run.base_url() or run.ended(), 60, "the port-forward")
+        assert run.ended() is None, run.ended()
+        assert host_file.read_text() == "the host's"
+        assert run.stop(30).deployment_gone
+    finally:
+        host_file.unlink()
+
+
 def test_a_crashing_leader_ends_the_run_naming_the_pod(tmp_path: Path, cluster: Path) -> None:
     image_bin(tmp_path / "image", leader="crash")
     run = run_for(tmp_path)

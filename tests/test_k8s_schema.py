@@ -1,5 +1,6 @@
 """Offline validation of Kubernetes objects: the official client's models for core objects,
-dspark's LWS schema for the LeaderWorkerSet's own fields; every kind of mistake is caught."""
+the real LWS CRD for the LeaderWorkerSet, the API server's name rules for every object; every
+kind of mistake is caught."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ WORKER = ("spec", "leaderWorkerTemplate", "workerTemplate")
     (LWS, ("spec", "leaderWorkerTemplate", "size"), True, "spec.leaderWorkerTemplate.size"),
     (LWS, ("spec", "leaderWorkerTemplate", "restartPolicy"), "Always",
      "spec.leaderWorkerTemplate.restartPolicy"),
-    (LWS, ("spec", "leaderWorkerTemplate", "groupSize"), 2, "spec.leaderWorkerTemplate"),
-    (LWS, ("spec", "replica"), 2, "spec"),
+    (LWS, ("spec", "leaderWorkerTemplate", "groupSize"), 2,
+     "spec.leaderWorkerTemplate.groupSize"),
+    (LWS, ("spec", "replica"), 2, "spec.replica"),
     (LWS, ("apiVersion",), "leaderworkerset.x-k8s.io/v2", "apiVersion"),
     (LWS, ("spec", "startupPolicy"), "Whenever", "spec.startupPolicy"),
     # core objects inside it (the client's models)
@@ -83,3 +85,79 @@ def test_missing_required_and_unknown_kinds():
     assert [p.path for p in problems([no_spec])] == ["spec"]
     assert problems([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}])
     assert problems(["not a mapping"])
+
+
+# --- the LeaderWorkerSet against the real CRD (dspark_cli/deploy/leaderworkerset-crd.yaml.gz) --
+
+TEMPLATE = ("spec", "leaderWorkerTemplate")
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ((*TEMPLATE, "restartPolicy"), "Default"),  # in the CRD's enum, not in a hand-written one
+    ((*TEMPLATE, "subGroupPolicy"), {"subGroupPolicyType": "LeaderExcluded", "subGroupSize": 1}),
+    (("spec", "replicas"), 1_000_000),
+    (("spec", "rolloutStrategy"), {"type": "RollingUpdate", "rollingUpdateConfiguration": {
+        "maxSurge": "50%", "maxUnavailable": 1, "partition": 0}}),
+    (("spec", "networkConfig"), {"subdomainPolicy": "UniquePerReplica"}),
+    ((*TEMPLATE, "size"), 2147483647),
+])
+def test_what_the_real_crd_accepts_passes(path, value):
+    assert problems([edited(LWS, path, value)]) == []
+
+
+@pytest.mark.parametrize(("path", "value", "where"), [
+    # the hand-written schema's `type` is `subGroupPolicyType` in the CRD
+    ((*TEMPLATE, "subGroupPolicy"), {"type": "LeaderExcluded", "subGroupSize": 1},
+     "spec.leaderWorkerTemplate.subGroupPolicy.type"),
+    (("spec", "replicas"), 1_000_001, "spec.replicas"),  # the CRD's maximum
+    (("spec", "replicas"), -1, "spec.replicas"),
+    (("spec", "replicas"), 2**31, "spec.replicas"),
+    ((*TEMPLATE, "size"), 2**31, "spec.leaderWorkerTemplate.size"),  # int32
+    ((*TEMPLATE, "size"), 2.0, "spec.leaderWorkerTemplate.size"),
+    (("spec", "networkConfig"), {}, "spec.networkConfig"),  # subdomainPolicy is required
+    (("spec", "rolloutStrategy"), {"rollingUpdateConfiguration": {}}, "spec.rolloutStrategy"),
+    (("spec", "rolloutStrategy"), {"type": "Recreate"}, "spec.rolloutStrategy.type"),
+    ((*WORKER, "spec", "containers", 0, "resources"), {"requests": {"memory": "lots"}},
+     "spec.leaderWorkerTemplate.workerTemplate.spec.containers.0.resources.requests.memory"),
+    ((*WORKER, "spec", "containers", 0, "ports"),
+     [{"containerPort": 8000}, {"containerPort": 8000}],
+     "spec.leaderWorkerTemplate.workerTemplate.spec.containers.0.ports"),
+    ((*WORKER, "spec", "volumes"), [{"name": "m", "hostPath": {"path": "/m"}, "nfs": 1}],
+     "spec.leaderWorkerTemplate.workerTemplate.spec.volumes.0.nfs"),
+])
+def test_what_the_real_crd_refuses_is_named(path, value, where):
+    found = problems([edited(LWS, path, value)])
+    assert found and {p.path for p in found} == {where}, found
+
+
+def test_the_crd_is_the_shipped_copy_of_lws_own():
+    import hashlib
+    from importlib import resources
+
+    from dspark_cli.deploy import lws_crd
+
+    data = resources.files("dspark_cli.deploy").joinpath(lws_crd.CRD_FILE).read_bytes()
+    assert hashlib.sha256(data).hexdigest() in (lws_crd.__doc__ or "")
+    crd = lws_crd.crd()
+    assert crd["spec"]["group"] == "leaderworkerset.x-k8s.io"
+    assert crd["spec"]["names"]["kind"] == "LeaderWorkerSet"
+    assert "subGroupPolicyType" in lws_crd.schema_at(
+        "spec.leaderWorkerTemplate.subGroupPolicy")["properties"]
+
+
+@pytest.mark.parametrize(("obj", "path", "value", "where"), [
+    (SERVICE, ("metadata", "name"), "0vllm", "metadata.name"),  # a DNS-1035 label
+    (SERVICE, ("metadata", "name"), "vllm.leader", "metadata.name"),
+    (LWS, ("metadata", "name"), "Vllm", "metadata.name"),
+    (LWS, ("metadata", "name"), "v" * 64, "metadata.name"),
+    (DEPLOYMENT, ("metadata", "name"), "vllm_1", "metadata.name"),
+    (DEPLOYMENT, ("metadata", "namespace"), "Prod", "metadata.namespace"),
+    (DEPLOYMENT, ("metadata", "labels"), {"app": "x" * 64}, "metadata.labels.app"),
+    (DEPLOYMENT, ("metadata", "labels"), {"a b": "x"}, "metadata.labels.a b"),
+])
+def test_names_the_api_server_refuses_are_named(obj, path, value, where):
+    assert [p.path for p in problems([edited(obj, path, value)])] == [where]
+
+
+def test_a_dotted_deployment_name_is_a_dns_subdomain():
+    assert problems([edited(DEPLOYMENT, ("metadata", "name"), "vllm.v4")]) == []

@@ -88,6 +88,11 @@ class HardwareConf:
     nodes: int = field(default=1, metadata=POSITIVE)
     layout: Layout = Layout.dp
     head_address: str | None = None  # null: the deploy target gives it at run time
+    # What one node's server can count on: deploy=k8s requests it beside the GPUs (so the pod
+    # is no BestEffort workload, evicted first); deploy.k8s.cpu/memory override it. Memory is
+    # a Kubernetes quantity (1000Gi); null: not requested.
+    node_cpus: int | None = field(default=None, metadata=POSITIVE)
+    node_memory: str | None = None
     # --data-parallel-rpc-port and the tp layout's --master-port (vLLM's defaults)
     dp_rpc_port: int = field(default=29550, metadata=PORT)
     master_port: int = field(default=29501, metadata=PORT)

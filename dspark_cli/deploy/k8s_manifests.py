@@ -16,10 +16,14 @@ escaped (`$$(`, `$$$`) to reach the container unchanged.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from dspark_cli.deploy import k8s_names
+from dspark_cli.deploy.k8s_spec import IMAGE_UNSET, K8sSpec, check_spec, local_model
+from dspark_cli.deploy.lws_crd import schema_at
 from dspark_cli.deploy.node_script import (
     HEAD_VAR,
     command_text,
@@ -31,80 +35,19 @@ from dspark_cli.deploy.node_script import (
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.render import is_secret
-from dspark_cli.launch.secrets import ShellRefs, redact_urls
+from dspark_cli.launch.secrets import ShellRefs
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # every object and pod of one deployment
 RANK_VAR = "LWS_WORKER_INDEX"
 GPU_RESOURCE = {"rocm": "amd.com/gpu", "cuda": "nvidia.com/gpu"}
-DIGEST = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 SHM_PATH = "/dev/shm"
-
-
-@dataclass(frozen=True)
-class K8sSpec:
-    """`deploy.k8s` plus the plan's facts the pods need."""
-
-    name: str
-    image: str | None  # REPO@sha256:<digest>; anything else fails `image_problem`
-    platform: str  # rocm | cuda | cpu: which GPU resource, if any
-    model_path: str
-    model_pvc: str | None = None
-    model_host_path: str | None = None
-    namespace: str | None = None
-    replicas: int = 1
-    shm_size: str = "64Gi"
-    secret_name: str = "dspark-secrets"
-    probe_period_s: int = 10
-    startup_failure_threshold: int = 360
-    readiness_failure_threshold: int = 3
-    liveness_period_s: int = 30
-    liveness_failure_threshold: int = 5
-    probe_timeout_s: int = 10
-    node_selector: Mapping[str, str] | None = None
-
-
-# Where an unpinned image would go in a dry run's manifests (never a made-up digest).
-IMAGE_UNSET = "<set deploy.k8s.image=REPO@sha256:DIGEST>"
-
-
-def image_problem(image: str | None) -> str | None:
-    """Why `deploy.k8s.image` cannot be applied as is, or None when it is pinned by digest.
-    A dry run prints the manifests anyway and reports this as a failed check."""
-    if not image:
-        return ("deploy=k8s needs the image pinned by digest, and deploy.k8s.image is not set; "
-                "a locally built image (as the validation report's) has no registry digest "
-                "until it is pushed: push it to a registry the cluster pulls from and set "
-                "deploy.k8s.image=REGISTRY/REPO@sha256:<64 hex digits> (`docker inspect "
-                "--format '{{index .RepoDigests 0}}' IMAGE` shows it after the push)")
-    if not DIGEST.match(image):
-        return (f"deploy.k8s.image={image!r} is not pinned by digest; a tag can move under a "
-                "running deployment. Give REPO@sha256:<64 hex digits> (`docker inspect "
-                "--format '{{index .RepoDigests 0}}' IMAGE` shows it)")
-    return None
-
-
-def check_spec(spec: K8sSpec) -> None:
-    """Refuse what a cluster would refuse late or run wrong: a name that is no DNS label, two
-    model volumes, non-positive counts. (The image is `image_problem`'s: a check a dry run
-    reports, not a reason to print nothing.)"""
-    if not DNS_LABEL.match(spec.name) or len(spec.name) > 50:
-        raise UsageError(f"deploy.k8s.name={spec.name!r} must be a DNS label of at most 50 "
-                         "characters (lower-case letters, digits, '-'), e.g. dspark-v4")
-    if spec.model_pvc and spec.model_host_path:
-        raise UsageError("set one model volume: deploy.k8s.model_pvc or "
-                         "deploy.k8s.model_host_path, not both")
-    if (spec.model_pvc or spec.model_host_path) and not _local_model(spec):
-        raise UsageError("a model volume (deploy.k8s.model_pvc or model_host_path) is mounted "
-                         "at model.path, which must then be an absolute path, not "
-                         f"{redact_urls(spec.model_path)!r}")
-    for key in ("replicas", "probe_period_s", "startup_failure_threshold",
-                "readiness_failure_threshold", "liveness_period_s",
-                "liveness_failure_threshold", "probe_timeout_s"):
-        if getattr(spec, key) < 1:
-            raise UsageError(f"deploy.k8s.{key} must be at least 1 (got {getattr(spec, key)})")
+# A restarted container keeps its pod's /dev/shm (llm-d#352): what the last run left goes
+# first. Only inside a pod (the kubelet always sets KUBERNETES_SERVICE_HOST), where /dev/shm
+# is the pod's own emptyDir; the same text run on a host leaves the host's alone.
+CLEAN_SHM = (f'if [ -n "${{KUBERNETES_SERVICE_HOST:-}}" ]; then find {SHM_PATH} -mindepth 1 '
+             "-delete 2>/dev/null || true; fi")
 
 
 def _labels(spec: K8sSpec) -> dict[str, str]:
@@ -130,9 +73,17 @@ def _secret_ref(name: str, spec: K8sSpec) -> dict[str, Any]:
 def _env(env: Sequence[tuple[str, str]], spec: K8sSpec, refs: ShellRefs) -> list[dict[str, Any]]:
     """The plan's environment as container env: the URL passwords' variables first (from the
     Secret), then each variable; a secret-named one refers to the Secret, a URL password inside
-    a value to its variable (`$(VAR)`, which Kubernetes expands from the entries before it)."""
+    a value to its variable (`$(VAR)`, which Kubernetes expands from the entries before it).
+    The cross-node interface settings, when set, take the place of the same variables."""
+    settings = {k: v for k, v in (("NCCL_SOCKET_IFNAME", spec.nccl_socket_ifname),
+                                  ("GLOO_SOCKET_IFNAME", spec.gloo_socket_ifname)) if v}
+    env = [*((k, v) for k, v in env if k not in settings), *settings.items()]
     out = [_secret_ref(var, spec) for var in refs.variables()]
     for name, value in env:
+        problem = k8s_names.env_name(name)
+        if problem:
+            raise UsageError(f"the environment variable {name!r} (hw.env, model.env or the "
+                             f"plan's) {problem}; the API server would refuse the pods")
         if is_secret(name):
             out.append(_secret_ref(name, spec))
         else:
@@ -151,9 +102,15 @@ def create_secret_line(spec: K8sSpec, keys: Sequence[str]) -> str | None:
     the same names (their values are never in the manifests), or None when none is needed."""
     if not keys:
         return None
-    namespace = f" --namespace {spec.namespace}" if spec.namespace else ""
-    literals = " ".join(f'--from-literal={k}="${{{k}:?set {k}}}"' for k in keys)
-    return f"kubectl create secret generic {spec.secret_name}{namespace} {literals}"
+    words = ["kubectl", "create", "secret", "generic", spec.secret_name,
+             *(["--namespace", spec.namespace] if spec.namespace else [])]
+    literals = " ".join(f'--from-literal={shlex.quote(k)}="${{{k}:?set {k}}}"' for k in keys)
+    return f"{shlex.join(words)} {literals}"
+
+
+def apply_line(manifest: Path) -> str:
+    """The `kubectl apply` line for the written manifests, quoted for the shell."""
+    return shlex.join(["kubectl", "apply", "-f", str(manifest)])
 
 
 def _probe(period: int, threshold: int, timeout: int) -> dict[str, Any]:
@@ -161,17 +118,12 @@ def _probe(period: int, threshold: int, timeout: int) -> dict[str, Any]:
             "failureThreshold": threshold, "timeoutSeconds": timeout}
 
 
-def _local_model(spec: K8sSpec) -> bool:
-    """Whether the model is a path to mount (else a hub name or URL vLLM fetches itself)."""
-    return spec.model_path.startswith("/")
-
-
 def _volumes(spec: K8sSpec) -> list[dict[str, Any]]:
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
     if spec.model_pvc:
         model: dict[str, Any] = {"name": "model", "persistentVolumeClaim": {
             "claimName": spec.model_pvc, "readOnly": True}}
-    elif _local_model(spec) or spec.model_host_path:
+    elif local_model(spec) or spec.model_host_path:
         model = {"name": "model", "hostPath": {
             "path": spec.model_host_path or spec.model_path, "type": "Directory"}}
     else:
@@ -195,10 +147,12 @@ def container_script(layout: NodeLayout, group_env: bool,
     refs = refs or url_refs(layout, common_env or {})
     demand = [*refs.exports()]
     if not group_env:
-        return "\n".join([*demand, "exec " + command_text(layout.head.argv, "", refs)]) + "\n"
+        return "\n".join([CLEAN_SHM, *demand,
+                          "exec " + command_text(layout.head.argv, "", refs)]) + "\n"
     size = layout.nodes
     return "\n".join([
         "set -euo pipefail",
+        CLEAN_SHM,
         *demand,
         f'if [ "${{LWS_GROUP_SIZE:-}}" != "{size}" ]; then',
         f'  echo "dspark: LWS_GROUP_SIZE=${{LWS_GROUP_SIZE:-unset}}, the layout has {size} '
@@ -209,6 +163,17 @@ def container_script(layout: NodeLayout, group_env: bool,
         "",
         dispatch(layout, f"${RANK_VAR}", common_env=common_env, refs=refs),
     ])
+
+
+def _resources(layout: NodeLayout, spec: K8sSpec) -> dict[str, Any]:
+    """The node's GPUs (limits = requests, as device plugins need), and CPU and memory
+    requests beside them: a pod with none is BestEffort, the first a node evicts."""
+    requests = {k: v for k, v in (("cpu", spec.cpu), ("memory", spec.memory)) if v}
+    limits: dict[str, str] = {}
+    resource = GPU_RESOURCE.get(spec.platform)
+    if resource and layout.gpus_per_node > 0:
+        limits[resource] = requests[resource] = str(layout.gpus_per_node)
+    return {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
 
 
 def pod_spec(layout: NodeLayout, spec: K8sSpec, env: Sequence[tuple[str, str]],
@@ -226,10 +191,7 @@ def pod_spec(layout: NodeLayout, spec: K8sSpec, env: Sequence[tuple[str, str]],
         "volumeMounts": _mounts(spec),
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
     }
-    resource = GPU_RESOURCE.get(spec.platform)
-    if resource and layout.gpus_per_node > 0:
-        gpus = str(layout.gpus_per_node)
-        container["resources"] = {"limits": {resource: gpus}, "requests": {resource: gpus}}
+    container["resources"] = _resources(layout, spec)
     if api_port is not None:
         container["ports"] = [{"name": "http", "containerPort": api_port, "protocol": "TCP"}]
         container["startupProbe"] = _probe(spec.probe_period_s, spec.startup_failure_threshold,
@@ -245,8 +207,16 @@ def pod_spec(layout: NodeLayout, spec: K8sSpec, env: Sequence[tuple[str, str]],
     return pod
 
 
-def _service(spec: K8sSpec, selector: dict[str, str], port: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(spec),
+def service_name(spec: K8sSpec, nodes: int) -> str:
+    """The API Service's name. A LeaderWorkerSet's controller makes the headless Service that
+    gives its pods their DNS names (`LWS_LEADER_ADDRESS`) under the LWS's own name, and only
+    if no Service of that name exists: a Service named like it would take its place and the
+    leader's name would never resolve. So it is NAME-leader there (upstream: vllm-leader)."""
+    return spec.name if nodes == 1 else f"{spec.name}-leader"
+
+
+def _service(spec: K8sSpec, name: str, selector: dict[str, str], port: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(spec, name),
             "spec": {"type": "ClusterIP", "selector": selector,
                      "ports": [{"name": "http", "port": port, "targetPort": "http",
                                 "protocol": "TCP"}]}}
@@ -255,8 +225,10 @@ def _service(spec: K8sSpec, selector: dict[str, str], port: int) -> dict[str, An
 def manifests(layout: NodeLayout, spec: K8sSpec,
               env: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """The objects to apply, in order: the workload, then its Service."""
-    check_spec(spec)
+    max_groups = int(schema_at("spec.replicas")["maximum"]) if layout.nodes > 1 else 0
+    check_spec(spec, layout.nodes, max_groups)
     refuse_loopback_head(layout, "deploy=k8s")
+    service = service_name(spec, layout.nodes)
     head_port = layout.head.api_port
     if head_port is None:
         raise UsageError("the layout's head serves no API port; nothing to put a Service on")
@@ -267,8 +239,10 @@ def manifests(layout: NodeLayout, spec: K8sSpec,
         deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
                       "metadata": _metadata(spec),
                       "spec": {"replicas": spec.replicas, "selector": {"matchLabels": labels},
+                               # RollingUpdate would need twice the GPUs to roll forward
+                               "strategy": {"type": "Recreate"},
                                "template": template}}
-        return [deployment, _service(spec, labels, head_port)]
+        return [deployment, _service(spec, service, labels, head_port)]
     worker_port = next((w.api_port for w in layout.launches[1:] if w.serves_api), None)
     leader = {"metadata": {"labels": {**labels, "role": "leader"}},
               "spec": pod_spec(layout, spec, env, head_port, group_env=True)}
@@ -284,4 +258,4 @@ def manifests(layout: NodeLayout, spec: K8sSpec,
     # Hybrid load balancing serves the API on every node: the Service spreads over all pods.
     selector = ({LWS_NAME_LABEL: spec.name} if worker_port is not None
                 else {LWS_NAME_LABEL: spec.name, "role": "leader"})
-    return [lws, _service(spec, selector, head_port)]
+    return [lws, _service(spec, service, selector, head_port)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import threading
 import time
@@ -27,8 +28,9 @@ from typing import IO, Any
 
 from dspark_cli.console import progress
 from dspark_cli.deploy.deployment_record import k8s_delete, record_deployment
-from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, K8sSpec, manifests
+from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, manifests
 from dspark_cli.deploy.k8s_pods import node_index, pod_line, pod_problem, running
+from dspark_cli.deploy.k8s_spec import K8sSpec
 from dspark_cli.deploy.kubectl import (
     CONNECT_TIMEOUT_S,
     REQUEST_TIMEOUT_S,
@@ -59,6 +61,9 @@ class KubernetesRun(Deployment):
         self.objects = list(objects)
         self.secret = secret
         self.name = name
+        # the API Service (never named like an LWS: its controller's headless Service is)
+        self.service = next(o["metadata"]["name"] for o in self.objects
+                            if o["kind"] == "Service")
         self.api_port = api_port
         self.kubectl = kubectl
         self.manifest = directory / MANIFESTS_YAML
@@ -94,13 +99,17 @@ class KubernetesRun(Deployment):
         self.kubectl.run("apply", "-f", str(self.manifest))
         progress(f"applied {self.manifest} ({self.describe_objects()})")
 
+    @property
+    def _selector(self) -> str:
+        return f"{INSTANCE_LABEL}={self.name}"
+
     def describe_objects(self) -> str:
         return ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in self.objects)
 
     def pods(self) -> list[dict[str, Any]]:
         """The deployment's pods now (asked at most every POLL_S)."""
         if time.monotonic() - self._asked >= POLL_S:
-            done = self.kubectl.run("get", "pods", "-l", f"{INSTANCE_LABEL}={self.name}",
+            done = self.kubectl.run("get", "pods", "-l", self._selector,
                                     "-o", "json")
             self._pods = sorted(json.loads(done.stdout or "{}").get("items", []),
                                 key=lambda p: p["metadata"]["name"])
@@ -126,7 +135,7 @@ class KubernetesRun(Deployment):
             return self._forward_error
         if self._forward is not None and self._forward.poll() is not None:
             err = self._forward.stderr.read().strip() if self._forward.stderr else ""
-            return f"kubectl port-forward to service/{self.name} ended: {err or 'no reason'}"
+            return f"kubectl port-forward to service/{self.service} ended: {err or 'no reason'}"
         return None
 
     def describe(self) -> str:
@@ -153,9 +162,10 @@ class KubernetesRun(Deployment):
         if self._log is not None:
             self._log.close()
         if not gone:
+            kubectl = self.kubectl.argv()
             progress(f"{self.describe_objects()} still present after delete; check "
-                     f"`kubectl get -f {self.manifest}` and `kubectl get pods -l "
-                     f"{INSTANCE_LABEL}={self.name}`")
+                     f"`{shlex.join([*kubectl, 'get', '-f', str(self.manifest)])}` and "
+                     f"`{shlex.join([*kubectl, 'get', 'pods', '-l', self._selector])}`")
         return Teardown(time.monotonic() - start, "kubectl delete", (),
                         self._forward is None or self._forward.poll() is not None,
                         deployment=self.describe_objects(), deployment_gone=gone)
@@ -179,7 +189,8 @@ class KubernetesRun(Deployment):
     def _port_forward(self) -> None:
         if self._forward is not None and self._forward.poll() is None:
             return
-        proc = self.kubectl.stream("port-forward", f"service/{self.name}", f":{self.api_port}")
+        proc = self.kubectl.stream("port-forward", f"service/{self.service}",
+                                   f":{self.api_port}")
         found: list[str] = []
         ready = threading.Event()
 
@@ -197,7 +208,7 @@ class KubernetesRun(Deployment):
         if found:
             self._forward = proc
             self._url = f"http://127.0.0.1:{found[0]}"
-            progress(f"kubectl port-forward service/{self.name}: {self._url} -> "
+            progress(f"kubectl port-forward service/{self.service}: {self._url} -> "
                      f"{self.api_port}")
         else:  # the pod may not be running yet: asked again on the next poll
             stop_stream(proc)

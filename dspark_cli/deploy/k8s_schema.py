@@ -2,20 +2,22 @@
 
 Core objects go through the official `kubernetes` client's models (pydantic, `extra="forbid"`,
 strict types), so an unknown field or a wrong type is an error, as the API server would make it.
-The LeaderWorkerSet is a custom resource no package ships a schema for: its own fields are
-checked with `lws.schema.json` (written from the LWS API reference), and the core objects inside
-it (metadata, pod templates, volume claim templates) with the client's models again.
+The LeaderWorkerSet is a custom resource: it is checked against the real CRD LWS generates
+(`lws_crd.py`, shipped verbatim), as the API server checks it, plus the LWS webhook's rule that
+a group has a pod (size >= 1); the core objects inside it (metadata, pod templates, volume claim
+templates) then go through the client's models too, as the StatefulSets the controller makes
+from them would. Every object's name is checked as the API server checks it (`k8s_names.py`):
+a Service's and a LeaderWorkerSet's (which names its headless Service) are DNS-1035 labels, the
+rest DNS-1123 subdomains; a namespace is a DNS-1123 label.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
 
+from dspark_cli.deploy import k8s_names, lws_crd
 from dspark_cli.errors import CheckFailed
 
 
@@ -62,18 +64,26 @@ def _core(model: Any, obj: Any, kind: str, name: str, prefix: str) -> list[Probl
     return []
 
 
-@cache
-def lws_schema() -> dict[str, Any]:
-    text = resources.files("dspark_cli.deploy").joinpath("lws.schema.json").read_text()
-    return json.loads(text)
+def _crd_problems(obj: dict[str, Any], name: str) -> list[Problem]:
+    found = []
+    for e in sorted(lws_crd.validator().iter_errors(obj), key=lambda e: list(e.absolute_path)):
+        where = ".".join(map(str, e.absolute_path))
+        if e.validator == "additionalProperties" and e.validator_value is False:
+            found += [Problem("LeaderWorkerSet", name, f"{where}.{k}".lstrip("."),
+                              "unknown field: the CRD has no such field")
+                      for k in sorted(set(e.instance) - set(e.schema.get("properties", {})))]
+        else:
+            found.append(Problem("LeaderWorkerSet", name, where, e.message))
+    return found
 
 
 def _lws(obj: dict[str, Any], name: str) -> list[Problem]:
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(lws_schema())
-    found = [Problem("LeaderWorkerSet", name, ".".join(map(str, e.absolute_path)), e.message)
-             for e in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))]
+    found = _crd_problems(obj, name)
+    size = obj.get("spec", {}).get("leaderWorkerTemplate", {}).get("size", 1)
+    if not found and size < 1:
+        found.append(Problem("LeaderWorkerSet", name, "spec.leaderWorkerTemplate.size",
+                             f"{size} is less than 1 (the LWS webhook's rule: a group has a "
+                             "pod)"))
     if found:
         return found
     models = _models()
@@ -89,6 +99,30 @@ def _lws(obj: dict[str, Any], name: str) -> list[Problem]:
     return found
 
 
+NAME_RULES: dict[str, Callable[[str], str | None]] = {
+    "Service": k8s_names.dns1035_label, "LeaderWorkerSet": k8s_names.dns1035_label}
+
+
+def _names(obj: dict[str, Any], kind: str, name: str) -> list[Problem]:
+    """The object's name, namespace and labels, as the API server checks them."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return []
+    checks = [("metadata.name", meta.get("name"),
+               NAME_RULES.get(kind, k8s_names.dns1123_subdomain)),
+              ("metadata.namespace", meta.get("namespace"), k8s_names.dns1123_label)]
+    labels = meta.get("labels")
+    if isinstance(labels, dict):
+        checks += [(f"metadata.labels.{k}", v, k8s_names.label_value) for k, v in labels.items()]
+        checks += [(f"metadata.labels.{k}", k, k8s_names.label_key) for k in labels]
+    found = []
+    for path, value, check in checks:
+        problem = check(value) if isinstance(value, str) else None
+        if problem:
+            found.append(Problem(kind, name, path, f"{value!r} {problem}"))
+    return found
+
+
 def problems(objects: Iterable[Any]) -> list[Problem]:
     """Every problem of every object; an empty list means all would be accepted."""
     found: list[Problem] = []
@@ -99,6 +133,7 @@ def problems(objects: Iterable[Any]) -> list[Problem]:
             continue
         kind, api = str(obj.get("kind", "?")), obj.get("apiVersion")
         name = str((obj.get("metadata") or {}).get("name", "?"))
+        found += _names(obj, kind, name)
         if (api, kind) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
             found += _lws(obj, name)
         elif (api, kind) in CORE:

@@ -14,12 +14,12 @@ from dspark_cli.config.plain import plain
 from dspark_cli.console import progress
 from dspark_cli.deploy.cluster_json import cluster_json
 from dspark_cli.deploy.k8s_manifests import (
-    K8sSpec,
+    apply_line,
     create_secret_line,
-    image_problem,
     manifests,
     secret_keys,
 )
+from dspark_cli.deploy.k8s_spec import K8sSpec, image_problem
 from dspark_cli.deploy.node_script import url_refs
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
 from dspark_cli.launch.layout import NodeLayout
@@ -30,7 +30,11 @@ from dspark_cli.status import Finding, Status
 
 
 def k8s_spec(cfg: DictConfig) -> K8sSpec:
+    """`deploy.k8s`, the CPU and memory requests defaulting to the profile's node."""
     k = plain(cfg.deploy.k8s)
+    node_cpus, node_memory = cfg.hw.get("node_cpus"), cfg.hw.get("node_memory")
+    k["cpu"] = k["cpu"] or (None if node_cpus is None else str(node_cpus))
+    k["memory"] = k["memory"] or (None if node_memory is None else str(node_memory))
     return K8sSpec(platform=str(cfg.hw.platform), model_path=str(cfg.model.path), **k)
 
 
@@ -97,7 +101,7 @@ def hand_off(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: P
              + (" (the Secret first, from your shell's variables)" if secret else ""))
     if secret:
         print(secret)
-    print(f"kubectl apply -f {path}")
+    print(apply_line(path))
     return 0
 
 

@@ -6,10 +6,11 @@ and a site keeps its partition or image in one override file."""
 # get_type_hints, which compiles each annotation kept as a string.
 from dataclasses import field
 
-from dspark_cli.config.domain import POSITIVE, between, checked, schema_class
+from dspark_cli.config.domain import between, checked, schema_class
 from dspark_cli.deploy.sbatch_options import entry_problem, time_problem, value_problem
 
 _WORD = checked(value_problem, "one word of printable characters")
+INT32 = between(1, 2**31 - 1)  # Kubernetes' counts and probe settings are int32
 
 
 @schema_class
@@ -44,7 +45,7 @@ class K8sConf:
     # Pinned by digest (`repo@sha256:<64 hex>`): a tag alone is refused.
     image: str | None = None
     # LWS groups, or Deployment replicas for one node
-    replicas: int = field(default=1, metadata=POSITIVE)
+    replicas: int = field(default=1, metadata=INT32)
     # The model volume, mounted at `model.path`: a PVC by name, or a host path (default:
     # `model.path` on the node itself).
     model_pvc: str | None = None
@@ -52,12 +53,20 @@ class K8sConf:
     shm_size: str = "64Gi"  # /dev/shm, an in-memory emptyDir
     # Environment variables whose names look like secrets come from this Secret, key = name.
     secret_name: str = "dspark-secrets"
-    probe_period_s: int = field(default=10, metadata=POSITIVE)
+    probe_period_s: int = field(default=10, metadata=INT32)
     # Startup budget = period x threshold: 360 x 10 s = 1 h, for a large checkpoint's load.
-    startup_failure_threshold: int = field(default=360, metadata=POSITIVE)
-    readiness_failure_threshold: int = field(default=3, metadata=POSITIVE)
+    startup_failure_threshold: int = field(default=360, metadata=INT32)
+    readiness_failure_threshold: int = field(default=3, metadata=INT32)
     # Tolerant: one liveness failure on an LWS leader recreates the whole group.
-    liveness_period_s: int = field(default=30, metadata=POSITIVE)
-    liveness_failure_threshold: int = field(default=5, metadata=POSITIVE)
-    probe_timeout_s: int = field(default=10, metadata=POSITIVE)
+    liveness_period_s: int = field(default=30, metadata=INT32)
+    liveness_failure_threshold: int = field(default=5, metadata=INT32)
+    probe_timeout_s: int = field(default=10, metadata=INT32)
     node_selector: dict[str, str] = field(default_factory=dict)
+    # The pod's CPU and memory requests beside its GPUs (quantities: "96", "500m", "1000Gi");
+    # null: the profile's hw.node_cpus and hw.node_memory.
+    cpu: str | None = None
+    memory: str | None = None
+    # The interface of cross-node traffic (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME in every
+    # pod), set only when given: e.g. eth0, or ^lo,docker to exclude.
+    nccl_socket_ifname: str | None = None
+    gloo_socket_ifname: str | None = None

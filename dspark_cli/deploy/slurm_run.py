@@ -6,6 +6,7 @@ queue's active states."""
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 from collections.abc import Mapping
@@ -108,7 +109,7 @@ class SlurmRun(Deployment):
             gone = slurm_job.cancel(self.job, timeout_s)
             if not gone:
                 progress(f"{self.name} is still in the queue after {timeout_s:.0f} s; check "
-                         f"`squeue -j {self.job}`")
+                         f"`{shlex.join(['squeue', '-j', self.job])}`")
         port_free = True
         if self._url is not None:
             head = urlsplit(self._url)

@@ -7,8 +7,18 @@ directory); its state lives in `$FAKE_KUBECTL_STATE` between calls, as a cluster
   container's command runs on this host under a small supervisor (`_kubelet`), in its own
   process group, with the environment a kubelet gives it: the "image's" environment (this
   process's), the container's `env` (values, `secretKeyRef` from stored Secrets, `$(VAR)`
-  expansion) and LWS's variables (`LWS_LEADER_ADDRESS=127.0.0.1`, `LWS_WORKER_INDEX`,
-  `LWS_GROUP_SIZE`). Pod names follow LWS (`NAME-0`, `NAME-0-1`).
+  expansion), `KUBERNETES_SERVICE_HOST`/`PORT` and LWS's variables
+  (`LWS_LEADER_ADDRESS=127.0.0.1`, `LWS_WORKER_INDEX`, `LWS_GROUP_SIZE`). Pod names follow LWS
+  (`NAME-0`, `NAME-0-1`). A memory-backed `emptyDir` is the pod's own: the container runs in a
+  mount namespace of its own with a fresh tmpfs at the volume's mountPath (`unshare`; where
+  this host cannot, the pod gets no KUBERNETES_SERVICE_HOST, so nothing treats the host's
+  directory as the pod's).
+- The LWS controller's rule (`pkg/controllers/leaderworkerset_controller.go`): a LeaderWorkerSet
+  gets a headless Service named after itself, which `LWS_LEADER_ADDRESS`
+  (`NAME-GROUP.NAME.NAMESPACE`) resolves through, only if no Service of that name exists. A
+  Service of the user's named like the LWS, applied before it or patched into the headless one
+  after, leaves the leader's name unresolvable: the group's pods crash-loop
+  (CrashLoopBackOff, the reason in the message). The headless Service goes with its LWS.
 - `get pods -l SEL -o json`: pods with phases from the processes: Running while the container
   runs (Ready when its readiness probe's `/health` answers 200); a container that exited is
   CrashLoopBackOff (last state: terminated, its exit code), as with restartPolicy Always; an
@@ -28,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import re
@@ -50,6 +61,7 @@ LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 RESOURCE = {"LeaderWorkerSet": "leaderworkerset.leaderworkerset.x-k8s.io",
             "Deployment": "deployment.apps", "Service": "service", "Secret": "secret"}
+OWNER = "fake-kubectl/owned-by"  # annotation on the controller's headless Service
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -218,13 +230,43 @@ def _pods_of(obj: dict[str, Any]) -> list[PodPlan]:
     return []
 
 
+def _unresolvable(name: str, namespace: str, pod: str) -> list[str]:
+    group = pod[len(name) + 1:].split("-")[0]
+    return ["CrashLoopBackOff",
+            f"back-off restarting failed container: the leader's address {name}-{group}.{name}."
+            f"{namespace} does not resolve: Service {name} is not the LeaderWorkerSet's "
+            "headless Service (a Service named like the LWS took its place)"]
+
+
+def _memory_mounts(template: dict[str, Any]) -> list[str]:
+    """The container's mountPaths of memory-backed emptyDir volumes."""
+    memory = {v["name"] for v in template["spec"].get("volumes", [])
+              if (v.get("emptyDir") or {}).get("medium") == "Memory"}
+    container = template["spec"]["containers"][0]
+    return [m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in memory]
+
+
+@functools.cache
+def _own_mounts() -> bool:
+    """Whether this host lets a pod have mounts of its own (root, mount namespaces)."""
+    try:
+        return subprocess.run(["unshare", "--mount", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def _start_pod(cluster: Cluster, owner: dict[str, Any], pod: str, template: dict[str, Any],
-               labels: dict[str, str], lws_env: dict[str, str]) -> None:
+               labels: dict[str, str], lws_env: dict[str, str],
+               broken: list[str] | None = None) -> None:
     container = template["spec"]["containers"][0]
     record = {"name": pod, "owner": [owner["kind"], owner["metadata"]["name"]],
               "labels": {**template.get("metadata", {}).get("labels", {}), **labels},
               "image": container.get("image", ""), "pgid": None, "started": time.time(),
-              "port": None, "waiting": None}
+              "port": None, "waiting": broken}
+    if broken:
+        cluster.save_pod(record)
+        return
     probe = container.get("readinessProbe")
     if probe:
         port = probe["httpGet"]["port"]
@@ -246,6 +288,13 @@ def _start_pod(cluster: Cluster, owner: dict[str, Any], pod: str, template: dict
     env["FAKE_KUBECTL_POD"] = f"{cluster.root}/{pod}"  # how `processes` finds its children
     command = [expand(c, env) for c in [*container.get("command", []),
                                         *container.get("args", [])]]
+    mounts = _memory_mounts(template)
+    if not mounts or _own_mounts():
+        env |= {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
+    if mounts and _own_mounts():  # the pod's emptyDir: a tmpfs only its container sees
+        mount = " && ".join(f'mount -t tmpfs tmpfs "${i}"' for i in range(1, len(mounts) + 1))
+        command = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                   f'{mount} && shift {len(mounts)} && exec "$@"', "pod", *mounts, *command]
     # Not *.json: `pods()` reads every *.json as a pod record (a spec read there raced the
     # kubelet that deletes it, and a `get pods` failed with KeyError 'labels').
     spec_path = cluster.root / "pods" / f"{pod}.container"
@@ -339,6 +388,27 @@ def _show(obj: dict[str, Any]) -> str:
     return f"{RESOURCE.get(obj['kind'], obj['kind'].lower())}/{obj['metadata']['name']}"
 
 
+def _headless(lws: dict[str, Any]) -> dict[str, Any]:
+    """The LWS controller's headless Service for `lws`."""
+    name = lws["metadata"]["name"]
+    meta = {"name": name, "annotations": {OWNER: name}}
+    if lws["metadata"].get("namespace"):
+        meta["namespace"] = lws["metadata"]["namespace"]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": {LWS_NAME: name}}}
+
+
+def _break_group(cluster: Cluster, lws: dict[str, Any]) -> None:
+    """The headless Service of `lws` was patched by a Service of the user's: its pods' leader
+    address no longer resolves, and they crash-loop."""
+    name, namespace = lws["metadata"]["name"], lws["metadata"].get("namespace", "default")
+    _stop_pods(cluster, ("LeaderWorkerSet", name), wait=True)
+    for pod, template, labels, env in _pods_of(lws):
+        _start_pod(cluster, lws, pod, template, labels, env,
+                   _unresolvable(name, namespace, pod))
+
+
 def apply(cluster: Cluster, path: str) -> int:
     objects = cluster.objects
     for obj in _load(path):
@@ -346,13 +416,35 @@ def apply(cluster: Cluster, path: str) -> int:
             data = {k: base64.b64encode(str(v).encode()).decode()
                     for k, v in obj.pop("stringData", {}).items()}
             obj["data"] = {**obj.get("data", {}), **data}
-        if cluster.find(obj["kind"], obj["metadata"]["name"]):
+        name = obj["metadata"]["name"]
+        found = cluster.find(obj["kind"], name)
+        if found is not None and obj["kind"] == "Service" \
+                and OWNER in found["metadata"].get("annotations", {}):
+            lws = cluster.find("LeaderWorkerSet", found["metadata"]["annotations"][OWNER])
+            found["metadata"]["annotations"].pop(OWNER)  # patched: no longer the controller's
+            found["spec"].update(obj.get("spec", {}))
+            objects = [found if (o["kind"], o["metadata"]["name"]) == ("Service", name) else o
+                       for o in objects]
+            cluster.save_objects(objects)
+            if lws is not None:
+                _break_group(cluster, lws)
+            print(f"{_show(obj)} configured")
+            continue
+        if found is not None:
             print(f"{_show(obj)} unchanged")
             continue
+        broken = None
+        if obj["kind"] == "LeaderWorkerSet":
+            if cluster.find("Service", name) is None:
+                objects.append(_headless(obj))
+            else:
+                broken = name
         objects.append(obj)
         cluster.save_objects(objects)
+        namespace = obj["metadata"].get("namespace", "default")
         for pod, template, labels, env in _pods_of(obj):
-            _start_pod(cluster, obj, pod, template, labels, env)
+            _start_pod(cluster, obj, pod, template, labels, env,
+                       broken and _unresolvable(broken, namespace, pod))
         print(f"{_show(obj)} created")
     return 0
 
@@ -370,7 +462,9 @@ def delete(cluster: Cluster, targets: list[tuple[str, str]], wait: bool,
             continue
         _stop_pods(cluster, (kind, name), wait)
         cluster.save_objects([o for o in cluster.objects
-                              if (o["kind"], o["metadata"]["name"]) != (kind, name)])
+                              if (o["kind"], o["metadata"]["name"]) != (kind, name)
+                              and not (kind == "LeaderWorkerSet" and o["metadata"].get(
+                                  "annotations", {}).get(OWNER) == name)])
         print(f'{_show(obj)} deleted')
     return code
 
