@@ -142,3 +142,17 @@ def test_hf_cache_blobs_with_hash(tmp_path: Path, cwd: Path) -> None:
     done = dspark("model=local", f"model.path={snapshot}", "--hash", "--json", cwd=cwd)
     assert done.returncode == 1
     assert json.loads(done.stdout)["problems"][0]["code"] == "blob-hash-mismatch"
+
+
+def test_the_printed_check_line_is_shell_safe(tmp_path: Path, cwd: Path) -> None:
+    marker = tmp_path / "X"
+    odd = tmp_path / f"my ckpt $(touch {marker})"
+    build_checkpoint(odd)
+    target = cwd / "the manifest.sha256"
+    done = dspark("model=local", f"model.path='{odd}'", "--write-manifest", str(target),
+                  cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    line = done.stderr.split("`")[1]
+    ran = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert not marker.exists()

@@ -130,7 +130,9 @@ def test_serve_apply_follows_the_deployment_and_ctrl_c_or_hangup_deletes_it(tmp_
         url = serve.wait_ready(120)
         with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
             assert r.status == 200
-        assert len(left_on(state)[0]) == 2  # the LeaderWorkerSet and its Service
+        # the LeaderWorkerSet, its API Service and the LWS controller's headless Service
+        assert sorted((o["kind"], o["metadata"]["name"]) for o in left_on(state)[0]) == [
+            ("LeaderWorkerSet", "dspark"), ("Service", "dspark"), ("Service", "dspark-leader")]
     finally:
         serve.proc.send_signal(sig)
         code = serve.proc.wait(timeout=120)
@@ -149,9 +151,9 @@ def test_after_kill_9_the_run_record_names_the_objects_and_its_lines_delete_them
     finally:
         serve.proc.kill()
         serve.proc.wait(timeout=30)
-    assert len(left_on(state)[0]) == 2
+    assert len(left_on(state)[0]) == 3  # with the LWS controller's headless Service
     record = json.loads((tmp_path / "run" / "deployment.json").read_text())
-    assert record["deployment"] == "Kubernetes LeaderWorkerSet dspark, Service dspark"
+    assert record["deployment"] == "Kubernetes LeaderWorkerSet dspark, Service dspark-leader"
     manifest = tmp_path / "run" / "manifests.yaml"
     assert record["cancel"] == [f"kubectl delete -f {manifest}"]
     assert " && ".join(record["cancel"]) in serve.tail()

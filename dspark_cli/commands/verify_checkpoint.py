@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         render(result)
     if written:
         print(f"dspark: wrote {written} ({len(result.content.digests)} files); "
-              f"`cd {root} && sha256sum -c {Path(written).resolve()}` checks it too.",
+              f"`cd {shlex.quote(str(root))} && "
+              f"{shlex.join(['sha256sum', '-c', str(Path(written).resolve())])}` checks it too.",
               file=sys.stderr)
     elif opts.write_manifest:
         print("dspark: manifest not written: the checkpoint failed its checks.", file=sys.stderr)
