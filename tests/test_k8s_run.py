@@ -108,7 +108,7 @@ def test_a_service_named_like_the_lws_breaks_the_group(tmp_path: Path, cluster: 
     reason = str(run.ended())
     assert reason.startswith("pod dspark-0") and "CrashLoopBackOff" in reason, reason
     assert "dspark-0.dspark.default does not resolve" in reason
-    assert run.stop(30).deployment_gone and pods_left(cluster) == []
+    assert run.stop().deployment_gone and pods_left(cluster) == []
 
 
 def test_the_pods_get_a_dev_shm_of_their_own(tmp_path: Path, cluster: Path) -> None:
@@ -123,7 +123,7 @@ def test_the_pods_get_a_dev_shm_of_their_own(tmp_path: Path, cluster: Path) -> N
         wait_until(lambda: run.base_url() or run.ended(), 60, "the port-forward")
         assert run.ended() is None, run.ended()
         assert host_file.read_text() == "the host's"
-        assert run.stop(30).deployment_gone
+        assert run.stop().deployment_gone
     finally:
         host_file.unlink()
 
