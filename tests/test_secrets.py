@@ -242,3 +242,17 @@ def test_url_passwords_are_found_as_the_pattern_defines_them(text: str, found: l
     assert secrets.url_passwords(text) == found
     redacted = secrets.redact_urls(text)
     assert not any(p in redacted.replace(secrets.REDACTED, "") for p in found if len(p) > 1)
+
+
+def test_url_passwords_match_the_old_pattern_on_random_text() -> None:
+    """The linear finder is the old pattern's meaning (`[A-Za-z][A-Za-z0-9+.-]*://user:` then
+    a password before `@`, no variable reference), checked on seeded random texts."""
+    import random
+    import re
+
+    old = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?!\$[{(])([^/\s@]+)(?=@)")
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = "".join(rng.choice("a1+:/@${( \nZ.-_") for _ in range(rng.randint(0, 30)))
+        assert secrets.url_passwords(text) == [m[2] for m in old.finditer(text)], text
+        assert secrets.redact_urls(text) == old.sub(lambda m: m[1] + secrets.REDACTED, text)

@@ -31,11 +31,10 @@ def is_secret_name(name: str) -> bool:
 
 @dataclass(frozen=True)
 class UrlPassword:
-    """The password of `scheme://user:password@` in a text: `text[start:end]`; the URL begins at
-    `url_start`. A reference to a variable (`${VAR}`, `${oc.env:VAR}`, Kubernetes' `$(VAR)`) is
-    what dspark writes instead, not a password."""
+    """The password of `scheme://user:password@` in a text: `text[start:end]`. A reference to
+    a variable (`${VAR}`, `${oc.env:VAR}`, Kubernetes' `$(VAR)`) is what dspark writes instead,
+    not a password."""
 
-    url_start: int
     start: int
     end: int
     value: str
@@ -55,11 +54,15 @@ def find_url_passwords(text: str) -> Iterator[UrlPassword]:
     floor = 0  # the previous match's end: a scheme never reaches back past its `@`
     for m in _URL_TAIL.finditer(text):
         at = m.start()
-        tail = _SCHEME_TAIL.match(text[floor:at][::-1])
-        letter = _LETTER.search(text, at - (tail.end() if tail else 0), at)
+        before = text[at - 1] if at > floor else ""
+        if before.isascii() and before.isalpha():  # `https://`: the scheme ends in a letter
+            scheme = True
+        else:  # a scheme is a letter, then letters, digits, `+`, `.` or `-`
+            tail = _SCHEME_TAIL.match(text[floor:at][::-1])
+            scheme = _LETTER.search(text, at - (tail.end() if tail else 0), at) is not None
         floor = m.end(1)
-        if letter is not None:
-            yield UrlPassword(letter.start(), m.start(1), m.end(1), m.group(1))
+        if scheme:
+            yield UrlPassword(m.start(1), m.end(1), m.group(1))
 
 
 def url_passwords(text: str) -> list[str]:
