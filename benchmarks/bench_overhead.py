@@ -31,7 +31,9 @@ GOAL_S = 2.0
 
 
 def run_bench(run_dir: Path) -> float:
-    from doubles.fake_vllm import SCRIPT, free_port
+    from doubles.fake_vllm import SCRIPT
+
+    from dspark_cli.server.process import free_port
 
     port = free_port()
     fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), "--k", "3"])

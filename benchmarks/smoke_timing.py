@@ -34,7 +34,9 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from doubles.fake_vllm import SCRIPT, free_port  # noqa: E402
+from doubles.fake_vllm import SCRIPT  # noqa: E402
+
+from dspark_cli.server.process import free_port  # noqa: E402
 
 REFERENCE_TIMEOUT_S = 5
 
