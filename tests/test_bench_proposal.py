@@ -9,6 +9,7 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
 import yaml
 
 from dspark_cli.bench import proposal, winners
@@ -32,12 +33,14 @@ CROSSOVER = [w(2, "draft_model"), w(8, "none")]
 PROFILES = {a: profile(a) for a in ("none", "draft_model", "dspark_fixed", "dspark_adaptive")}
 
 
+@pytest.mark.vllm  # reads the installed vLLM's source
 def test_the_installed_vllm_has_the_schedule_and_a_made_up_key_is_not() -> None:
     assert has_field(proposal.SCHEDULE_KEY)
     assert has_field("num_speculative_tokens")
     assert not has_field("num_speculative_tokens_per_moon_phase")
 
 
+@pytest.mark.vllm  # `dspark serve --dry-run --validate` asks the installed vLLM
 def test_a_crossover_of_draft_counts_is_a_schedule(tmp_path: Path) -> None:
     found = proposal.propose(CROSSOVER, PROFILES, True, ["+hw=cpu"], tmp_path,
                              ["none", "draft_model"])
