@@ -20,6 +20,12 @@ CELL_JSON = "cell.json"
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_PNG = "summary.png"
+DECISIONS_PNG = "decisions.png"  # throughput/goodput vs concurrency, interval bands, winners
+PARETO_PNG = "pareto.png"  # per-user against total output tokens/s
+PROPOSAL_JSON = "proposal.json"  # the configuration the winners per load propose
+PROPOSAL_DIR = "proposal"  # proposal/speculative/proposed.yaml: the proposal as an arm
+COMPARE_JSON = "compare.json"  # dspark compare's outcome (in RUN_B, or --out)
+COMPARE_PNG = "compare.png"
 
 # validate: one directory per stage, the stages' outcomes in validate.json
 VALIDATE_JSON = "validate.json"

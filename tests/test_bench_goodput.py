@@ -126,3 +126,27 @@ def test_ranges_follow_the_crossover() -> None:
 
     found = [w(4, "fixed"), w(8, "fixed"), w(32, None), w(128, "adaptive"), w(256, "adaptive")]
     assert winners.ranges(found) == [(1, 8, "fixed"), (9, 256, "adaptive")]
+
+
+def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(tmp_path: Path) -> None:
+    from dspark_cli.bench.merge import merge
+
+    run = bench_run(tmp_path / "run", repeats=3, objectives=OBJ)
+    merged = merge(run)
+    assert merged.proposal_json is not None
+    found = json.loads(merged.proposal_json.read_text())
+    # Adaptive wins every load: one arm, nothing to schedule; its command was preflighted.
+    assert found["kind"] == "per_load" and found["ranges"] == [
+        {"first": 1, "last": 256, "arm": "dspark_adaptive"}]
+    assert [p["command"] for p in found["preflight"]] == found["commands"]
+    for name in ("decisions.png", "pareto.png"):
+        assert (run / name).stat().st_size > 10_000
+    done = run_dspark("report", str(run), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    md = done.stdout
+    assert "### Which configuration to run" in md
+    assert "p99 of requests within TTFT 2000 ms, TPOT 80 ms" in md
+    assert "| 256 | dspark\\_adaptive | faster than dspark\\_fixed" in md.replace("_", "\\_") \
+        or "| 256 | dspark_adaptive | faster than" in md
+    assert "**Proposal (per_load):**" in md and "A proposal to validate" in md
+    assert "![Pareto: per-user vs total output tokens/s](pareto.png)" in md

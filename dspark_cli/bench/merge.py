@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dspark_cli.bench import decision_plot
 from dspark_cli.bench import records as rec
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.proposal_files import write_proposal
@@ -100,6 +101,9 @@ def merge(directory: Path) -> Merged:
 
     summary = summarize_records(records)
     json_path, csv_path = write(summary, directory)
-    png = plot(summary, directory) if importlib.util.find_spec("matplotlib") else None
+    png = None
+    if importlib.util.find_spec("matplotlib"):
+        png = plot(summary, directory)
+        decision_plot.plot(summary, directory)
     return Merged(directory, summary, json_path, csv_path, png,
                   write_proposal(summary, directory))

@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 
 from dspark_cli.bench import winners
+from dspark_cli.run_files import PROPOSAL_DIR as PROFILES_DIR
+from dspark_cli.run_files import PROPOSAL_JSON
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
-PROPOSAL_JSON = "proposal.json"
-PROFILES_DIR = "proposal"  # <run>/proposal/speculative/proposed.yaml: a profile for an arm
 PROPOSED = "proposed"
 STATEMENT = ("A proposal to validate, not a measured result: run it as one more arm "
              "(validate_command) before serving it.")

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from dspark_cli.bench import verdicts
 from dspark_cli.compare.runs import Comparison
+from dspark_cli.run_files import COMPARE_JSON, COMPARE_PNG
 
-COMPARE_JSON = "compare.json"
-COMPARE_PNG = "compare.png"
 _SHOWN_CHANGES = 40
 
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from dspark_cli.bench import verdicts
+from dspark_cli.report.decisions import decisions
 from dspark_cli.report.sections import (
     UNKNOWN,
     LosslessRow,
@@ -181,7 +182,7 @@ def results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
         plot = os.path.relpath(bench.plot, out_dir) if out_dir else str(bench.plot)
     sentence = summary.get("results_sentence") or results_sentence(speedups)
     return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / CELLS_DIR),
-                   lossless_rows(summary))
+                   lossless_rows(summary), decisions(summary, bench.directory, out_dir))
 
 
 def lossless_rows(summary: Mapping[str, Any]) -> tuple[LosslessRow, ...]:

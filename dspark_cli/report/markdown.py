@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from urllib.parse import quote
 
+from dspark_cli.report.decisions import Decisions
 from dspark_cli.report.sections import (
     NOT_RUN,
     Environment,
@@ -234,7 +235,45 @@ def _results(r: Results | None) -> list[str]:
         lines.append("")
     if r.plot:
         lines += [f"![throughput and speedup vs concurrency]({quote(r.plot)})", ""]
-    return [*lines, *_lossless(r.lossless), f"Record: {code(r.record)}"]
+    return [*lines, *_lossless(r.lossless), *_decisions(r.decisions),
+            f"Record: {code(r.record)}"]
+
+
+def _decisions(d: Decisions | None) -> list[str]:
+    """Goodput under the objectives, the arm to run per load, the proposal and its pictures."""
+    if d is None or not d.winners:
+        return []
+    lines = ["### Which configuration to run", ""]
+    if d.goodput:
+        lines += [f"Goodput: output tokens/s of the requests that met the objectives "
+                  f"({text(d.objectives)}); 95% intervals over repeats.", ""]
+        lines += table(("concurrency", "arm", "output goodput tok/s", "good requests",
+                        "met the objective"),
+                       [(g.concurrency, text(g.arm), g.goodput, g.share, g.met)
+                        for g in d.goodput])
+        lines.append("")
+    lines += [f"The arm to run at each load: the best {text(d.metric)}, named only where the "
+              "verdict says it is faster than every other arm.", ""]
+    lines += table(("concurrency", "run", "why"),
+                   [(w.concurrency, text(w.run), text(w.why)) for w in d.winners])
+    lines.append("")
+    p = d.proposal
+    if p and p["kind"] != "none":
+        checked = ("passed `dspark serve --dry-run --validate`" if p["preflight"]
+                   and all(p["preflight"]) else "did NOT pass the dry-run preflight"
+                   if p["preflight"] else "was not preflighted")
+        lines += [f"**Proposal ({text(p['kind'])}):** {text(p['note'])}. "
+                  f"{text(p['statement'])} It {checked}.", ""]
+        lines += block(p["commands"], "bash")
+        if p["validate_command"]:
+            lines += ["", "Validate it as one more arm:", "", *block([p["validate_command"]],
+                                                                     "bash")]
+        lines.append("")
+    elif p:
+        lines += [f"No proposal: {text(p['note'])}.", ""]
+    for caption, link in d.pictures:
+        lines += [f"![{caption}]({quote(link)})", ""]
+    return lines
 
 
 def _share(share: float | None, needed: float | None) -> str:

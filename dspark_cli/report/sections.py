@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dspark_cli.report.decisions import Decisions
+
 UNKNOWN = "unknown"
 NOT_RUN = "not run"
 
@@ -169,6 +171,7 @@ class Results:
     plot: str | None
     record: str
     lossless: tuple[LosslessRow, ...] = ()
+    decisions: Decisions | None = None  # goodput, the arm per load, the proposal
 
 
 @dataclass(frozen=True)
