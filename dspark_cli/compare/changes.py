@@ -56,8 +56,17 @@ def facts(bench: BenchRecords) -> dict[str, Any]:
     return out
 
 
+def _arm(key: str) -> str:
+    """The arm a fact belongs to ("config.<arm>.x", "launch.<arm>:3", "runtime.<arm>.x")."""
+    return key.split(".", 1)[1].split(".", 1)[0].split(":", 1)[0] if "." in key else ""
+
+
 def changes(a: BenchRecords, b: BenchRecords) -> tuple[Change, ...]:
-    """Every fact whose value differs, or that only one run has, in key order."""
+    """Every fact whose value differs, or that only one run has, in key order; an arm only one
+    run has is one change (the arms), not each of its facts."""
+    arms_a, arms_b = sorted(a.arm_configs), sorted(b.arm_configs)
+    shared = set(arms_a) & set(arms_b)
     fa, fb = facts(a), facts(b)
-    return tuple(Change(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb))
-                 if fa.get(k) != fb.get(k))
+    found = [Change(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb))
+             if fa.get(k) != fb.get(k) and _arm(k) in shared]
+    return (*((Change("arms", arms_a, arms_b),) if arms_a != arms_b else ()), *found)
