@@ -12,11 +12,24 @@ import pytest
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.loadgen import PhaseRun, latency_ms, phase_argv, run_phase, scalars
 from dspark_cli.bench.protocol import Phase, Sampling
+from dspark_cli.config.schema import Platform
+from dspark_cli.launch.layout import NodeLaunch, NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.profile import Profile
 
-PLAN = LaunchPlan(env=(), argv=("vllm", "serve", "/m"), args=(("served_model_name", "dsv4"),),
-                  model_path="/m", served_model_name="dsv4", host=None, port=8123,
-                  base_url="http://127.0.0.1:8123")
+
+def launch_plan(argv: tuple[str, ...], args: tuple[tuple[str, object], ...], served: str,
+                port: int, base_url: str) -> LaunchPlan:
+    """A plan of one node (the load generator reads its model, URL and options)."""
+    command = NodeLaunch(0, True, argv, {}, port, args)
+    return LaunchPlan(env=(), command=command,
+                      layout=NodeLayout("single", 1, 0, (command,)), model_path="/m",
+                      served_model_name=served, host=None, port=port, base_url=base_url,
+                      profile=Profile("cpu", Platform.cpu, 0, 1, (), None, 29550, 29501))
+
+
+PLAN = launch_plan(("vllm", "serve", "/m"), (("served_model_name", "dsv4"),), "dsv4", 8123,
+                   "http://127.0.0.1:8123")
 SAMPLING = Sampling(temperature=1.0, top_p=1.0, max_output_tokens=2048, ignore_eos=False)
 MEASURED = Phase("measured", 880, 4, 2048, True)
 DATASETS = {
@@ -65,10 +78,8 @@ def test_phase_sizes_target_and_result_file() -> None:
 
 
 def test_model_and_sampling_switches_follow_the_plan() -> None:
-    plan = LaunchPlan(env=(), argv=(), args=(("tokenizer_mode", "deepseek_v4"),
-                                             ("trust_remote_code", True)),
-                      model_path="/m", served_model_name="/m", host=None, port=8000,
-                      base_url="http://h:8000")
+    plan = launch_plan((), (("tokenizer_mode", "deepseek_v4"), ("trust_remote_code", True)),
+                       "/m", 8000, "http://h:8000")
     greedy = Sampling(temperature=0.0, top_p=1.0, max_output_tokens=32, ignore_eos=True)
     argv = phase_argv(MEASURED, greedy, DATASETS["random"], plan, Path("/r"))
     assert opt(argv, "--tokenizer-mode") == "deepseek_v4"

@@ -108,12 +108,11 @@ def test_each_nodes_server_gets_the_nodes_cpus_and_memory_on_a_site_like_slurm(
     node's command every CPU and all the memory of its node."""
     from dspark_cli.deploy.sbatch import sbatch_script
     from dspark_cli.deploy.slurm_target import sbatch_spec
-    from dspark_cli.launch.layout import node_layout
     from dspark_cli.launch.plan import build_plan
 
     cfg = compose_config(list(TINY_OVERRIDES))
     plan = build_plan(cfg)
-    layout = node_layout(cfg, plan)
+    layout = plan.layout
     probe = (sys.executable, "-c", PROBE)
     script = tmp_path / "job.sbatch"
     script.write_text(sbatch_script(layout, sbatch_spec(cfg), plan.env,

@@ -24,7 +24,7 @@ from tests.conftest import compose_config, run_dspark
 
 
 def failed_rules(cfg, plan) -> set[str]:
-    return {f.rule for f in run_rules(Context(cfg, plan, None)) if f.failed}
+    return {f.rule for f in run_rules(Context(plan, None)) if f.failed}
 
 
 @pytest.mark.parametrize(("overrides", "named"), [
@@ -125,7 +125,8 @@ def _rendered(plan, extra: list[str], spec: dict | None = None):
     argv = [a for a in plan.argv]
     if spec is not None:
         argv[argv.index("--speculative-config") + 1] = json.dumps(spec)
-    return dataclasses.replace(plan, argv=tuple(argv + extra))
+    return dataclasses.replace(plan, command=dataclasses.replace(plan.command,
+                                                                 argv=tuple(argv + extra)))
 
 
 def test_rules_read_the_rendered_command_not_the_config_fields() -> None:

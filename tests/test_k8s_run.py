@@ -17,7 +17,6 @@ from dspark_cli.deploy.k8s_pods import pod_problem
 from dspark_cli.deploy.k8s_run import kubernetes_run
 from dspark_cli.deploy.k8s_target import k8s_spec
 from dspark_cli.errors import ServerError, UsageError
-from dspark_cli.launch.layout import node_layout
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.server.process import free_port
 from tests.conftest import compose_config, run_dspark, wait_until
@@ -58,7 +57,7 @@ def run_for(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
                           f"server.port={free_port()}", f"hw.dp_rpc_port={free_port()}",
                           *overrides])
     plan = build_plan(cfg)
-    return kubernetes_run(plan, node_layout(cfg, plan), k8s_spec(cfg), tmp_path / "run",
+    return kubernetes_run(plan, k8s_spec(cfg), tmp_path / "run",
                           stop_timeout_s=30.0)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.layout import HEAD_ADDR, NodeLayout, node_layout
+from dspark_cli.launch.layout import HEAD_ADDR, NodeLayout
 from dspark_cli.launch.plan import build_plan
 from tests.conftest import compose_config
 
@@ -15,7 +15,7 @@ PROFILES = ("mi350x", "mi355x", "mi300x", "h200", "b200", "cpu")
 
 def layout(*overrides: str) -> NodeLayout:
     cfg = compose_config(list(overrides))
-    return node_layout(cfg, build_plan(cfg))
+    return build_plan(cfg).layout
 
 
 def opts(argv: tuple[str, ...]) -> dict[str, str | None]:
@@ -32,7 +32,7 @@ def opts(argv: tuple[str, ...]) -> dict[str, str | None]:
 def test_one_node_is_the_plans_argv_byte_for_byte(profile: str) -> None:
     cfg = compose_config([f"+hw={profile}"])
     plan = build_plan(cfg)
-    lay = node_layout(cfg, plan)
+    lay = plan.layout
     assert lay.mode == "single" and lay.nodes == 1 and len(lay.launches) == 1
     assert lay.head.argv == plan.argv
     assert dict(lay.head.env) == plan.env_map

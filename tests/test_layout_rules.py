@@ -32,10 +32,7 @@ GOOD = {
 
 def findings(overrides: list[str]) -> dict[str, tuple[Status, str, str | None]]:
     cfg = compose_config(overrides)
-    from dspark_cli.launch.layout import node_layout
-
-    lay = node_layout(cfg, build_plan(cfg))
-    return {f.rule: (f.status, f.message, f.key) for f in layout_findings(cfg, lay)}
+    return {f.rule: (f.status, f.message, f.key) for f in layout_findings(build_plan(cfg))}
 
 
 @pytest.mark.parametrize("name", list(GOOD))
@@ -47,7 +44,8 @@ def test_good_layouts_pass_every_rule(name: str) -> None:
 
 def test_one_node_has_no_layout_findings() -> None:
     cfg = compose_config(["+hw=mi350x", "hw.args.pipeline_parallel_size=2"])
-    assert layout_findings(cfg, checked_layout(cfg, build_plan(cfg))) == ()
+    plan = build_plan(cfg)
+    assert checked_layout(plan) is plan.layout and layout_findings(plan) == ()
 
 
 BAD = {
@@ -83,7 +81,7 @@ def test_each_bad_layout_fails_its_rule_naming_the_key(rule: str) -> None:
     assert named == key and words in message
     cfg = compose_config(overrides)
     with pytest.raises(UsageError) as err:
-        checked_layout(cfg, build_plan(cfg))
+        checked_layout(build_plan(cfg))
     assert f"change `{key}`" in err.value.message and rule in err.value.message
     assert err.value.exit_code is ExitCode.USAGE
 
@@ -107,19 +105,18 @@ def test_a_hand_made_layout_whose_sizes_do_not_multiply_is_refused() -> None:
     """What a deploy target gets must number its ranks: a layout whose start ranks collide
     (or whose DP size is not nodes x local DP) breaks `layout-sizes-multiply`."""
     cfg = compose_config(["+hw=cpu", "hw.nodes=2"])
-    from dspark_cli.launch.layout import node_layout
-
-    lay = node_layout(cfg, build_plan(cfg))
+    plan = build_plan(cfg)
+    lay = plan.layout
     head, other = lay.launches
     same_rank = dataclasses.replace(other, args=tuple(
         (d, 0 if d == "data_parallel_start_rank" else v) for d, v in other.args))
     bad = NodeLayout(lay.mode, 2, lay.gpus_per_node, (head, same_rank), None, 1)
-    found = {f.rule: f for f in layout_findings(cfg, bad)}
+    found = {f.rule: f for f in layout_findings(plan, bad)}
     assert found["layout-sizes-multiply"].failed
     assert "start ranks [0, 0]" in found["layout-sizes-multiply"].message
     wrong_size = dataclasses.replace(bad, local_dp=2)
     assert "nodes x local DP = 4" in {f.rule: f for f in layout_findings(
-        cfg, wrong_size)}["layout-sizes-multiply"].message
+        plan, wrong_size)}["layout-sizes-multiply"].message
 
 
 def test_hybrid_with_one_rank_per_node_is_kept_for_moe_models() -> None:
@@ -132,23 +129,22 @@ def test_hybrid_with_one_rank_per_node_is_kept_for_moe_models() -> None:
 def test_headless_heads_and_headless_hybrid_nodes_are_refused() -> None:
     """`--headless` is the layout's alone (config cannot set it); a layout built elsewhere (a
     deploy target's) that serves no API, or runs hybrid load balancing headless, is refused."""
-    from dspark_cli.launch.layout import node_layout
-
     cfg = compose_config(["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid",
                           "hw.args.data_parallel_size=2", "hw.args.tensor_parallel_size=4"])
-    lay = node_layout(cfg, build_plan(cfg))
+    plan = build_plan(cfg)
+    lay = plan.layout
 
     def headless(node):
         return dataclasses.replace(node, serves_api=False, api_port=None,
                                    args=(*node.args, ("headless", True)))
 
     hybrid = dataclasses.replace(lay, launches=(lay.head, headless(lay.launches[1])))
-    found = {f.rule: f for f in layout_findings(cfg, hybrid)}
+    found = {f.rule: f for f in layout_findings(plan, hybrid)}
     assert found["layout-hybrid-not-headless"].failed
     assert found["layout-hybrid-not-headless"].message.startswith("nodes [1] run")
     assert found["layout-hybrid-not-headless"].key == "hw.layout"
     no_api = dataclasses.replace(lay, launches=(headless(lay.head), lay.launches[1]))
-    found = {f.rule: f for f in layout_findings(cfg, no_api)}
+    found = {f.rule: f for f in layout_findings(plan, no_api)}
     assert found["layout-head-serves-api"].failed and "no node would serve" in found[
         "layout-head-serves-api"].message
 
@@ -161,11 +157,10 @@ def test_headless_from_config_is_refused_naming_hw_nodes() -> None:
 def test_tp_node_ranks_must_number_the_nodes() -> None:
     cfg = compose_config(["+hw=cpu", "hw.nodes=2", "hw.layout=tp",
                           "hw.args.tensor_parallel_size=2"])
-    from dspark_cli.launch.layout import node_layout
-
-    lay = node_layout(cfg, build_plan(cfg))
+    plan = build_plan(cfg)
+    lay = plan.layout
     twice = dataclasses.replace(lay, launches=(lay.head, lay.head))
-    found = {f.rule: f for f in layout_findings(cfg, twice)}
+    found = {f.rule: f for f in layout_findings(plan, twice)}
     assert found["layout-sizes-multiply"].failed and "[0, 0]" in found[
         "layout-sizes-multiply"].message
 
@@ -202,7 +197,7 @@ def _fits(overrides: list[str]):  # type: ignore[no-untyped-def]
     from dspark_cli.launch.rules import Context, run_rules
 
     cfg = compose_config(overrides)
-    return {f.rule: f for f in run_rules(Context(cfg, build_plan(cfg), None))}[
+    return {f.rule: f for f in run_rules(Context(build_plan(cfg), None))}[
         "parallel-fits-profile"]
 
 
@@ -242,7 +237,7 @@ def test_nodes_run_here_share_this_machines_gpus() -> None:
 
     def fits(overrides: list[str]) -> Status:
         cfg = compose_config(overrides)
-        found = {f.rule: f for f in run_rules(Context(cfg, build_plan(cfg), h200x8))}
+        found = {f.rule: f for f in run_rules(Context(build_plan(cfg), h200x8))}
         return found["parallel-fits-machine"].status
 
     assert fits(["+hw=h200"]) is Status.passed

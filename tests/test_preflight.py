@@ -20,7 +20,7 @@ CPU = Machine(Platform.cpu)
 
 def findings(overrides: list[str], machine: Machine | None = None) -> dict[str, object]:
     cfg = compose_config(overrides)
-    return {f.rule: f for f in run_rules(Context(cfg, build_plan(cfg), machine))}
+    return {f.rule: f for f in run_rules(Context(build_plan(cfg), machine))}
 
 
 def failed(overrides: list[str], machine: Machine | None = None) -> set[str]:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.launch.layout import node_layout
 from dspark_cli.launch.plan import build_plan
 from tests.conftest import compose_config, run_dspark
 
@@ -38,7 +37,7 @@ def test_two_nodes_on_mi350x_print_each_nodes_env_and_command_shell_ready() -> N
     done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "--dry-run")
     assert done.returncode == 0, done.stderr
     cfg = compose_config(["+hw=mi350x", "hw.nodes=2"])
-    layout = node_layout(cfg, build_plan(cfg))
+    layout = build_plan(cfg).layout
     found = blocks(done.stdout)
     assert [b.splitlines()[0] for b in found] == [
         "# node 0 of 2 (the head, dp): serves the API on port 8000",

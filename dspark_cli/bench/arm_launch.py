@@ -31,7 +31,7 @@ def arm_launch(arm: Arm, record_dir: Path) -> ArmLaunch:
     record into `record_dir`."""
     from dspark_cli.deploy.start import ready
 
-    start = ready(arm.cfg, arm.plan, arm.layout, record_dir, check_port=False)
+    start = ready(arm.cfg, arm.plan, record_dir, check_port=False)
     return ArmLaunch(start.head_argv, start.load_env, start.deployment,
                      float(arm.cfg.server.ready_timeout_s),
                      float(arm.cfg.server.metrics_settle_s))

@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.bench.protocol import Protocol, check_max_num_seqs
 from dspark_cli.config.schema import SpeculativeConf
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.paths import conf_dir
@@ -29,7 +28,6 @@ class Arm:
     name: str
     cfg: DictConfig
     plan: LaunchPlan
-    layout: NodeLayout  # computed once, checked: a bad layout is refused before anything runs
 
 
 def arm_config(cfg: DictConfig, arm: str) -> DictConfig:
@@ -65,6 +63,7 @@ def compose_arms(cfg: DictConfig, protocol: Protocol) -> dict[str, Arm]:
         if cell.arm not in arms:
             arm_cfg = arm_config(cfg, cell.arm)
             plan = build_plan(arm_cfg)
-            arms[cell.arm] = Arm(cell.arm, arm_cfg, plan, checked_layout(arm_cfg, plan))
+            checked_layout(plan)  # a bad layout is refused before anything runs
+            arms[cell.arm] = Arm(cell.arm, arm_cfg, plan)
         check_max_num_seqs(arms[cell.arm].plan.arg("max_num_seqs"), cell)
     return arms

@@ -43,9 +43,9 @@ def _launch(arm: Arm) -> tuple[str, str]:
     the manifests (Kubernetes)."""
     from dspark_cli.deploy.targets import deploy_target
 
-    layout = arm.layout
+    layout = arm.plan.layout
     target = deploy_target(arm.cfg)
-    text = target.render(arm.cfg, arm.plan, layout)
+    text = target.render(arm.cfg, arm.plan)
     if not target.here:
         return (f"a cold {target.what} for this cell (the load goes to its head once it "
                 "runs)", text)

@@ -103,7 +103,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
     from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch import checks
 
-    findings = {name: dry_preflight(arm.cfg, arm.plan, arm.layout, deploy_target(arm.cfg))
+    findings = {name: dry_preflight(arm.cfg, arm.plan, deploy_target(arm.cfg))
                 for name, arm in arms.items()}
     if opts.json:
         print(json.dumps(plan_dict(protocol, dataset, arms, directory, findings), indent=2))

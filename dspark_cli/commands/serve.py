@@ -11,7 +11,6 @@ from omegaconf import DictConfig
 
 from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 
@@ -32,17 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "deployment until Ctrl-C, which deletes it (default: write them)")
 
 
-def _dry_run(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, target: DeployTarget,
+def _dry_run(cfg: DictConfig, plan: LaunchPlan, target: DeployTarget,
              opts: argparse.Namespace) -> int:
     """Print what the target runs (the plan's script, every node's block, the job script, the
     manifests) and the preflight that needs no machine."""
     from dspark_cli.deploy.preflight import dry_preflight
 
-    found = dry_preflight(cfg, plan, layout, target, opts.validate)
+    found = dry_preflight(cfg, plan, target, opts.validate)
     if opts.json:
-        print(json.dumps(target.render_json(cfg, plan, layout, found), indent=2))
+        print(json.dumps(target.render_json(cfg, plan, found), indent=2))
     else:
-        sys.stdout.write(target.render(cfg, plan, layout))
+        sys.stdout.write(target.render(cfg, plan))
     checks.print_findings(found)
     return checks.exit_code(found)
 
@@ -57,25 +56,25 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         raise UsageError(f"--apply is for {applied} (deploy={target.name} starts the "
                          f"deployment without it); drop --apply or use {applied}")
     plan = build_plan(cfg)
-    layout = checked_layout(cfg, plan)  # a bad layout is refused for every target
+    checked_layout(plan)  # a bad layout is refused for every target
     if opts.dry_run:
-        return _dry_run(cfg, plan, layout, target, opts)
+        return _dry_run(cfg, plan, target, opts)
     from dspark_cli.launch.record import run_dir
 
     if target.hand_off is not None and not opts.apply:
         from dspark_cli.deploy.preflight import dry_preflight
 
-        found = dry_preflight(cfg, plan, layout, target, opts.validate)
+        found = dry_preflight(cfg, plan, target, opts.validate)
         checks.print_findings(found)
         if any(f.failed for f in found):
             raise CheckFailed("preflight failed; nothing was written (details above).")
-        return target.hand_off(cfg, plan, layout, run_dir())
+        return target.hand_off(cfg, plan, run_dir())
     from dspark_cli.deploy.start import ready
     from dspark_cli.server import foreground
     from dspark_cli.server.deployment import Watch
 
     directory = run_dir()
-    started = ready(cfg, plan, layout, directory, asked=opts.validate)
+    started = ready(cfg, plan, directory, asked=opts.validate)
     print(f"dspark: run directory {directory}", file=sys.stderr)
     return foreground.serve(started.deployment(directory),
                             Watch(float(cfg.server.ready_timeout_s)))

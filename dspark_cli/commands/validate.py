@@ -74,14 +74,14 @@ def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
     directory = Path.cwd() / "runs" / "validate" / "<time>"
     plan = build_plan(cfg)
-    layout = checked_layout(cfg, plan)  # refused as the smoke would refuse it
+    checked_layout(plan)  # refused as the smoke would refuse it
     target = deploy_target(cfg)
-    findings = list(dry_preflight(cfg, plan, layout, target))
+    findings = list(dry_preflight(cfg, plan, target))
     bench: Any = None
     if cfg.validate.bench is not None:
         protocol, dataset = protocol_of(cfg)
         arms = compose_arms(cfg, protocol)
-        found = {name: dry_preflight(arm.cfg, arm.plan, arm.layout, deploy_target(arm.cfg))
+        found = {name: dry_preflight(arm.cfg, arm.plan, deploy_target(arm.cfg))
                  for name, arm in arms.items()}
         for name, arm_found in found.items():
             failed = [f for f in arm_found if f.failed]
@@ -90,10 +90,10 @@ def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         bench = (bench_dict(protocol, dataset, arms, directory / "bench", found) if opts.json
                  else bench_text(protocol, dataset, arms, directory / "bench"))
     if opts.json:
-        launch = target.render_json(cfg, plan, layout, tuple(findings))
+        launch = target.render_json(cfg, plan, tuple(findings))
         print(json.dumps(plan_doc(cfg, directory, launch, bench), indent=2))
     else:
-        sys.stdout.write(plan_text(cfg, directory, target.render(cfg, plan, layout), bench))
+        sys.stdout.write(plan_text(cfg, directory, target.render(cfg, plan), bench))
     checks.print_findings(findings)
     return checks.exit_code(findings)
 

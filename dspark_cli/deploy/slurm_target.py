@@ -12,7 +12,6 @@ from dspark_cli.deploy import slurm_job
 from dspark_cli.deploy.cluster_json import cluster_json
 from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding
@@ -26,20 +25,20 @@ def sbatch_spec(cfg: DictConfig) -> SbatchSpec:
                       gpus=str(cfg.hw.platform) != "cpu")
 
 
-def render(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout) -> str:
-    return sbatch_script(layout, sbatch_spec(cfg), plan.env)
+def render(cfg: DictConfig, plan: LaunchPlan) -> str:
+    return sbatch_script(plan.layout, sbatch_spec(cfg), plan.env)
 
 
-def render_json(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout,
+def render_json(cfg: DictConfig, plan: LaunchPlan,
                 findings: tuple[Finding, ...]) -> dict[str, Any]:
-    return cluster_json("slurm", layout, {"script": render(cfg, plan, layout)}, findings)
+    return cluster_json("slurm", plan.layout, {"script": render(cfg, plan)}, findings)
 
 
 def deployment(launch: Launch, directory: Path) -> Deployment:
     from dspark_cli.deploy.slurm_run import slurm_run
 
     cfg = launch.cfg
-    return slurm_run(launch.plan, launch.layout, sbatch_spec(cfg), directory,
+    return slurm_run(launch.plan, sbatch_spec(cfg), directory,
                      poll_s=float(cfg.deploy.slurm.poll_s),
                      stop_timeout_s=float(cfg.deploy.slurm.cancel_timeout_s))
 

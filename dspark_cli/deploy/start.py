@@ -20,7 +20,6 @@ from dspark_cli.deploy.target_entry import DeployTarget, Launch
 from dspark_cli.deploy.targets import deploy_target
 from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch import checks
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.layout_render import layout_script
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.prepare import (
@@ -78,25 +77,25 @@ class Ready:
     @property
     def head_argv(self) -> tuple[str, ...]:
         """The head's command as it runs, for the records."""
-        if self.target.here and self.launch.layout.nodes > 1:
+        if self.target.here and self.launch.plan.layout.nodes > 1:
             from dspark_cli.vllm.shim import vllm_command
 
-            return tuple(vllm_command(self.launch.layout.head.resolved(LOCAL_HEAD)))
+            return tuple(vllm_command(self.launch.plan.layout.head.resolved(LOCAL_HEAD)))
         return self.launch.argv
 
     def deployment(self, directory: Path) -> Deployment:
         return self.target.deployment(self.launch, directory)
 
 
-def _refuse_custom(cfg: DictConfig, target: DeployTarget, layout: NodeLayout) -> None:
+def _refuse_custom(cfg: DictConfig, target: DeployTarget, nodes: int) -> None:
     if cfg.server.command is None:
         return
     if not target.here:
         raise UsageError(f"server.command replaces the command dspark starts on this host, but "
                          f"deploy={target.name} runs the plan's node commands on the cluster; "
                          "drop server.command, or use deploy=local.")
-    if layout.nodes > 1:
-        raise UsageError(f"server.command replaces one command, but hw.nodes={layout.nodes} "
+    if nodes > 1:
+        raise UsageError(f"server.command replaces one command, but hw.nodes={nodes} "
                          "runs one per node; drop server.command or set hw.nodes=1.")
 
 
@@ -106,14 +105,15 @@ def _require(found: tuple[Finding, ...], what: str) -> None:
         raise CheckFailed(f"{what}; nothing was started.")
 
 
-def ready(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, record_dir: Path, *,
+def ready(cfg: DictConfig, plan: LaunchPlan, record_dir: Path, *,
           check_port: bool = True, asked: bool = False, beside: bool = False) -> Ready:
     """Check `plan` for where `deploy.target` runs it and write its run record into
     `record_dir`; CheckFailed/UsageError/ServerError before anything starts. `check_port`:
     refuse a busy port before anything is written; `asked`/`beside`: see `vllm_check`."""
+    layout = plan.layout
     target = deploy_target(cfg)
     target.require()  # before anything is written
-    _refuse_custom(cfg, target, layout)
+    _refuse_custom(cfg, target, layout.nodes)
     machine = None
     if target.here:
         if check_port:
@@ -127,7 +127,7 @@ def ready(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, record_dir: Pat
     ensure_model(cfg)
     when = vllm_check(target, cfg.server.command is not None, layout.nodes, asked=asked,
                       beside=beside)
-    verdict = node_verdicts(plan, layout) if when is VllmCheck.before else ()
+    verdict = node_verdicts(plan) if when is VllmCheck.before else ()
     if verdict:
         _require(verdict, "a node's command did not pass vLLM's own validation"
                  if layout.nodes > 1 else "the command did not pass vLLM's own validation")
@@ -140,7 +140,7 @@ def ready(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, record_dir: Pat
     write_record(record_dir, cfg, plan, list(argv), collect(plan.model_path, machine), notes)
     if layout.nodes > 1:
         (record_dir / NODES_SH).write_text(layout_script(layout))
-    return Ready(target, Launch(cfg, plan, layout, argv, env), machine, verdict,
+    return Ready(target, Launch(cfg, plan, argv, env), machine, verdict,
                  (lambda: plan_verdict(plan)) if when is VllmCheck.beside else None,
                  env if target.here else child_environ())
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding
@@ -19,11 +18,11 @@ from dspark_cli.status import Finding
 @dataclass(frozen=True)
 class Launch:
     """A checked plan as a target starts it: the head's command and environment as run on this
-    host (`server.command` or vLLM through the shim) beside every node's planned command."""
+    host (`server.command` or vLLM through the shim) beside every node's planned command
+    (`plan.layout`)."""
 
     cfg: DictConfig
     plan: LaunchPlan
-    layout: NodeLayout
     argv: tuple[str, ...]
     env: Mapping[str, str]
 
@@ -35,11 +34,10 @@ class DeployTarget:
     name: str
     what: str  # what one start of it is, for people: "Slurm job"
     here: bool
-    render: Callable[[DictConfig, LaunchPlan, NodeLayout], str]
-    render_json: Callable[[DictConfig, LaunchPlan, NodeLayout, tuple[Finding, ...]],
-                          dict[str, Any]]
+    render: Callable[[DictConfig, LaunchPlan], str]
+    render_json: Callable[[DictConfig, LaunchPlan, tuple[Finding, ...]], dict[str, Any]]
     findings: Callable[[DictConfig], tuple[Finding, ...]]
     deployment: Callable[[Launch, Path], Deployment]
     require: Callable[[], None] = lambda: None
-    hand_off: Callable[[DictConfig, LaunchPlan, NodeLayout, Path], int] | None = None
+    hand_off: Callable[[DictConfig, LaunchPlan, Path], int] | None = None
 

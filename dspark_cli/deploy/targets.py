@@ -1,12 +1,12 @@
 """The deploy targets, one entry each: where a plan's nodes run (`deploy.target`). This is the
 one place the name is looked up; everything else asks the entry.
 
-    render(cfg, plan, layout)         the dry run's text (a script, a job script, manifests)
-    render_json(cfg, plan, layout, findings)  the dry run's --json document
+    render(cfg, plan)                 the dry run's text (a script, a job script, manifests)
+    render_json(cfg, plan, findings)  the dry run's --json document
     findings(cfg)                     the target's own preflight checks (the k8s image pinned)
     deployment(launch, directory)     one fresh `Deployment`, its files in `directory`
     require()                         its clients on this host, before anything is written
-    hand_off(cfg, plan, layout, dir)  `serve` without --apply: written for the operator to apply
+    hand_off(cfg, plan, dir)         `serve` without --apply: written for the operator to apply
 
 `what` names one start of it for people; `here`: the nodes run on this host, so the machine's
 rules, its ports and vLLM's own validation apply here (a cluster target's machine is the

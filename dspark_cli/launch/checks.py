@@ -28,7 +28,7 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     from dspark_cli.launch.model_family import check_family
 
     check_family(cfg.model)  # the checkpoint's config.json decides the family
-    ctx = Context(cfg, plan, machine)
+    ctx = Context(plan, machine)
     findings = list(run_rules(ctx))
     # The rendered speculative config decides whether the confidence head is needed.
     findings += checkpoint_findings(cfg.model, ctx.launch.speculative, cfg.checks,

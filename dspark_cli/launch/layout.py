@@ -1,7 +1,8 @@
 """A launch plan spread over `hw.nodes` nodes: one `vllm serve` per node, in vLLM's own modes.
 
-Pure: config and plan in, a `NodeLayout` out. Where each node's command runs (local process
-groups, a Slurm job, Kubernetes pods) is a deploy target's business; the layout says only what
+Pure: the hw group and the plan's one command in, a `NodeLayout` out (the plan holds it).
+Where each node's command runs (local process groups, a Slurm job, Kubernetes pods) is a
+deploy target's business; the layout says only what
 runs on each node rank. The head's address is a placeholder (`HEAD_ADDR`) unless
 `hw.head_address` sets it, because on a cluster only the engine knows it at run time.
 
@@ -23,14 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from omegaconf import DictConfig
 
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.plan import VLLM_DEFAULT_PORT, LaunchPlan, render_flag
+from dspark_cli.launch.flags import VLLM_DEFAULT_PORT, render_flag
 
 HEAD_ADDR = "${DSPARK_HEAD_ADDR}"  # placeholder inside argv/env where the head node's address goes
 HEAD_ADDR_VAR = "DSPARK_HEAD_ADDR"
@@ -105,11 +105,11 @@ class NodeLayout:
                 "launches": [launch.to_dict() for launch in self.launches]}
 
 
-def _layout_args(plan: LaunchPlan, sizes: dict[str, int], flags: dict[str, Any],
+def _layout_args(command: NodeLaunch, sizes: dict[str, int], flags: dict[str, Any],
                  port: int | None) -> dict[str, Any]:
-    """The plan's options with the sizes replaced in place (or added after the planned sizes),
-    the layout's flags right after them, and the API port (None: as planned)."""
-    planned = dict(plan.args)
+    """The command's options with the sizes replaced in place (or added after the planned
+    sizes), the layout's flags right after them, and the API port (None: as planned)."""
+    planned = dict(command.args)
     if port is not None:
         planned["port"] = port if port != VLLM_DEFAULT_PORT else None
     added = {d: v for d, v in sizes.items() if d not in planned}
@@ -121,17 +121,17 @@ def _layout_args(plan: LaunchPlan, sizes: dict[str, int], flags: dict[str, Any],
     return {d: v for d, v in ordered.items() if v is not None}
 
 
-def _launch(plan: LaunchPlan, rank: int, serves_api: bool, api_port: int | None,
-            args: dict[str, Any]) -> NodeLaunch:
-    argv = ["vllm", "serve", plan.model_path]
+def _launch(command: NodeLaunch, model_path: str, rank: int, serves_api: bool,
+            api_port: int | None, args: dict[str, Any]) -> NodeLaunch:
+    argv = ["vllm", "serve", model_path]
     for dest, value in args.items():
         argv += render_flag(dest, value)
-    return NodeLaunch(rank, serves_api, tuple(argv), MappingProxyType(dict(plan.env)),
+    return NodeLaunch(rank, serves_api, tuple(argv), command.env,
                       api_port if serves_api else None, tuple(args.items()))
 
 
-def _refuse_layout_dests(plan: LaunchPlan) -> None:
-    taken = [d for d in LAYOUT_DESTS if plan.arg(d) is not None]
+def _refuse_layout_dests(command: NodeLaunch) -> None:
+    taken = [d for d in LAYOUT_DESTS if command.arg(d) is not None]
     if taken:
         flags = ", ".join(f"--{d.replace('_', '-')}" for d in taken)
         raise UsageError(
@@ -140,22 +140,20 @@ def _refuse_layout_dests(plan: LaunchPlan) -> None:
             "hw.layout, hw.head_address, hw.dp_rpc_port and hw.master_port.")
 
 
-def node_layout(cfg: DictConfig, plan: LaunchPlan) -> NodeLayout:
-    """One NodeLaunch per node rank; raises UsageError for a node count below one or a layout
-    option also set in config. Whether the result is a good layout is for the layout rules."""
-    hw = cfg.hw
+def node_layout(hw: DictConfig, command: NodeLaunch, model_path: str) -> NodeLayout:
+    """`command` (the plan's one command) spread over `hw.nodes`, one NodeLaunch per node rank;
+    raises UsageError for a node count below one or a layout option also set in config.
+    Whether the result is a good layout is for the layout rules."""
     nodes = int(hw.nodes)
     gpus = int(hw.num_gpus)
     if nodes < 1:
         raise UsageError(f"hw.nodes={nodes}: a deployment needs at least one node.")
     if nodes == 1:
-        single = NodeLaunch(0, True, plan.argv, MappingProxyType(dict(plan.env)), plan.port,
-                            plan.args)
-        return NodeLayout("single", 1, gpus, (single,))
-    _refuse_layout_dests(plan)
+        return NodeLayout("single", 1, gpus, (command,))
+    _refuse_layout_dests(command)
     mode = str(plain(hw.layout))
     head = str(hw.head_address) if hw.head_address is not None else HEAD_ADDR
-    local_dp = int(plan.arg("data_parallel_size") or 1)
+    local_dp = int(command.arg("data_parallel_size") or 1)
     launches = []
     for rank in range(nodes):
         if mode == "tp":
@@ -170,14 +168,15 @@ def node_layout(cfg: DictConfig, plan: LaunchPlan) -> NodeLayout:
             if mode == "dp_hybrid":
                 flags |= {"data_parallel_start_rank": rank * local_dp,
                           "data_parallel_hybrid_lb": True}
-                serves, port = True, plan.port + rank
+                serves, port = True, int(command.api_port or 0) + rank
             else:
                 if rank:
                     flags["data_parallel_start_rank"] = rank * local_dp
                 serves, port = rank == 0, None
         if not serves:
             flags["headless"] = True
-        args = _layout_args(plan, sizes, flags, port)
-        launches.append(_launch(plan, rank, serves, port or plan.port, args))
+        args = _layout_args(command, sizes, flags, port)
+        launches.append(_launch(command, model_path, rank, serves, port or command.api_port,
+                                args))
     return NodeLayout(mode, nodes, gpus, tuple(launches),
                       None if hw.head_address is None else str(hw.head_address), local_dp)

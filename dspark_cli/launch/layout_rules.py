@@ -13,12 +13,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
-
 from dspark_cli.config.schema import Platform
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.layout import HEAD_ADDR, NodeLaunch, NodeLayout, node_layout
+from dspark_cli.launch.layout import HEAD_ADDR, NodeLaunch, NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.profile import Profile
 from dspark_cli.status import Finding, Status
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -27,7 +26,7 @@ _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9]
 
 @dataclass(frozen=True)
 class LayoutContext:
-    cfg: DictConfig
+    profile: Profile
     layout: NodeLayout
 
 
@@ -75,16 +74,16 @@ def _sizes_multiply(c: LayoutContext) -> str | None:
 
 
 def _gpus_per_node(c: LayoutContext) -> str | None:
-    hw = c.cfg.hw
+    hw = c.profile
     if hw.platform is Platform.cpu:
         return None
     per_node, _ = divmod(c.layout.head.world_size, c.layout.nodes)
-    if per_node != int(hw.num_gpus):
+    if per_node != hw.num_gpus:
         fix = ("set hw.args.tensor_parallel_size to the engine's total TP "
-               f"({int(hw.num_gpus) * c.layout.nodes} for {c.layout.nodes} nodes)"
+               f"({hw.num_gpus * c.layout.nodes} for {c.layout.nodes} nodes)"
                if c.layout.mode == "tp" else "make TP x local DP x PP the node's GPU count")
         return (f"{c.layout.mode} over {c.layout.nodes} nodes puts {per_node} GPUs on each "
-                f"node, but the {hw.name} profile has {hw.num_gpus} per node; {fix}")
+                f"node, but the {hw.hw_name} profile has {hw.num_gpus} per node; {fix}")
     return None
 
 
@@ -100,7 +99,7 @@ MOE_FAMILIES = ("deepseek_v4",)  # model families known to be mixture-of-experts
 
 
 def _hybrid_local_dp(c: LayoutContext) -> str | None:
-    moe = c.cfg.model.family in MOE_FAMILIES
+    moe = c.profile.family in MOE_FAMILIES
     if c.layout.mode == "dp_hybrid" and c.layout.local_dp < 2 and not moe:
         return ("hybrid load balancing with one DP rank per node: vLLM switches it to external "
                 "load balancing, which only MoE models accept; set hw.args.data_parallel_size "
@@ -135,9 +134,9 @@ def _head_address(c: LayoutContext) -> str | None:
 
 
 def _ports(c: LayoutContext) -> tuple[str, str] | None:
-    hw, lay = c.cfg.hw, c.layout
+    hw, lay = c.profile, c.layout
     own = "hw.master_port" if lay.mode == "tp" else "hw.dp_rpc_port"
-    named = {own: (own, int(hw.master_port if lay.mode == "tp" else hw.dp_rpc_port))}
+    named = {own: (own, hw.master_port if lay.mode == "tp" else hw.dp_rpc_port)}
     named |= {f"the API port of node {n.rank}": ("server.port", int(n.api_port))
               for n in lay.launches if n.api_port is not None}
     for name, (key, port) in named.items():
@@ -203,11 +202,13 @@ LAYOUT_RULES: tuple[LayoutRule, ...] = (
 )
 
 
-def layout_findings(cfg: DictConfig, layout: NodeLayout) -> tuple[Finding, ...]:
-    """Every layout rule's finding; none for one node."""
+def layout_findings(plan: LaunchPlan, layout: NodeLayout | None = None) -> tuple[Finding, ...]:
+    """Every layout rule's finding on the plan's layout (or `layout`, judged with the plan's
+    profile); none for one node."""
+    layout = plan.layout if layout is None else layout
     if layout.nodes == 1:
         return ()
-    ctx = LayoutContext(cfg, layout)
+    ctx = LayoutContext(plan.profile, layout)
     findings = []
     for rule in LAYOUT_RULES:
         problem, key = rule.check(ctx), rule.key
@@ -218,10 +219,10 @@ def layout_findings(cfg: DictConfig, layout: NodeLayout) -> tuple[Finding, ...]:
     return tuple(findings)
 
 
-def checked_layout(cfg: DictConfig, plan: LaunchPlan) -> NodeLayout:
+def checked_layout(plan: LaunchPlan) -> NodeLayout:
     """The plan's node layout, or UsageError naming the keys of every rule it breaks."""
-    layout = node_layout(cfg, plan)
-    failed = [f for f in layout_findings(cfg, layout) if f.failed]
+    layout = plan.layout
+    failed = [f for f in layout_findings(plan) if f.failed]
     if failed:
         lines = "; ".join(f"{f.rule}: {f.message} (change `{f.key}`)" for f in failed)
         raise UsageError(f"the {layout.mode} layout over {layout.nodes} nodes is not valid: "

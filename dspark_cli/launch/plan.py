@@ -1,4 +1,4 @@
-"""Composed config -> launch plan: a plain value (env, argv and the facts checks need).
+"""Composed config -> launch plan: a plain value (env, every node's argv, the facts checks need).
 
 Pure and fast: no I/O, no imports of torch or vLLM. `serve`, `smoke` and `bench` all launch
 through this one function, so what was smoke-tested is what is served and benchmarked.
@@ -6,10 +6,10 @@ through this one function, so what was smoke-tested is what is served and benchm
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from omegaconf import DictConfig
@@ -17,12 +17,14 @@ from omegaconf import DictConfig
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import vllm_options
+from dspark_cli.launch.flags import VLLM_DEFAULT_PORT, render_flag
+from dspark_cli.launch.layout import NodeLaunch, NodeLayout, node_layout
+from dspark_cli.launch.profile import Profile, profile_of
 from dspark_cli.launch.secrets import SECRET_OPTIONS, is_secret_name
 from dspark_cli.machine.preload import installed_libraries
 
 LibraryFinder = Callable[[Sequence[str]], tuple[str, ...]]
 
-VLLM_DEFAULT_PORT = 8000
 CLIENT_DEFAULT_HOST = "127.0.0.1"
 
 # Flag order of the validation report's command line; flags not listed follow in config order.
@@ -40,18 +42,32 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class LaunchPlan:
+    """Everything a launch is: the one command the config renders (`command`, node rank 0 of
+    one node), every node's command (`layout`: one node is a one-element tuple holding that
+    command, byte for byte), the environment, where it listens, and the profile facts rules
+    need (`profile`)."""
+
     env: tuple[tuple[str, str], ...]
-    argv: tuple[str, ...]
-    # vLLM options by argparse dest, as rendered (checks read these, never the argv).
-    args: tuple[tuple[str, Any], ...]
+    command: NodeLaunch
+    layout: NodeLayout
     model_path: str
     served_model_name: str
     host: str | None
     port: int
     base_url: str
+    profile: Profile
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return self.command.argv
+
+    @property
+    def args(self) -> tuple[tuple[str, Any], ...]:
+        """vLLM options by argparse dest, as rendered (checks read these, never the argv)."""
+        return self.command.args
 
     def arg(self, dest: str, default: Any = None) -> Any:
-        return dict(self.args).get(dest, default)
+        return self.command.arg(dest, default)
 
     @property
     def env_map(self) -> dict[str, str]:
@@ -65,21 +81,6 @@ class LaunchPlan:
 def client_host(host: str | None) -> str:
     """Where a local client reaches a server listening on `host` (any address: loopback)."""
     return CLIENT_DEFAULT_HOST if host in (None, "", "0.0.0.0", "::") else host
-
-
-def render_flag(dest: str, value: Any) -> list[str]:
-    """One vLLM option as argv: True -> `--x`, False -> `--no-x`, dict -> compact JSON,
-    list -> `--x a b`; None is not rendered."""
-    flag = "--" + dest.replace("_", "-")
-    if value is None:
-        return []
-    if isinstance(value, bool):
-        return [flag] if value else ["--no-" + dest.replace("_", "-")]
-    if isinstance(value, dict):
-        return [flag, json.dumps(value, separators=(",", ":"))]
-    if isinstance(value, list | tuple):
-        return [flag, *(str(v) for v in value)]
-    return [flag, str(value)]
 
 
 def _non_null(mapping: Mapping[str, Any]) -> dict[str, Any]:
@@ -221,14 +222,18 @@ def build_plan(cfg: DictConfig, libraries: LibraryFinder = installed_libraries) 
         argv += render_flag(dest, value)
     host, port = cfg.server.host, int(cfg.server.port)
     base_url = cfg.server.url or f"http://{client_host(host)}:{port}"
+    env = _with_preload(_collect_env(cfg, secret_env), list(cfg.hw.get("preload") or ()),
+                        libraries)
+    command = NodeLaunch(0, True, tuple(argv), MappingProxyType(dict(env)), port,
+                         tuple(args.items()))
     return LaunchPlan(
-        env=_with_preload(_collect_env(cfg, secret_env), list(cfg.hw.get("preload") or ()),
-                          libraries),
-        argv=tuple(argv),
-        args=tuple(args.items()),
+        env=env,
+        command=command,
+        layout=node_layout(cfg.hw, command, path),
         model_path=path,
         served_model_name=str(served),
         host=host,
         port=port,
         base_url=str(base_url).rstrip("/"),
+        profile=profile_of(cfg),
     )

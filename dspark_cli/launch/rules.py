@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
-
 from dspark_cli.config.schema import Platform
 from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.profile import Profile
 from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
@@ -31,12 +30,15 @@ METHOD_RENAMING_WORDS = ("eagle-", "eagle3", "dflash", "dspark")
 
 @dataclass(frozen=True)
 class Context:
-    """What the rules judge: the launch as rendered (`launch`), plus the profile facts that are
-    not part of the command (platform, GPU count, model family) and the machine."""
+    """What the rules judge: the plan (the launch as rendered, `launch`, and the profile facts
+    that are not part of the command: `plan.profile`) and the machine."""
 
-    cfg: DictConfig
     plan: LaunchPlan
     machine: Machine | None
+
+    @property
+    def profile(self) -> Profile:
+        return self.plan.profile
 
     @cached_property
     def launch(self) -> EffectiveLaunch:
@@ -54,16 +56,14 @@ class Context:
     def parallel(self) -> int:
         return self.launch.parallel
 
-    @cached_property
+    @property
     def world(self) -> int:
         """TP x DP x PP as vLLM counts it across every node: the plan's own for one node; for
-        several, the head's command in the node layout (DP = nodes x local DP; TP across nodes
-        is the engine's total)."""
-        if int(self.cfg.hw.nodes) <= 1:
+        several, the head's command in the plan's layout (DP = nodes x local DP; TP across
+        nodes is the engine's total)."""
+        if self.plan.layout.nodes <= 1:
             return self.parallel
-        from dspark_cli.launch.layout import node_layout
-
-        return node_layout(self.cfg, self.plan).head.world_size
+        return self.plan.layout.head.world_size
 
 
 @dataclass(frozen=True)
@@ -138,13 +138,13 @@ def _dspark_topk(c: Context) -> str | None:
         return None
     if c.method != "dspark":
         return "dspark_draft_topk is only supported by DSpark"
-    if c.cfg.model.family == "deepseek_v4":
+    if c.profile.family == "deepseek_v4":
         return "dspark_draft_topk is for Qwen3 DSpark only and is invalid for DeepSeek-V4"
     return None
 
 
 def _dspark_platform(c: Context) -> str | None:
-    if c.method == "dspark" and c.cfg.hw.platform is Platform.cpu:
+    if c.method == "dspark" and c.profile.platform is Platform.cpu:
         return "DSpark is not implemented on CPU; use speculative=draft_model or ngram"
     return None
 
@@ -163,40 +163,40 @@ def _draft_path_method(c: Context) -> str | None:
 
 def _sparse_mla_fp8(c: Context) -> str | None:
     kv = c.launch.arg("kv_cache_dtype")
-    if c.cfg.model.family == "deepseek_v4" and kv != "fp8":
+    if c.profile.family == "deepseek_v4" and kv != "fp8":
         return f"DeepSeek-V4's sparse MLA needs an fp8 KV cache, not {kv or 'auto'}"
     return None
 
 
 def _fits_profile(c: Context) -> str | None:
-    hw = c.cfg.hw
-    nodes = int(hw.nodes)
-    gpus = int(hw.num_gpus) * max(nodes, 1)
+    hw = c.profile
+    nodes = hw.nodes
+    gpus = hw.num_gpus * max(nodes, 1)
     if hw.platform is not Platform.cpu and c.world > gpus:
-        where = (f"the {hw.name} profile has ({gpus})" if nodes <= 1 else
-                 f"{nodes} nodes of the {hw.name} profile have ({nodes} x {hw.num_gpus})")
+        where = (f"the {hw.hw_name} profile has ({gpus})" if nodes <= 1 else
+                 f"{nodes} nodes of the {hw.hw_name} profile have ({nodes} x {hw.num_gpus})")
         return f"TP x DP x PP = {c.world} needs more GPUs than {where}"
     return None
 
 
 def _platform_matches(c: Context) -> str | None:
-    want, have = c.cfg.hw.platform, c.machine.platform
+    want, have = c.profile.platform, c.machine.platform
     if want != have:
-        return (f"the {c.cfg.hw.name} profile is for {want.value}, but this machine is "
+        return (f"the {c.profile.hw_name} profile is for {want.value}, but this machine is "
                 f"{have.value}; pick +hw=<profile> for this machine, or use --dry-run to only "
                 "print the plan")
     return None
 
 
 def _gpus_match(c: Context) -> str | None:
-    patterns = list(c.cfg.hw.detect)
+    patterns = list(c.profile.detect)
     gpus = c.machine.gpus
     if not gpus or not patterns:
         return None
     seen = [v for g in gpus for v in (g.name, g.arch) if v]
     if not any(re.search(p, v, re.IGNORECASE) for p in patterns for v in seen):
         names = ", ".join(sorted({g.name for g in gpus}))
-        return (f"the {c.cfg.hw.name} profile is for GPUs matching {patterns}, but this "
+        return (f"the {c.profile.hw_name} profile is for GPUs matching {patterns}, but this "
                 f"machine has {names}; pick the profile for this machine (or leave +hw out to "
                 "detect it)")
     return None
@@ -204,7 +204,7 @@ def _gpus_match(c: Context) -> str | None:
 
 def _fits_machine(c: Context) -> str | None:
     # every node of a layout run here (deploy=local) shares this machine's GPUs
-    if c.cfg.hw.platform is not Platform.cpu and c.world > len(c.machine.gpus):
+    if c.profile.platform is not Platform.cpu and c.world > len(c.machine.gpus):
         return (f"TP x DP x PP = {c.world} needs {c.world} GPUs; "
                 f"{len(c.machine.gpus)} detected")
     return None
@@ -212,8 +212,9 @@ def _fits_machine(c: Context) -> str | None:
 
 def _aiter_rocm(c: Context) -> str | None:
     backend = str(c.launch.arg("moe_backend") or "")
-    if backend.startswith("aiter") and c.cfg.hw.platform is not Platform.rocm:
-        return f"--moe-backend {backend} needs ROCm; {c.cfg.hw.name} is {c.cfg.hw.platform.value}"
+    if backend.startswith("aiter") and c.profile.platform is not Platform.rocm:
+        return (f"--moe-backend {backend} needs ROCm; {c.profile.hw_name} is "
+                f"{c.profile.platform.value}")
     return None
 
 

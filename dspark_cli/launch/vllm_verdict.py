@@ -28,6 +28,7 @@ def layout_verdict(layout: NodeLayout, head_addr: str = LOCAL_HEAD) -> tuple[Fin
                                                                         strict=True))
 
 
-def node_verdicts(plan: LaunchPlan, layout: NodeLayout) -> tuple[Finding, ...]:
+def node_verdicts(plan: LaunchPlan) -> tuple[Finding, ...]:
     """vLLM's verdict on every node's command (one node: the plan's)."""
-    return layout_verdict(layout, LOCAL_HEAD) if layout.nodes > 1 else (plan_verdict(plan),)
+    return (layout_verdict(plan.layout, LOCAL_HEAD) if plan.layout.nodes > 1
+            else (plan_verdict(plan),))

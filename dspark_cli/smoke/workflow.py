@@ -12,7 +12,6 @@ from omegaconf import DictConfig
 
 from dspark_cli.console import progress
 from dspark_cli.deploy.start import attach, ready
-from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.provenance import collect
@@ -34,7 +33,7 @@ def _profiles(cfg: DictConfig) -> dict[str, Any]:
             ("hw", "model", "speculative", "compilation", "serving")}
 
 
-def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expectations,
+def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations,
              directory: Path) -> tuple[ServerSession, BackgroundCheck | None, dict[str, Any]]:
     """The server session (attached, or started where `deploy.target` runs it), vLLM's
     verdict as a check (taken beside the boot for one node here, before it for several), and
@@ -44,7 +43,7 @@ def _session(cfg: DictConfig, plan: LaunchPlan, layout: NodeLayout, exp: Expecta
                   float(cfg.server.metrics_settle_s))
     if cfg.server.url:
         return ServerSession(attach(cfg, plan), watch), None, collect(plan.model_path, None)
-    start = ready(cfg, plan, layout, directory, beside=True)
+    start = ready(cfg, plan, directory, beside=True)
     validation: BackgroundCheck | None = None
     if start.beside is not None:
         beside = start.beside
@@ -70,9 +69,9 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
     callable as a stage of `dspark validate`."""
     plan = build_plan(cfg)
-    layout = checked_layout(cfg, plan)
+    layout = checked_layout(plan)
     exp = replace(expectations(cfg), engines=layout.engines)
-    session, validation, provenance = _session(cfg, plan, layout, exp, directory)
+    session, validation, provenance = _session(cfg, plan, exp, directory)
     progress(f"run directory {directory}")
     with stop_signals_as_interrupt():
         smoke = run_smoke(exp, session, plan.served_model_name, validation)
