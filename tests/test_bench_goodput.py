@@ -116,7 +116,9 @@ def test_a_winner_must_be_faster_than_every_other_arm() -> None:
     assert [w.arm for w in found] == [None, "a", "a", None]
     assert found[0].best == "a" and "c" in found[0].note
     assert found[1].runner_up is not None and found[1].runner_up.baseline == "b"
-    assert found[3].note == "fewer than two arms with valid repeats"
+    assert found[3].note == "not measured"
+    assert winners.pick([("a", 1, [1.0, 2.0]), ("b", 1, [])], [1], 0.05,
+                        winners.GOODPUT)[0].note == "fewer than two arms with valid repeats"
     assert winners.ranges(found) == [(1, 4, "a")]
 
 

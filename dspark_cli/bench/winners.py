@@ -51,8 +51,10 @@ def pick(measured: Sequence[tuple[str, int, Sequence[float]]], concurrencies: Se
     for c in concurrencies:
         here = [(a, tuple(v)) for a, cc, v in measured if cc == c and v]
         if len(here) < 2:
+            measured_here = any(cc == c for _, cc, _ in measured)
             out.append(Winner(c, None, metric, here[0][0] if here else None, None,
-                              "fewer than two arms with valid repeats"))
+                              "fewer than two arms with valid repeats" if measured_here
+                              else "not measured"))
             continue
         here.sort(key=lambda av: fmean(av[1]), reverse=True)
         (best, best_v), others = here[0], here[1:]
