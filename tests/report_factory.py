@@ -46,7 +46,11 @@ def provenance() -> dict[str, Any]:
             "torch_backends": {"cuda": None, "hip": "10.0.0"}, "runtime": SEED_RUNTIME,
             "python": "3.11.7", "platform": "Linux", "host": "mi350x-node",
             "time": "2026-01-01T00:00:00+00:00",
-            "hardware": {"platform": "rocm", "gpus": gpus}, "checkpoint": SEED_CHECKPOINT}
+            "hardware": {"platform": "rocm", "gpus": gpus}, "checkpoint": SEED_CHECKPOINT,
+            "vllm_options": {"kind": "installed", "dist": "vllm", "version": "0.1.dev1+g2a02f6efe",
+                             "commit": "2a02f6efe", "note": None,
+                             "described": "installed vLLM 0.1.dev1+g2a02f6efe (vllm, commit "
+                             "2a02f6efe)"}}
 
 
 def throughputs(arm: str, concurrency: int, repeats: int, rng: random.Random) -> list[float]:

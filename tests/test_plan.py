@@ -32,7 +32,7 @@ def test_extra_args_render_after_the_seed_flags() -> None:
     (["+hw=mi350x", "+serving.extra_args.max_num_seqs=8"], "serving.args.max_num_seqs"),
     (["+hw=mi350x", "+serving.extra_args.enable-chunked-prefill=true",
       "+serving.extra_args.enable_chunked_prefill=false"], "already sets"),
-    (["+hw=mi350x", "+serving.extra_args.Bad_Flag=1"], "not a vLLM option name"),
+    (["+hw=mi350x", "+serving.extra_args.Bad_Flag=1"], "is not an option of .*vLLM 0.32"),
     (["+hw=mi350x", "+model.env.VLLM_ROCM_USE_AITER=0"], "conflicts with"),
     (["+hw=mi350x", "+model.env.BAD-NAME=1"], "not a valid environment variable name"),
 ])

@@ -43,7 +43,7 @@ def test_a_wheel_installed_from_a_file_gives_its_sha256_and_commit(tmp_path: Pat
     dist = next(metadata.distributions(path=[str(target)]))
     recorded = json.loads(dist.read_text("direct_url.json"))
     assert wheel_sha256(recorded) == hashlib.sha256(wheel.read_bytes()).hexdigest()
-    assert runtime.commit(dist, dist.version, None) == "804648bcb"
+    assert runtime.commit(recorded, dist.version) == "804648bcb"
 
 
 def test_the_legacy_hash_field_and_no_archive() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.launch import vllm_options
 from dspark_cli.launch.layout_render import layout_dict, layout_script
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import plan_dict, shell_script
@@ -25,7 +26,8 @@ def render(cfg: DictConfig, plan: LaunchPlan) -> str:
 
 def render_json(cfg: DictConfig, plan: LaunchPlan,
                 findings: tuple[Finding, ...]) -> dict[str, Any]:
-    doc = {**plan_dict(plan), "preflight": [f.to_dict() for f in findings]}
+    doc = {**plan_dict(plan), "vllm_options": vllm_options.source().to_dict(),
+           "preflight": [f.to_dict() for f in findings]}
     return {**doc, "layout": layout_dict(plan.layout)} if plan.layout.nodes > 1 else doc
 
 

@@ -152,6 +152,8 @@ def _collect_args(cfg: DictConfig) -> tuple[dict[str, Any], list[tuple[str, str,
             secret_env.append((SECRET_OPTIONS[dest], _one_secret(where, dest, value), where))
             continue
         put(dest, value, where)
+    # a flag of a config group's field the vLLM planned for lacks (an older or newer one)
+    vllm_options.refuse_missing({owners[d]: render_flag(d, v)[0] for d, v in args.items()})
     order = {d: i for i, d in enumerate(FLAG_ORDER)}
     return dict(sorted(args.items(), key=lambda kv: order.get(kv[0], len(order)))), secret_env
 
@@ -170,12 +172,7 @@ def _free_form_arg(where: str, key: str, value: Any) -> tuple[str, Any]:
     vLLM would read as another option, and a name that is no option name."""
     option = vllm_options.resolve(key)
     if option is None:
-        close = vllm_options.close_matches(key)
-        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-        raise UsageError(
-            f"`{where}` is not a vLLM option name{hint}: `vllm serve` has no such option; use "
-            "the long flag name, e.g. `serving.extra_args.enable_chunked_prefill=true`."
-        )
+        raise vllm_options.no_such_option(where, key)
     dest = option.dest
     owner = vllm_options.owner(dest)
     if owner:

