@@ -47,7 +47,7 @@ def edit_json(path: Path, change: Callable[[Any], None]) -> None:
 
 
 def report(*dirs: Path, out: Path) -> Any:
-    return run_dspark("report", *map(str, dirs), "--out", str(out))
+    return run_dspark("report", *map(str, dirs), "--out", str(out), timeout=600)
 
 
 def refused(done: Any, out: Path, *words: str) -> None:
@@ -167,7 +167,7 @@ def test_a_cell_field_of_the_wrong_type_is_exit_2_naming_it(records: Path, tmp_p
     edit_json(cell, lambda d: d.update({field: value}))
     out = tmp_path / "out"
     refused(report(records / "bench", out=out), out, str(cell), field)
-    bench = run_dspark("bench", "--report", str(records / "bench"))
+    bench = run_dspark("bench", "--report", str(records / "bench"), timeout=600)
     assert bench.returncode == 2 and str(cell) in bench.stderr and field in bench.stderr
 
 
@@ -307,7 +307,7 @@ def test_cells_of_different_datasets_or_models_are_not_merged(records: Path, tmp
         edit_json(cell, lambda d: d.update(launch={"plan": {"model_path": "/models/other"}}))
     out = tmp_path / "out"
     refused(report(records / "bench", out=out), out, "do not belong together")
-    bench = run_dspark("bench", "--report", str(records / "bench"))
+    bench = run_dspark("bench", "--report", str(records / "bench"), timeout=600)
     assert bench.returncode == 2 and "do not belong together" in bench.stderr
 
 
@@ -320,7 +320,7 @@ def test_bench_report_replaces_a_planted_link_instead_of_writing_through_it(
     planted = records / "bench" / name
     planted.unlink(missing_ok=True)
     planted.symlink_to(victim)
-    done = run_dspark("bench", "--report", str(records / "bench"))
+    done = run_dspark("bench", "--report", str(records / "bench"), timeout=600)
     assert done.returncode in (0, 1), done.stderr  # 1: a cell is invalid
     assert victim.read_text() == "precious\n"
     assert not planted.is_symlink() and planted.stat().st_size > 0
