@@ -144,7 +144,7 @@ def test_validate_json_holds_no_url_password(tmp_path: Path) -> None:
     run = tmp_path / "run"
     done = run_dspark("validate", "+hw=cpu", "model.synthetic=null",
                       f"model.path=https://me:{URL_PW}@h.invalid/m", f"hydra.run.dir={run}",
-                      timeout=300)
+                      timeout=600)
     assert done.returncode != 70, done.stderr
     written = {p.name: p.read_text() for p in run.rglob("*") if p.is_file()}
     assert "validate.json" in written, (done.returncode, done.stderr[-2000:])
