@@ -79,7 +79,7 @@ def test_multirun_dry_run_plans_each_job() -> None:
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["hw.args.tensor_paralel_size=8"], "Key 'tensor_paralel_size' not in 'HwArgs'"),
+    (["hw.args.tensor_paralel_size=8"], "did you mean `hw.args.tensor_parallel_size`"),
     (["compilation=nope"], "Could not find 'compilation/nope'"),
     (["serving.args.max_num_seqs=lots"], "Value 'lots' of type 'str' could not be converted"),
     (["+hw.extra_key=1"], "unknown config key `hw.extra_key`"),
