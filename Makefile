@@ -75,11 +75,16 @@ $(LOWEST)/.installed: pyproject.toml $(BIN)/.installed
 	  -e '.[$(LOWEST_EXTRAS)]'
 	touch $@
 
+# The fast part runs on both cores (pytest-xdist: each worker has its own session directory);
+# the tests that boot vLLM servers or a Slurm run one at a time, as each server wants the cores.
+WORKERS ?= 2
+
 test-lowest: $(LOWEST)/.installed
-	$(LOWEST)/bin/python -m pytest -q -m "$(FAST)"
+	$(LOWEST)/bin/python -m pytest -q -n $(WORKERS) -m "$(FAST)"
 
 test: setup slurm lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(WORKERS) -m "$(FAST)"
+	$(BIN)/pytest -q -m "not ($(FAST))"
 	$(MAKE) test-lowest
 
 clean:
