@@ -190,7 +190,7 @@ def test_the_probe_records_token_ids_and_repeats_itself(fake: str) -> None:
     assert (first["prompts_sha256"], first["max_tokens"]) == (PINNED.sha256, 8)
     assert lossless.compare("ref", first, second).share == 1.0
     wrong = answer(fake, "nope", prompts, 10)  # a model the server does not serve
-    assert wrong["errors"][0].startswith("prompt 0: HTTPStatusError")
+    assert wrong["errors"][0].startswith("prompt 0: HTTP 404")
 
 
 @pytest.mark.parametrize("fake", [("lossy_speculation", "--speculative", "draft_model")],

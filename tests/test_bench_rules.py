@@ -124,7 +124,9 @@ def test_failed_requests_are_invalid(tmp_path: Path) -> None:
                        model="other")
     assert code == 1
     rec = cell_record(tmp_path, "none-c2")
-    assert rec["reasons"] == ["6 of 6 requests failed", "0 of 6 requests completed"]
+    # the lossless probe's prompts are refused too, and said so in one line
+    assert rec["reasons"] == ["6 of 6 requests failed", "0 of 6 requests completed",
+                              "lossless probe failed: prompt 0: HTTP 404"]
     assert rec["metrics_delta"]["generation_tokens"] == 0 and rec["fatal_lines"] == []
 
 

@@ -28,8 +28,12 @@ def answer(base_url: str, model: str, prompts: PromptSet, timeout_s: float) -> d
                 response.raise_for_status()
                 choice = response.json()["choices"][0]
                 texts.append(str(choice["text"]))
+            except httpx.HTTPStatusError as exc:
+                errors.append(f"prompt {i}: HTTP {exc.response.status_code}")
+                break
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-                errors.append(f"prompt {i}: {type(exc).__name__}: {exc}")
+                # one line: a reason is a table cell in the summary and the report
+                errors.append(" ".join(f"prompt {i}: {type(exc).__name__}: {exc}".split()))
                 break
             got = choice.get("token_ids")
             ids.append([int(t) for t in got] if isinstance(got, list) else None)
