@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from dspark_cli.server import watchdog
+from dspark_cli.server.groups import alive
 from dspark_cli.server.process import free_port
 from tests.conftest import default_signals, dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import SCRIPT, command
@@ -33,15 +34,7 @@ def serve_argv(port: int, *fake_args: str) -> list[str]:
                        "model.synthetic=null", "server.stop_grace_s=3")
 
 
-def running(pids: set[int]) -> set[int]:
-    left = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                left.add(pid)
-        except psutil.NoSuchProcess:
-            continue
-    return left
+running = alive  # the library's own liveness test (a zombie has ended)
 
 
 def server_pids(supervisor: int) -> set[int]:
