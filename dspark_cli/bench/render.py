@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dspark_cli.bench import decision_render, stats, verdicts
-from dspark_cli.bench.summary import ArmResult, Summary
+from dspark_cli.bench.summary import Summary
+from dspark_cli.bench.summary_rows import ArmResult
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

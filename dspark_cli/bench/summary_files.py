@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.bench.summary import CellRow, Summary
+from dspark_cli.bench.summary import Summary
+from dspark_cli.bench.summary_rows import CellRow
 from dspark_cli.launch.secrets import redact_text
 from dspark_cli.run_files import SUMMARY_CSV, SUMMARY_JSON
 from dspark_cli.untrusted import write_atomic
