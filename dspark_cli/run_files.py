@@ -33,6 +33,8 @@ CHECKPOINT_JSON = "checkpoint.json"
 TESTS_JSON = "tests.json"
 JUNIT_XML = "junit.xml"
 PYTEST_LOG = "pytest.log"
+SOURCE_JSON = "source.json"  # the source tree's revision as git sees it (validate/source.py)
+LINT_JSON = "lint.json"  # the focused stage's lint/format commands and their results
 
 # report
 REPORT_MD = "report.md"

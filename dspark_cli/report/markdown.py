@@ -4,11 +4,12 @@ formats, rows in the records' order)."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from urllib.parse import quote
 
 from dspark_cli.report.decisions import Decisions
+from dspark_cli.report.markup import block, code, one_line, table, text
+from dspark_cli.report.revision import LintRow
 from dspark_cli.report.sections import (
     NOT_RUN,
     Environment,
@@ -22,59 +23,11 @@ from dspark_cli.report.sections import (
     Serving,
     Smoke,
 )
+from dspark_cli.report.source_md import lint_results, source_revision
 
-SECTIONS = ("Summary", "Focused Validation", "Serving Smoke Validation",
+SECTIONS = ("Summary", "Source Revision", "Focused Validation", "Serving Smoke Validation",
             "Reproduction Environment", "Container Provenance", "Serving Configuration",
             "Throughput Methodology", "Results")
-
-
-# Record strings are untrusted: inline, every character that could open markup (emphasis,
-# a link or image, inline HTML or a comment, code, an entity) is escaped and line breaks are
-# folded, so no value starts a heading, a list or a fence; in code, the fence outgrows every
-# backtick run inside. `_` only where it could open emphasis (not inside a word).
-_INLINE = re.compile(r"[\\`*\[\]<>&~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
-_LINE_BREAK = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
-
-
-def text(value: object) -> str:
-    """A record's string as inline Markdown text: it renders as written, nothing more."""
-    return _INLINE.sub(lambda m: _ENTITIES.get(m[0], "\\" + m[0]),
-                       _LINE_BREAK.sub(" ", str(value)))
-
-
-def _fence_for(body: str, least: int = 1) -> str:
-    return "`" * max(least, 1 + max((len(r) for r in re.findall(r"`+", body)), default=0))
-
-
-def code(value: object) -> str:
-    """A record's string as an inline code span, on one line."""
-    body = _LINE_BREAK.sub(" ", str(value))
-    fence = _fence_for(body)
-    pad = " " if body.startswith("`") or body.endswith("`") else ""
-    return f"{fence}{pad}{body}{pad}{fence}"
-
-
-def block(lines: Sequence[str], info: str = "") -> list[str]:
-    """Lines as a fenced code block whose fence no line can close."""
-    fence = _fence_for("\n".join(lines), 3)
-    return [fence + info, *lines, fence]
-
-
-def _cell(value: object) -> str:
-    """A table cell (record strings in it already `text()`): pipes escaped, lines folded."""
-    return _LINE_BREAK.sub(" ", str(value)).replace("|", "\\|")
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return lines
-
-
-def _one_line(value: object) -> str:
-    """A record's string on one line of a code block."""
-    return _LINE_BREAK.sub(" ", str(value))
 
 
 def _num(value: float | None, places: int = 2) -> str:
@@ -91,16 +44,16 @@ def _summary(report: Report) -> list[str]:
     return [*lines, f"**Results:** {text(sentence)}"]
 
 
-def _focused(f: Focused) -> list[str]:
+def _focused(f: Focused, lint: tuple[LintRow, ...]) -> list[str]:
     lines = ["## Focused Validation", ""]
     if f.status == NOT_RUN:
         return [*lines, f"Not run: {text(f.detail)}."]
-    lines += [f"Run in {code(f.source)}:", "", *block([_one_line(t) for t in f.tests]), ""]
+    lines += [f"Run in {code(f.source)}:", "", *block([one_line(t) for t in f.tests]), ""]
     counts = ", ".join(f"{n} {text(k)}" for k, n in f.counts.items()) or "no tests collected"
     lines.append(f"Result: **{text(f.status)}** ({counts}).")
     if f.detail:
         lines += ["", text(f.detail)]
-    return lines
+    return [*lines, "", *lint_results(lint)]
 
 
 def _smoke(s: Smoke | None) -> list[str]:
@@ -121,7 +74,7 @@ def _smoke(s: Smoke | None) -> list[str]:
         lines += ["Observed speculative-decoding counters during the smoke request:", "",
                   *block([f"num_drafts_total:       {c.drafts:>{width}}",
                           f"num_draft_tokens_total: {c.draft_tokens:>{width}}  # "
-                          f"{_one_line(c.relation)}",
+                          f"{one_line(c.relation)}",
                           f"num_accepted_tokens:    {c.accepted:>{width}}"])]
     return [*lines, "", s.limits, "", f"Record: {code(s.record)}"]
 
@@ -149,7 +102,7 @@ def _provenance(p: Provenance) -> list[str]:
             ("PyTorch", p.pytorch), ("ROCm (HIP)", p.rocm), ("CUDA", p.cuda))
     width = max(len(k) for k, _ in rows) + 1
     return ["## Container Provenance", "",
-            *block([f"{k + ':':<{width}} {_one_line(v)}" for k, v in rows]), "",
+            *block([f"{k + ':':<{width}} {one_line(v)}" for k, v in rows]), "",
             "The image tag, ID and base digest come from `runtime.image.*` "
             "(DSPARK_IMAGE_TAG, DSPARK_IMAGE_ID, DSPARK_BASE_DIGEST): a container cannot see "
             "its own image. The vLLM commit is what the installed vLLM reports (a patched "
@@ -304,7 +257,8 @@ def render(report: Report) -> str:
     parts = [
         ["# Validation report", "", "Built by `dspark report` from the run records in:", "",
          *(f"- {code(s)}" for s in report.sources)],
-        _summary(report), _focused(report.focused), _smoke(report.smoke),
+        _summary(report), source_revision(report.revision),
+        _focused(report.focused, report.lint), _smoke(report.smoke),
         _environment(report.environment), _provenance(report.provenance),
         _serving(report.serving), _methodology(report.methodology), _results(report.results),
     ]

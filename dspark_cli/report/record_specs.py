@@ -16,6 +16,17 @@ TESTS_REQUIRED = ("status",)
 
 CHECKPOINT = {"num_shards": COUNT, "total_bytes": COUNT}
 
+# The focused stage's source tree (validate/source.py) and its lint/format results.
+SOURCE = {"path": TEXT, "git": BOOL, "error": TEXT, "branch": TEXT, "head": TEXT,
+          "upstream": TEXT, "base": TEXT, "files": LIST, "files.*": MAP, "files.*.path": TEXT,
+          "files.*.insertions": COUNT, "files.*.deletions": COUNT, "files.*.kind": TEXT,
+          "insertions": COUNT, "deletions": COUNT, "uncommitted": COUNT}
+SOURCE_REQUIRED = ("git", "files.*.path", "files.*.kind")
+LINT = {"results": LIST, "results.*": MAP, "results.*.command": TEXT,
+        "results.*.exit_code": INT, "results.*.summary": TEXT, "results.*.status": TEXT,
+        "results.*.files": COUNT}
+LINT_REQUIRED = ("results", "results.*.command", "results.*.status")
+
 SMOKE = {"verdict": MAP, "verdict.passed": BOOL, "verdict.summary": TEXT, "mode": TEXT,
          "checks": LIST, "checks.*": MAP, "checks.*.name": TEXT, "checks.*.status": TEXT,
          "checks.*.evidence": TEXT, "checks.*.data": MAP, "checks.*.data.k": COUNT,

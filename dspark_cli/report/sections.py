@@ -9,14 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dspark_cli.report.decisions import Decisions
-
-UNKNOWN = "unknown"
-NOT_RUN = "not run"
-
-
-def known(value: Any) -> str:
-    """A recorded fact as text; "unknown" where the record has none."""
-    return UNKNOWN if value is None or value == "" else str(value)
+from dspark_cli.report.revision import LintRow, SourceRevision
+from dspark_cli.report.words import NOT_RUN as NOT_RUN
+from dspark_cli.report.words import UNKNOWN as UNKNOWN
+from dspark_cli.report.words import known as known
 
 
 @dataclass(frozen=True)
@@ -186,6 +182,8 @@ class Report:
     serving: Serving | None
     methodology: Methodology | None
     results: Results | None
+    revision: SourceRevision | None = None  # the focused stage's source tree (git)
+    lint: tuple[LintRow, ...] = ()  # the focused stage's lint/format commands
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

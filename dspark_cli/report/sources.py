@@ -28,8 +28,10 @@ from dspark_cli.run_files import (
     CHECKPOINT_JSON,
     CONFIG_YAML,
     LAUNCH_SH,
+    LINT_JSON,
     PROVENANCE_JSON,
     SMOKE_JSON,
+    SOURCE_JSON,
     SUMMARY_PNG,
     TESTS_JSON,
     VALIDATE_JSON,
@@ -65,6 +67,8 @@ class Sources:
     tests: Mapping[str, Any] | None
     smoke: SmokeRecords | None
     bench: BenchRecords | None
+    revision: Mapping[str, Any] | None = None  # the focused stage's source.json
+    lint: Mapping[str, Any] | None = None  # its lint.json
 
 
 def lookup(record: Mapping[str, Any] | None, *path: str) -> Any:
@@ -172,7 +176,8 @@ def collect(directories: Sequence[Path]) -> Sources:
             raise UsageError(f"{d} is not a directory; give run directories of `dspark "
                              "validate`, `dspark smoke` or `dspark bench`.")
     found: dict[str, list[Path]] = {n: [] for n in (VALIDATE_JSON, CHECKPOINT_JSON, TESTS_JSON,
-                                                    SMOKE_JSON, CELL_JSON)}
+                                                    SMOKE_JSON, CELL_JSON, SOURCE_JSON,
+                                                    LINT_JSON)}
     under: dict[Path, Path] = {}  # each record -> the given directory it was found under
     for d in dirs:
         for name, paths in found.items():
@@ -198,6 +203,8 @@ def collect(directories: Sequence[Path]) -> Sources:
         one(TESTS_JSON, "focused-test record", specs.TESTS, specs.TESTS_REQUIRED),
         _smoke(smoke_json, under[smoke_json]) if smoke_json else None,
         _bench(bench_root),
+        one(SOURCE_JSON, "source revision record", specs.SOURCE, specs.SOURCE_REQUIRED),
+        one(LINT_JSON, "lint record", specs.LINT, specs.LINT_REQUIRED),
     )
     if not any((sources.validate, sources.checkpoint, sources.tests, sources.smoke,
                 sources.bench)):

@@ -40,8 +40,12 @@ def _tests(cfg: DictConfig, directory: Path) -> list[str]:
     from dspark_cli.validate.stages import tests_argv
 
     argv = tests_argv(cfg, directory / "tests" / JUNIT_XML)
+    base = (f"merge-base with {stage.upstream}" if stage.upstream
+            else "none (validate.tests.upstream is null)")
     return [f"2. focused tests: in {stage.source}",
-            f"   {' '.join(shlex.quote(a) for a in argv)}"]
+            f"   {' '.join(shlex.quote(a) for a in argv)}",
+            f"   source revision: git branch, head, base ({base}), changed files, diff size",
+            *(f"   lint: {command}" for command in stage.lint)]
 
 
 def _smoke(cfg: DictConfig, script: str) -> list[str]:
@@ -84,6 +88,7 @@ def plan_doc(cfg: DictConfig, directory: Path, launch: dict[str, Any],
             {"name": "checkpoint", "path": redact_urls(str(cfg.model.path)),
              "pins": _pins(cfg), "content_hashes": _content(cfg)},
             {"name": "tests", "run": bool(tests.node_ids), "source": tests.source,
+             "upstream": tests.upstream, "lint": list(tests.lint),
              "command": tests_argv(cfg, directory / "tests" / JUNIT_XML)
              if tests.node_ids else None},
             {"name": "smoke", "startup_lines": [p.name for p in exp.required],

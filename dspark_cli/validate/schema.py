@@ -29,6 +29,11 @@ class TestsStage:
     node_ids: list[str] = field(default_factory=list)
     python: str | None = None  # the interpreter that runs pytest (null: dspark's own)
     timeout_s: float = 3600.0
+    # The ref the branch is measured against (the report's base: `git merge-base HEAD it`).
+    upstream: str | None = "origin/main"
+    # Lint/format commands run in the source tree; `{changed}` is the changed Python files.
+    lint: list[str] = field(default_factory=list)
+    lint_timeout_s: float = 600.0
 
 
 @dataclass

@@ -16,8 +16,16 @@ from omegaconf import DictConfig
 
 from dspark_cli.errors import ExitCode, UsageError
 from dspark_cli.launch.secrets import redact_text
-from dspark_cli.run_files import CHECKPOINT_JSON, JUNIT_XML, PYTEST_LOG, TESTS_JSON
+from dspark_cli.run_files import (
+    CHECKPOINT_JSON,
+    JUNIT_XML,
+    LINT_JSON,
+    PYTEST_LOG,
+    SOURCE_JSON,
+    TESTS_JSON,
+)
 from dspark_cli.status import Status
+from dspark_cli.validate.source import LintPlan, changed_python, lint, revision
 
 
 @dataclass(frozen=True)
@@ -106,15 +114,32 @@ def tests(cfg: DictConfig, directory: Path) -> StageResult:
         except subprocess.TimeoutExpired:
             code = None
     counts = junit_counts(junit) if junit.is_file() else {}
-    passed = code == 0 and counts.get("passed", 0) > 0
+    linted = _revision_and_lint(cfg, source, directory)
+    passed = code == 0 and counts.get("passed", 0) > 0 and not linted
     detail = (f"timed out after {stage.timeout_s} s" if code is None else
-              f"pytest exit {code}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+              f"pytest exit {code}: " + ", ".join(f"{n} {k}" for k, n in counts.items())) + (
+        f"; lint failed: {linted}" if linted else "")
     _write_json(directory / TESTS_JSON, {
         "status": "passed" if passed else "failed", "source": str(source),
         "node_ids": list(stage.node_ids), "command": argv, "returncode": code,
         "counts": counts, "detail": detail, "log": str(log)})
     return StageResult("tests", Status.passed if passed else Status.failed,
                        0 if passed else int(ExitCode.CHECK_FAILED), detail, str(directory))
+
+
+def _revision_and_lint(cfg: DictConfig, tree: Path, directory: Path) -> str:
+    """Record the tree's revision (source.json) and run the lint commands in it (lint.json);
+    the failed commands, or "" when every one passed (or none is configured)."""
+    stage = cfg.validate.tests
+    rev = revision(tree, str(stage.upstream) if stage.upstream else None)
+    _write_json(directory / SOURCE_JSON, rev.to_dict())
+    commands = [str(c) for c in stage.lint]
+    if not commands:
+        return ""
+    plan = LintPlan(commands, float(stage.lint_timeout_s), changed_python(tree, rev))
+    results = lint(tree, plan, directory)
+    _write_json(directory / LINT_JSON, {"results": [r.to_dict() for r in results]})
+    return ", ".join(r.command for r in results if r.status == "failed")
 
 
 def smoke(cfg: DictConfig, directory: Path) -> StageResult:
