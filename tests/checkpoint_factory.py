@@ -21,6 +21,11 @@ import numpy as np
 from safetensors import TensorSpec, serialize_file
 
 INDEX = "model.safetensors.index.json"
+# DeepSeek-V4-Flash(-DSpark)'s quantization: FP8 block-quantized linear layers (e4m3, ue8m0
+# scales, 128 x 128 blocks) and FP4 experts (`expert_dtype`, beside it in config.json), the
+# DeepSeek-native layout vLLM's DeepseekV4FP8Config reads.
+DSV4_FLASH_QUANTIZATION = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+                           "scale_fmt": "ue8m0", "weight_block_size": [128, 128]}
 # safetensors header dtype -> (serialize_file dtype name, numpy storage dtype)
 _STORAGE = {
     "F32": ("float32", np.float32),
@@ -60,6 +65,7 @@ class Spec:
             "mask_token_id": self.vocab - 1,
             "enable_confidence_head": True,
             "expert_dtype": "fp4",
+            "quantization_config": dict(DSV4_FLASH_QUANTIZATION),
             **self.config_extra,
         }
 

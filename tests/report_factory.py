@@ -16,6 +16,7 @@ from dspark_cli.bench.merge import summarize_records
 from dspark_cli.bench.summary_files import write
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.record import write_record
+from tests.checkpoint_factory import DSV4_FLASH_QUANTIZATION
 
 ARMS = ("none", "dspark_fixed", "dspark_adaptive")
 BASELINE = "dspark_fixed"
@@ -27,8 +28,9 @@ SEED_CHECKPOINT = {
     "path": "/models/DeepSeek-V4-Flash-DSpark", "exists": True,
     "config_sha256": "6c8f3d2d3b48707541b88f32f22ef3f0f8a6b57d8523281e2b8d3cdb0ae9a023",
     "index_sha256": "98efab455cf08dfbbbaaba6f570e1bf10bf927d2b4c3c453a59c2f6f0e3be92b",
-    "architecture": "DeepseekV4ForCausalLM",
-    "quantization": {"fmt": "e4m3", "quant_method": "fp8"},
+    "architecture": "DeepseekV4ForCausalLM", "name": "DeepSeek-V4-Flash-DSpark",
+    "name_from": "directory", "model_type": "deepseek_v4", "expert_dtype": "fp4",
+    "quantization": dict(sorted(DSV4_FLASH_QUANTIZATION.items())),
     "num_shards": 48, "total_bytes": 166878536440,
 }
 SEED_RUNTIME = {

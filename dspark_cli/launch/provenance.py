@@ -49,12 +49,30 @@ def _json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool)
+
+
+def model_name(config: dict[str, Any], root: Path) -> tuple[str | None, str | None]:
+    """The model's own name and where it came from: config.json's `_name_or_path` (when it is
+    a name, not a path), a Hugging Face cache's repository (`models--org--name/snapshots/rev`),
+    else the directory's name."""
+    named = config.get("_name_or_path")
+    if isinstance(named, str) and named and not named.startswith(("/", ".", "~")):
+        return named, "config"
+    parts = root.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3].removeprefix("models--").replace("--", "/"), "hf_cache"
+    return (root.name, "directory") if root.name else (None, None)
+
+
 def checkpoint_facts(root: Path) -> dict[str, Any]:
-    """What the report states about a checkpoint: architecture and quantization from
-    config.json, and the size of its safetensors shards (stat only, nothing hashed)."""
+    """What the report states about a checkpoint: its name, architecture, expert dtype and
+    quantization from config.json, and the size of its safetensors shards (stat only)."""
     config = _json(root / "config.json")
     architectures = config.get("architectures")
     quant = config.get("quantization_config")
+    name, name_from = model_name(config, root) if config else (None, None)
     weight_map = _json(root / "model.safetensors.index.json").get("weight_map")
     names = (sorted(set(weight_map.values())) if isinstance(weight_map, dict)
              else sorted(p.name for p in root.glob("*.safetensors")) if root.is_dir() else [])
@@ -62,8 +80,13 @@ def checkpoint_facts(root: Path) -> dict[str, Any]:
     return {
         "architecture": architectures[0] if isinstance(architectures, list) and architectures
         else None,
-        "quantization": {k: v for k, v in sorted(quant.items())
-                         if isinstance(v, str | int | float | bool)}
+        "name": name, "name_from": name_from,
+        "model_type": config.get("model_type") if _scalar(config.get("model_type")) else None,
+        "expert_dtype": config.get("expert_dtype") if _scalar(config.get("expert_dtype"))
+        else None,
+        # scalars and lists of scalars (weight_block_size [128, 128])
+        "quantization": {k: v for k, v in sorted(quant.items()) if _scalar(v) or (
+            isinstance(v, list) and all(_scalar(x) for x in v))}
         if isinstance(quant, dict) else None,
         "num_shards": len(shards) if shards else None,
         "total_bytes": sum(p.stat().st_size for p in shards) if shards else None,

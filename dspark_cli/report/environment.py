@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dspark_cli.report.model_facts import model_name, quantization
 from dspark_cli.report.sections import UNKNOWN, Environment, Provenance, Serving, known
 from dspark_cli.report.sources import Sources, lookup
 from dspark_cli.run_files import ARMS_DIR
@@ -48,14 +49,6 @@ def _size(ckpt: Mapping[str, Any]) -> str:
     return f"{total:,} bytes across {shards} safetensors shard{'s' if shards != 1 else ''}"
 
 
-def _quantization(ckpt: Mapping[str, Any]) -> str:
-    q = ckpt.get("quantization")
-    if q is None:
-        return UNKNOWN if not ckpt.get("exists") else "none (config.json has no " \
-            "quantization_config)"
-    return ", ".join(f"{k}={v}" for k, v in sorted(q.items())) or "quantization_config is empty"
-
-
 def _parallel(argv: Sequence[str], flag: str, cfg: Mapping[str, Any], key: str) -> str:
     if flag in argv and argv.index(flag) + 1 < len(argv):
         return str(argv[argv.index(flag) + 1])
@@ -76,11 +69,10 @@ def launch_sections(src: Sources) -> tuple[Environment, Provenance, Serving | No
         tensor_parallel_size=_parallel(argv, "--tensor-parallel-size", cfg,
                                        "tensor_parallel_size"),
         data_parallel_size=_parallel(argv, "--data-parallel-size", cfg, "data_parallel_size"),
-        model=known(lookup(cfg, "model", "args", "served_model_name")
-                    or lookup(cfg, "model", "name")),
+        model=model_name(ckpt, lookup(cfg, "model", "args", "served_model_name")),
         model_path=known(ckpt.get("path") or lookup(cfg, "model", "path")),
         architecture=known(ckpt.get("architecture")),
-        quantization=_quantization(ckpt),
+        quantization=quantization(ckpt),
         checkpoint_size=_size(ckpt),
         config_sha256=known(ckpt.get("config_sha256")),
         index_sha256=known(ckpt.get("index_sha256")) if ckpt.get("exists") is False or

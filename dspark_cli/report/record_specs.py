@@ -39,6 +39,7 @@ SMOKE_REQUIRED = ("verdict", "verdict.passed", "checks.*.name", "checks.*.status
                   "counters.spec_decode.accepted")
 
 _CHECKPOINT = {"path": TEXT, "exists": BOOL, "config_sha256": TEXT, "index_sha256": TEXT,
+               "name": TEXT, "name_from": TEXT, "model_type": TEXT, "expert_dtype": TEXT,
                "architecture": TEXT, "quantization": MAP, "num_shards": COUNT,
                "total_bytes": COUNT}
 PROVENANCE = {"hardware": MAP, "hardware.gpus": LIST, "hardware.gpus.*": MAP,
