@@ -25,6 +25,9 @@ DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel
 START_TIMEOUT_S = 60.0
 NODE_CPUS, NODE_MEMORY_MB = 2, 8000  # each node as slurm.conf describes it
 DEF_MEM_PER_CPU_MB = 500  # what a job gets per CPU unless it asks for memory
+# How often a test asks squeue whether a job is still there: each ask is a process and an RPC
+# to slurmctld, which on a 2-core machine take CPU from the job being waited for.
+QUEUE_POLL_S = 0.5
 
 
 def unavailable() -> str | None:

@@ -10,6 +10,7 @@ import pytest
 
 from dspark_cli.server.process import free_port
 from tests.conftest import dspark_argv, dspark_env, wait_until
+from tests.slurm_cluster import QUEUE_POLL_S
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm]
 
@@ -35,4 +36,5 @@ def test_bench_cells_run_as_parallel_slurm_jobs_all_valid(slurm_cluster, tmp_pat
     assert len(urls) == 2, urls  # side by side on one host: never the same port
     first, second = sorted(cells, key=lambda c: c["started_at"])
     assert second["started_at"] < first["finished_at"]  # they did run at the same time
-    wait_until(lambda: slurm_cluster.jobs() == [], 60, "the jobs to leave the queue")
+    wait_until(lambda: slurm_cluster.jobs() == [], 60, "the jobs to leave the queue",
+               poll_s=QUEUE_POLL_S)

@@ -17,7 +17,7 @@ import pytest
 from dspark_cli.server.process import free_port
 from tests.conftest import compose_config, dspark_argv, dspark_env, run_dspark, wait_until
 from tests.foreground_serve import ForegroundServe
-from tests.slurm_cluster import NODE_CPUS, NODE_MEMORY_MB
+from tests.slurm_cluster import NODE_CPUS, NODE_MEMORY_MB, QUEUE_POLL_S
 
 TINY_OVERRIDES = ("+hw=cpu", "hw.nodes=2", "deploy=slurm")
 
@@ -121,7 +121,8 @@ def test_each_nodes_server_gets_the_nodes_cpus_and_memory_on_a_site_like_slurm(
     submitted = slurm_cluster.run("sbatch", "--parsable", f"--output={out}", str(script))
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    wait_until(lambda: job not in slurm_cluster.jobs(), 60, f"job {job} to finish")
+    wait_until(lambda: job not in slurm_cluster.jobs(), 60, f"job {job} to finish",
+               poll_s=QUEUE_POLL_S)
     seen = {d["node"]: d for d in (json.loads(ln.split(" ", 1)[1])
                                    for ln in out.read_text().splitlines()
                                    if ln.startswith("PROBE "))}

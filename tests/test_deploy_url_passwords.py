@@ -18,6 +18,7 @@ import yaml
 
 from tests.conftest import dspark_argv, dspark_env, run_dspark, wait_until
 from tests.doubles.fake_kubectl import container_env, expand
+from tests.slurm_cluster import QUEUE_POLL_S
 from tests.test_secrets import PLANTED
 
 ARG_PASSWORD = "argpw-4b5c6d7e8f"  # in a node's command: --tokenizer URL
@@ -203,7 +204,8 @@ def test_dspark_hands_the_secrets_to_sbatch_through_its_environment(slurm_cluste
     out = next(t for p, t in written.items() if Path(p).name == "server.log")  # the job's output
     for value in (ENV_PASSWORD, ARG_PASSWORD, PLANTED["+serving.extra_args.hf-token"]):
         assert _sha(value) in out, out
-    wait_until(lambda: slurm_cluster.jobs() == [], 60, "the job to leave the queue")
+    wait_until(lambda: slurm_cluster.jobs() == [], 60, "the job to leave the queue",
+               poll_s=QUEUE_POLL_S)
 
 
 def test_each_local_nodes_block_demands_the_url_password_it_refers_to(tmp_path: Path) -> None:
