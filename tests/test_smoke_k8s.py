@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dspark_cli.server.process import free_port
 from tests.conftest import dspark_argv, dspark_env, wait_until
@@ -80,8 +81,13 @@ def test_smoke_on_two_lws_pods_serves_from_both_engines_and_leaves_nothing(tmp_p
     assert "kubectl port-forward service/dspark" in done.stderr
     assert left_on(state) == ([], [])
     run = tmp_path / "run"
-    assert "kind: LeaderWorkerSet" in (run / "manifests.yaml").read_text()
+    (lws,) = [o for o in yaml.safe_load_all((run / "manifests.yaml").read_text())
+              if o["kind"] == "LeaderWorkerSet"]
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2  # one group: leader and worker
     assert "[node 1] " in (run / "server.log").read_text()  # the worker's output, gathered
+    # Both pods' servers ended on the delete: nothing left, the port free.
+    teardown = checks["teardown"]
+    assert teardown["status"] == "passed" and teardown["data"]["port_free"], teardown
 
 
 @pytest.mark.vllm  # serve/smoke import vLLM here (exit 4 without it)
