@@ -18,7 +18,7 @@ from tests.doubles.fake_vllm import SCRIPT
 
 ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines", "draft_params",
               "no_fatal_lines", "overrides", "request", "generation", "engines", "spec_decode",
-              "teardown"}
+              "engagement", "teardown"}
 
 
 def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:

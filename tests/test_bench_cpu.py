@@ -39,11 +39,20 @@ def test_the_cpu_protocol_runs_for_real(cpu_validate_run: CpuValidateRun) -> Non
         assert rec["fatal_lines"] == [] and "Application startup complete" in (
             cell_dir / "server.log").read_text()
         assert [p["name"] for p in rec["phases"]] == ["measured"]  # the grid skips the warmup
+        assert rec["draft_params"] is None  # no DSpark draft on CPU
         if arm == "draft_model":
             spec = rec["spec_decode"]
             assert spec["draft_tokens"] == spec["drafts"] * 3 and spec["accepted"] > 0
+            # the engagement probe: c requests at once, vLLM's per-request metrics of each;
+            # fixed K proposes K in every step (an adaptive arm's would show trimmed steps)
+            steps = rec["engagement"]
+            assert (steps["outcome"], steps["ok"], steps["expected"]) == ("full_k", True,
+                                                                          "fixed_k")
+            assert steps["reported"] == steps["requests"] == c and steps["k"] == 3
+            assert steps["steps"] > 0 and steps["short_steps"] == steps["trimmed_tokens"] == 0
+            assert "--per-request-spec-decode-metrics" in " ".join(rec["launch"]["argv"])
         else:
-            assert rec["spec_decode"] is None
+            assert rec["spec_decode"] is None and rec["engagement"] is None
     for c in (8, 2):
         (s,) = [s for s in out["speedups"] if s["concurrency"] == c]
         ratio = (fmean(cells[("draft_model", c, r)]["output_throughput"] for r in (1, 2))
@@ -77,6 +86,9 @@ def test_ngram_answers_greedily_as_none_does(tmp_path: Path) -> None:
         assert [(p["name"], p["num_prompts"], p["completed"]) for p in cell["phases"]] == [
             ("warmup1", 8, 8), ("measured", 8, 8)]
         assert cell["total_output_tokens"] == cell["metrics_delta"]["generation_tokens"] == 8 * 32
+    # ngram proposes up to K: its steps are held to no K, only read
+    assert ngram["engagement"]["expected"] == "at_most_k" and ngram["engagement"]["ok"]
+    assert ngram["engagement"]["reported"] == 2 and ngram["engagement"]["steps"] > 0
     assert ngram["lossless"]["comparison"] == {
         "reference_cell": "none-c2", "compared_by": "token_ids", "identical": 8, "total": 8,
         "share": 1.0, "divergences": []}

@@ -24,7 +24,8 @@ from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.process import free_port
 from tests.conftest import compose_config, run_dspark, wait_until
-from tests.doubles.fake_vllm import LOSSY_INDEX, command
+from tests.doubles.fake_engine import LOSSY_INDEX
+from tests.doubles.fake_vllm import command
 
 
 def bench_conf(*overrides: str) -> Any:

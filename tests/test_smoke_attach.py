@@ -64,9 +64,17 @@ def attach(tmp_path: Path) -> Iterator[Any]:
 def test_rocm_dspark_profile_passes_against_a_server_that_prints_its_lines(
         tmp_path: Path, attach: Any) -> None:
     lines = [a for line in DSPARK_LINES for a in ("--print-line", line)]
-    server = attach("--model", "dsv4flash", "--k", "7", *lines)
+    server = attach("--model", "dsv4flash", "--k", "7", "--adaptive",
+                    "--per-request-spec-decode-metrics", "detailed", *lines)
     code, report = server.smoke(tmp_path, "+hw=mi350x", f"server.log={server.log}")
     assert code == 0, report["verdict"]
+    # Adaptive verification seen to engage: vLLM's per-request metrics show trimmed steps.
+    engaged = checks(report)["engagement"]
+    assert engaged["status"] == "passed", engaged
+    assert engaged["data"]["expected"] == "adaptive" and engaged["data"]["k"] == 7
+    assert 0 < engaged["data"]["short_steps"] < engaged["data"]["steps"]
+    assert engaged["data"]["asked"]["level"] is None  # attached: the server's flags decide
+    assert "trimmed" in engaged["evidence"]
     assert report["mode"] == "attached"
     found = checks(report)["startup_lines"]["data"]
     assert set(found) >= {"DSpark draft model loaded", "use_flattening=True",
@@ -88,6 +96,24 @@ def test_missing_rocm_lines_and_a_short_draft_fail(tmp_path: Path, attach: Any) 
     assert "use_flattening=True" in checks(report)["startup_lines"]["evidence"]
     assert statuses(report)["draft_params"] == "failed"
     assert "confidence head" in checks(report)["draft_params"]["evidence"]
+
+
+@pytest.mark.parametrize(("args", "status", "words"), [
+    (("--per-request-spec-decode-metrics", "detailed"), "failed", "no step was trimmed"),
+    (("--adaptive", "--per-request-spec-decode-metrics", "summary"), "passed",
+     "draft slots left out"),
+    ((), "skipped", "attached: the server's own flags decide"),
+])
+def test_adaptive_engagement_is_held_to_the_answers(
+        tmp_path: Path, attach: Any, args: tuple[str, ...], status: str, words: str) -> None:
+    """Fixed-K steps fail the adaptive profile's expectation (exit 1); the summary level shows
+    trimming by its totals; a server that reports nothing is not held to it."""
+    lines = [a for line in DSPARK_LINES for a in ("--print-line", line)]
+    server = attach("--model", "dsv4flash", "--k", "7", *args, *lines)
+    code, report = server.smoke(tmp_path, "+hw=mi350x", f"server.log={server.log}")
+    assert checks(report)["engagement"]["status"] == status
+    assert words in checks(report)["engagement"]["evidence"]
+    assert code == (1 if status == "failed" else 0), report["verdict"]
 
 
 def test_attached_without_a_log_skips_the_log_checks(tmp_path: Path, attach: Any) -> None:

@@ -14,12 +14,6 @@ from dspark_cli.server.logscan import scan_lines
 from dspark_cli.server.metrics import parse
 from dspark_cli.smoke import schema as smoke_schema
 from dspark_cli.smoke.checks import (
-    Boot,
-    CheckResult,
-    Observations,
-    RequestOutcome,
-    RequestState,
-    Status,
     check_draft_params,
     check_generation,
     check_spec_decode,
@@ -27,7 +21,15 @@ from dspark_cli.smoke.checks import (
     spec_problems,
 )
 from dspark_cli.smoke.expectations import expectations
+from dspark_cli.smoke.observations import (
+    Boot,
+    CheckResult,
+    Observations,
+    RequestOutcome,
+    RequestState,
+)
 from dspark_cli.smoke.verdict import decide
+from dspark_cli.status import Status
 
 
 def smoke_cfg(*overrides: str) -> DictConfig:
@@ -132,7 +134,7 @@ def test_ngram_allows_fewer_draft_tokens_and_none_has_no_spec_rule() -> None:
     ("override", "message"),
     [
         ("+logs.fatal.broken='(unclosed'", "logs.fatal"),
-        ("smoke.draft_params_pattern='loaded: \\d+'", "named group"),
+        ("logs.draft_params='loaded: \\d+'", "named group"),
         ("smoke.max_tokens=0", "must be positive"),
         ("smoke.conditional_lines=[{when:{hw.plaftorm:rocm},lines:[x]}]", "hw.plaftorm"),
     ],

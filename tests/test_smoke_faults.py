@@ -32,8 +32,9 @@ def test_healthy_fake_passes_with_every_check(tmp_path: Path) -> None:
     code, report, _ = run_smoke(tmp_path, "healthy")
     assert code == 0, report["verdict"]
     assert set(statuses(report)) == ALL_CHECKS
-    # no DSpark pin; a replaced command; one engine
-    skipped = {"draft_params", "vllm_accepts_command", "engines"}
+    # no DSpark pin; a replaced command (vLLM's verdict, and the per-request metrics the planned
+    # command asks for); one engine
+    skipped = {"draft_params", "vllm_accepts_command", "engines", "engagement"}
     assert {n for n, s in statuses(report).items() if s == "skipped"} == skipped
     assert {s for n, s in statuses(report).items() if n not in skipped} == {"passed"}
     spec = report["counters"]["spec_decode"]

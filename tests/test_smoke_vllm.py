@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from dspark_cli.server.process import free_port
+from dspark_cli.server.spec_metrics import ADAPTIVE, FIXED, Engagement, RequestSteps, judge
 from tests.conftest import dspark_argv, dspark_env
 from tests.smoke_support import ALL_CHECKS, checks, port_free, statuses
 from tests.vllm_server import CpuValidateRun
@@ -37,7 +38,7 @@ def test_default_smoke_passes_against_real_vllm(cpu_validate_run: CpuValidateRun
     assert statuses(report)["draft_params"] == "skipped"  # no DSpark on CPU
     assert statuses(report)["engines"] == "skipped"  # one engine
     assert {s for n, s in statuses(report).items()
-            if n not in ("draft_params", "engines")} == {"passed"}
+            if n not in ("draft_params", "engines")} == {"passed"}  # engagement too
     assert "vLLM accepts the command" in checks(report)["vllm_accepts_command"]["evidence"]
 
     generation = checks(report)["generation"]["data"]
@@ -46,6 +47,18 @@ def test_default_smoke_passes_against_real_vllm(cpu_validate_run: CpuValidateRun
     assert spec["k"] == 3 and spec["drafts"] > 0
     assert spec["draft_tokens"] == spec["drafts"] * 3
     assert 0 <= spec["accepted"] <= spec["draft_tokens"]
+    # vLLM's own per-request metrics (asked for in the launch): fixed K proposes K every step
+    launch = (Path(report["log"]).parent / "launch.sh").read_text()
+    assert "--per-request-spec-decode-metrics detailed" in launch
+    steps = checks(report)["engagement"]["data"]
+    assert steps["asked"]["level"] == "detailed" and steps["expected"] == "fixed_k"
+    assert (steps["reported"], steps["k"], steps["short_steps"]) == (1, 3, 0)
+    assert steps["steps"] == spec["drafts"] and steps["draft_tokens"] == spec["draft_tokens"]
+    assert steps["accepted"] == spec["accepted"]
+    # ... so the same answer held to an adaptive expectation fails: nothing was trimmed
+    seen = Engagement.of("detailed", [RequestSteps(steps["steps"], steps["draft_tokens"],
+                                                   steps["accepted"], 3, 0)])
+    assert judge(seen, ADAPTIVE).ok is False and judge(seen, FIXED).ok is True
     assert report["versions"]["server"].startswith("0.32")
     assert report["timings"]["boot_to_health_s"] > 0
 

@@ -235,3 +235,15 @@ def test_an_entry_is_written_atomically_and_read_back_only_for_its_vllm(
     assert options_cache.load(path, {**OTHER, "commit": "44bb" * 10}) is None
     sneaky = options_cache.entry_path({"dist": "../../x", "version": "1/2", "commit": None})
     assert sneaky.parent == path.parent
+
+
+def test_the_spec_metrics_flag_is_asked_only_of_a_vllm_that_has_it(tmp_path: Path) -> None:
+    """A vLLM without --per-request-spec-decode-metrics gets a launch without it (and the
+    installed 0.32, which has it, gets it: test_spec_metrics.py); nothing is assumed."""
+    lacking = {k: v for k, v in other_options().items()
+               if k != "per_request_spec_decode_metrics"}
+    done = run_dspark("bench", "bench=cpu", "+hw=cpu", "hw.args.dtype=null", "--dry-run",
+                      "--json", env=other_vllm(tmp_path, options_table.entry(OTHER, lacking)))
+    assert done.returncode == 0, done.stderr
+    assert "--speculative-config" in done.stdout  # the draft_model arm speculates
+    assert "--per-request-spec-decode-metrics" not in done.stdout

@@ -32,7 +32,11 @@ FIELDS = {
     "spec_decode.draft_tokens": COUNT, "spec_decode.accepted": COUNT, "loadgen": MAP,
     "dataset": MAP, "dataset.kind": TEXT, "dataset.file": TEXT, "dataset.sha256": TEXT,
     "launch": MAP, "launch.plan": MAP, "launch.plan.model_path": TEXT, "lossless": MAP,
-    "degraded": LIST, "degraded.*": TEXT,
+    "degraded": LIST, "degraded.*": TEXT, "engagement": MAP, "engagement.outcome": TEXT,
+    "engagement.ok": BOOL, "engagement.sentence": TEXT, "engagement.expected": TEXT,
+    "engagement.steps": COUNT, "engagement.short_steps": COUNT, "engagement.k": COUNT,
+    "engagement.trimmed_tokens": INT, "draft_params": MAP, "draft_params.params": INT,
+    "draft_params.expected": INT, "draft_params.ok": BOOL, "draft_params.sentence": TEXT,
 }
 REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protocol.arms",
             "protocol.baseline", "protocol.concurrencies")
@@ -110,6 +114,10 @@ class CellRecord:
     lossless: Mapping[str, Any] | None = None  # the greedy probe's answers and comparison
     degraded: tuple[str, ...] = ()  # "family: line" where vLLM overrode what was asked
     goodput: gp.Goodput | None = None  # under the protocol's objectives, when it has any
+    # Whether verification trimmed (engagement_probe.py), and the DSpark draft's parameter
+    # count against its pin; None where the arm does not speculate / has no pin.
+    engagement: Mapping[str, Any] | None = None
+    draft_params: Mapping[str, Any] | None = None
 
     @property
     def cell_id(self) -> str:
@@ -129,7 +137,8 @@ class CellRecord:
             "boot_s": self.boot_s, "teardown": self.teardown.to_dict() if self.teardown else None,
             "finished_at": self.finished_at, "lossless": self.lossless,
             "degraded": list(self.degraded),
-            "goodput": None if self.goodput is None else self.goodput.to_dict(), **self.evidence,
+            "goodput": None if self.goodput is None else self.goodput.to_dict(),
+            "engagement": self.engagement, "draft_params": self.draft_params, **self.evidence,
         }
 
     @classmethod
@@ -141,7 +150,7 @@ class CellRecord:
         own = {"arm", "concurrency", "repeat", "cell_id", "protocol", "valid", "reasons",
                "output_throughput", "request_throughput", "total_output_tokens",
                "acceptance_length", "accepted_per_draft", "latency_ms", "boot_s", "teardown",
-               "finished_at", "lossless", "degraded", "goodput"}
+               "finished_at", "lossless", "degraded", "goodput", "engagement", "draft_params"}
         latency = data.get("latency_ms")
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
@@ -162,8 +171,14 @@ class CellRecord:
             lossless=data.get("lossless") if isinstance(data.get("lossless"), Mapping) else None,
             degraded=tuple(str(x) for x in data.get("degraded") or ()),
             goodput=gp.Goodput.from_dict(data["goodput"]) if data.get("goodput") else None,
+            engagement=_section(data, "engagement"), draft_params=_section(data, "draft_params"),
             evidence={k: v for k, v in data.items() if k not in own},
         )
+
+
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    value = data.get(key)
+    return value if isinstance(value, Mapping) else None
 
 
 def _per_draft(spec: Mapping[str, Any] | None) -> float | None:
@@ -190,6 +205,8 @@ class Observed:
     finished_at: str
     lossless: Mapping[str, Any] | None = None  # the probe's answers, compared (runner.py)
     degraded: tuple[str, ...] = ()  # lines where vLLM overrode what was asked
+    engagement: Mapping[str, Any] | None = None  # engagement_probe.record
+    draft_params: Mapping[str, Any] | None = None  # server/draft_params.seen_params
 
 
 def _phase(p: PhaseRun) -> dict[str, Any]:
@@ -242,7 +259,7 @@ def build(seen: Observed, protocol: ProtocolInfo,
         acceptance_length=None if spec_dict is None else spec_dict["mean_acceptance_length"],
         boot_s=None if seen.boot_s is None else round(seen.boot_s, 3),
         finished_at=seen.finished_at, teardown=seen.teardown, lossless=seen.lossless,
-        degraded=seen.degraded,
+        degraded=seen.degraded, engagement=seen.engagement, draft_params=seen.draft_params,
         goodput=gp.measure(result, protocol.objectives)
         if result is not None and protocol.objectives is not None else None,
         evidence={

@@ -22,6 +22,8 @@ from dspark_cli.bench.arm_launch import ArmLaunch
 from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.cell import CellRecord, CellTimings, Observed, ProtocolInfo, build
 from dspark_cli.bench.dataset import VerifiedDataset
+from dspark_cli.bench.engagement_probe import PROMPTS, probe
+from dspark_cli.bench.engagement_probe import record as engagement_record
 from dspark_cli.bench.greedy_probe import answer
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
 from dspark_cli.bench.lossless import PromptSet, compare, reference_record
@@ -31,9 +33,11 @@ from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.deployment import Watch
+from dspark_cli.server.draft_params import seen_params
 from dspark_cli.server.logscan import Pattern, degraded_lines
 from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.session import ServerSession
+from dspark_cli.server.spec_metrics import Engagement
 from dspark_cli.vllm.shim import vllm_command
 
 
@@ -70,16 +74,20 @@ class _CellRun:
         self.after: Scrape | None = None
         self.boot_s: float | None = None
         self.greedy: dict[str, Any] | None = None  # the lossless probe's answers
+        self.engaged: Engagement | None = None  # the engagement probe's steps
 
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
         started_at, start = _now(), time.monotonic()
-        watch = Watch(self.launch.ready_timeout_s, self.ctx.fatal, self.ctx.degraded,
+        draft = self.arm.draft_params
+        watch = Watch(self.launch.ready_timeout_s, self.ctx.fatal,
+                      (*self.ctx.degraded, *((draft.pattern,) if draft else ())),
                       metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
                       metrics_settle_s=self.launch.metrics_settle_s)
         session = ServerSession(self.launch.deployment(self.dir), watch)
         fatal_lines: tuple[str, ...] = ()
         degraded: tuple[str, ...] = ()
+        params: dict[str, Any] | None = None
         teardown_s = 0.0
         try:
             with session:
@@ -91,6 +99,8 @@ class _CellRun:
                     fatal_lines = tuple(f"{e.pattern}: {e.line}"
                                         for e in (snapshot.fatal if snapshot else ()))
                     degraded = degraded_lines(snapshot, self.ctx.degraded)
+                    if draft is not None and snapshot is not None:
+                        params = seen_params(draft, snapshot)
                     t0 = time.monotonic()
                     session.close()
                     teardown_s = time.monotonic() - t0
@@ -101,7 +111,9 @@ class _CellRun:
             self.cell, tuple(self.phases), self.before, self.after, self.boot_s, fatal_lines,
             tuple(self.errors), session.teardown,
             CellTimings(self.boot_s or 0.0, sum(p.duration_s for p in self.phases), teardown_s,
-                        time.monotonic() - start), started_at, _now(), self._compared(), degraded)
+                        time.monotonic() - start), started_at, _now(), self._compared(), degraded,
+            None if self.arm.expected_steps is None else engagement_record(
+                self.engaged, self.arm.metrics, self.arm.expected_steps), params)
         return build(seen, ProtocolInfo.of(self.ctx.protocol), {
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
@@ -137,6 +149,13 @@ class _CellRun:
             progress(f"{self.cell.id}: lossless: {len(self.ctx.prompts.prompts)} greedy prompts")
             self.greedy = answer(session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts, self.ctx.protocol.phase_timeout_s)
+        if self.arm.expected_steps is not None:
+            progress(f"{self.cell.id}: engagement: {self.cell.concurrency} requests at once")
+            self.engaged = probe(session.base_url, self.arm.plan.served_model_name,
+                                 self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
+                                 self.cell.concurrency,
+                                 self.ctx.protocol.sampling.max_output_tokens,
+                                 self.ctx.protocol.phase_timeout_s, self.arm.metrics)
 
     def _compared(self) -> dict[str, Any] | None:
         """The probe's answers with their comparison against the reference arm's earliest

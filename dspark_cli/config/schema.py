@@ -223,6 +223,8 @@ class LogsConf:
     fatal: dict[str, str | None] = field(default_factory=dict)
     # vLLM overrode what was asked (not fatal): smoke reports, bench marks the cell degraded.
     degraded: dict[str, str | None] = field(default_factory=dict)
+    # The DSpark draft's load line (named group `params`), held to model.expected.draft_params.
+    draft_params: str = r"DSpark draft model loaded: (?P<params>\d+) params"
     context_lines: int = field(default=10, metadata=between(0))
 
 

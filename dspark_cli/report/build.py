@@ -4,6 +4,7 @@ where its facts came from; what no record holds is "unknown" or "not run", never
 from __future__ import annotations
 
 from dspark_cli.report import bench_results, environment, outcomes, revision
+from dspark_cli.report.engagement import engagement_rows
 from dspark_cli.report.sections import Report
 from dspark_cli.report.sources import Sources
 
@@ -24,4 +25,5 @@ def build(src: Sources, out_dir: str | None = None) -> Report:
         results=bench_results.results(src.bench, out_dir),
         revision=revision.revision(src.revision, src.tests is not None),
         lint=revision.lint(src.lint),
+        engagement=engagement_rows(src.bench.cells) if src.bench else (),
     )

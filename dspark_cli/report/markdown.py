@@ -8,6 +8,7 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 from dspark_cli.report.decisions import Decisions
+from dspark_cli.report.engagement_md import engagement
 from dspark_cli.report.markup import block, code, one_line, table, text
 from dspark_cli.report.revision import LintRow
 from dspark_cli.report.sections import (
@@ -260,6 +261,7 @@ def render(report: Report) -> str:
         _summary(report), source_revision(report.revision),
         _focused(report.focused, report.lint), _smoke(report.smoke),
         _environment(report.environment), _provenance(report.provenance),
-        _serving(report.serving), _methodology(report.methodology), _results(report.results),
+        _serving(report.serving), _methodology(report.methodology),
+        [*_results(report.results), *engagement(report.engagement)],
     ]
     return "\n\n".join("\n".join(p).rstrip("\n") for p in parts) + "\n"

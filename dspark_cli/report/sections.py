@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dspark_cli.report.decisions import Decisions
+from dspark_cli.report.engagement import EngagementRow
 from dspark_cli.report.revision import LintRow, SourceRevision
 from dspark_cli.report.words import NOT_RUN as NOT_RUN
 from dspark_cli.report.words import UNKNOWN as UNKNOWN
@@ -184,6 +185,7 @@ class Report:
     results: Results | None
     revision: SourceRevision | None = None  # the focused stage's source tree (git)
     lint: tuple[LintRow, ...] = ()  # the focused stage's lint/format commands
+    engagement: tuple[EngagementRow, ...] = ()  # per speculating arm (report/engagement.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

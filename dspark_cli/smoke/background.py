@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
-from dspark_cli.smoke.checks import CheckResult
+from dspark_cli.smoke.observations import CheckResult
 from dspark_cli.status import Status
 
 POLL_S = 0.02

@@ -7,90 +7,19 @@ apply to this configuration, `not_run` when an earlier failure ended the smoke f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
-from dspark_cli.compat import StrEnum
 from dspark_cli.config.schema import DraftTokensRule
-from dspark_cli.server.logscan import LogSnapshot, degraded_lines
-from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, engine_tokens, spec_decode
+from dspark_cli.server.draft_params import seen_params
+from dspark_cli.server.logscan import degraded_lines
+from dspark_cli.server.metrics import GENERATION_TOKENS, engine_tokens, spec_decode
+from dspark_cli.smoke.engagement_check import check_engagement
 from dspark_cli.smoke.expectations import Expectations
+from dspark_cli.smoke.observations import (
+    CheckResult,
+    Observations,
+    RequestState,
+    not_run,
+)
 from dspark_cli.status import Status
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    evidence: str
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def failed(self) -> bool:
-        return self.status is Status.failed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status.value, "evidence": self.evidence,
-                "data": dict(self.data)}
-
-
-class RequestState(StrEnum):
-    ok = "ok"  # HTTP 200 with a usage block
-    http_error = "http_error"
-    transport_error = "transport_error"  # connection refused/reset: the server went away
-    timeout = "timeout"  # no response within the request timeout: a queue hang
-    interrupted = "interrupted"  # a fatal line or the server's death ended the wait
-    not_run = "not_run"
-
-
-@dataclass(frozen=True)
-class Boot:
-    healthy: bool
-    seconds: float | None  # launch (or attach) -> first /health 200
-    failure: str | None = None
-
-
-@dataclass(frozen=True)
-class RequestOutcome:
-    state: RequestState
-    latency_s: float | None = None
-    http_status: int | None = None
-    completion_tokens: int | None = None
-    detail: str = ""
-
-
-NOT_RUN = RequestOutcome(RequestState.not_run)
-
-
-@dataclass(frozen=True)
-class Observations:
-    """Everything the runner saw; None where a phase never happened."""
-
-    managed: bool
-    boot: Boot
-    request: RequestOutcome = NOT_RUN
-    # Managed: the exit code if the server died on its own before the verdict.
-    exit_code: int | None = None
-    died_during: str | None = None
-    # Managed on a cluster engine: why the deployment ended on its own before the verdict
-    # ("Slurm job 12 FAILED"); `cluster` says the server was such a deployment.
-    ended: str | None = None
-    cluster: bool = False
-    # What ended the smoke early ("fatal log line", "server exited"), if anything did.
-    stopped_by: str | None = None
-    metrics_before: Scrape | None = None
-    metrics_after: Scrape | None = None
-    metrics_error: str | None = None
-    # Attached: /health after the request (None when not probed).
-    final_health: bool | None = None
-    log: LogSnapshot | None = None
-
-
-def _not_run(name: str, obs: Observations) -> CheckResult:
-    why = obs.stopped_by or ("the server never became healthy" if not obs.boot.healthy
-                             else "an earlier failure")
-    return CheckResult(name, Status.not_run, f"not run: {why}")
 
 
 def check_health(exp: Expectations, obs: Observations) -> CheckResult:
@@ -112,14 +41,14 @@ def check_alive(exp: Expectations, obs: Observations) -> CheckResult:
                            f"{obs.ended} during {obs.died_during or 'the smoke'}",
                            {"ended": obs.ended, "phase": obs.died_during})
     if not obs.boot.healthy:
-        return _not_run("server_alive", obs)
+        return not_run("server_alive", obs)
     if obs.cluster:
         return CheckResult("server_alive", Status.passed, "the deployment ran until teardown")
     if obs.managed:
         return CheckResult("server_alive", Status.passed, "the process group was alive until "
                            "teardown")
     if obs.final_health is None:
-        return _not_run("server_alive", obs)
+        return not_run("server_alive", obs)
     if obs.final_health:
         return CheckResult("server_alive", Status.passed, "/health 200 after the request")
     return CheckResult("server_alive", Status.failed, "/health did not answer 200 after the "
@@ -137,7 +66,7 @@ def check_startup_lines(exp: Expectations, obs: Observations) -> CheckResult:
         shown = ", ".join(f"{name!r} (line {m.line_no})" for name, m in found.items() if m)
         return CheckResult("startup_lines", Status.passed, f"seen: {shown}", data)
     if not obs.boot.healthy:
-        return _not_run("startup_lines", obs)
+        return not_run("startup_lines", obs)
     return CheckResult("startup_lines", Status.failed,
                        "missing: " + ", ".join(repr(name) for name in missing), data)
 
@@ -150,20 +79,13 @@ def check_draft_params(exp: Expectations, obs: Observations) -> CheckResult:
                            "(model.expected.draft_params)")
     if obs.log is None:
         return CheckResult("draft_params", Status.skipped, "no server log")
-    match = obs.log.found.get(spec.pattern.name)
-    if match is None:
-        if not obs.boot.healthy:
-            return _not_run("draft_params", obs)
-        return CheckResult("draft_params", Status.failed,
-                           f"no line matched {spec.pattern.regex.pattern!r}")
-    params = int(match.groups["params"] or -1)
-    data = {"params": params, "expected": spec.expected, "line": match.line_no}
-    if params == spec.expected:
-        return CheckResult("draft_params", Status.passed,
-                           f"DSpark draft loaded {params} params (pinned {spec.expected})", data)
-    hint = " (one fewer: is the confidence head missing?)" if params == spec.expected - 1 else ""
-    return CheckResult("draft_params", Status.failed,
-                       f"DSpark draft loaded {params} params, pinned {spec.expected}{hint}", data)
+    seen = seen_params(spec, obs.log)
+    if seen["params"] is None and not obs.boot.healthy:
+        return not_run("draft_params", obs)
+    data = {k: seen[k] for k in ("params", "expected", "line")} if seen["params"] is not None \
+        else {}
+    return CheckResult("draft_params", Status.passed if seen["ok"] else Status.failed,
+                       seen["sentence"], data)
 
 
 def check_no_fatal(exp: Expectations, obs: Observations) -> CheckResult:
@@ -206,7 +128,7 @@ def check_request(exp: Expectations, obs: Observations) -> CheckResult:
                            f"queue hang: no response within {exp.request_timeout_s:.0f} s "
                            "(smoke.request_timeout_s)", {"timeout_s": exp.request_timeout_s})
     if req.state in (RequestState.not_run, RequestState.interrupted):
-        return _not_run("request", obs)
+        return not_run("request", obs)
     return CheckResult("request", Status.failed, req.detail or req.state.value,
                        {"http_status": req.http_status})
 
@@ -214,7 +136,7 @@ def check_request(exp: Expectations, obs: Observations) -> CheckResult:
 def check_generation(exp: Expectations, obs: Observations) -> CheckResult:
     req, n = obs.request, exp.max_tokens * exp.requests
     if req.state is not RequestState.ok:
-        return _not_run("generation", obs)
+        return not_run("generation", obs)
     if obs.metrics_before is None or obs.metrics_after is None:
         return CheckResult("generation", Status.failed,
                            f"usage {req.completion_tokens} of {n} tokens; server counter "
@@ -236,7 +158,7 @@ def check_engines(exp: Expectations, obs: Observations) -> CheckResult:
     if exp.engines == 1:
         return CheckResult("engines", Status.skipped, "one engine")
     if obs.request.state is not RequestState.ok:
-        return _not_run("engines", obs)
+        return not_run("engines", obs)
     if obs.metrics_before is None or obs.metrics_after is None:
         return CheckResult("engines", Status.failed, f"/metrics unreadable: {obs.metrics_error}")
     grown = engine_tokens(obs.metrics_after.delta(obs.metrics_before))
@@ -271,7 +193,7 @@ def check_spec_decode(exp: Expectations, obs: Observations) -> CheckResult:
     if exp.spec is None:
         return CheckResult("spec_decode", Status.skipped, "no speculative decoding configured")
     if obs.request.state is not RequestState.ok:
-        return _not_run("spec_decode", obs)
+        return not_run("spec_decode", obs)
     if obs.metrics_before is None or obs.metrics_after is None:
         return CheckResult("spec_decode", Status.failed,
                            f"/metrics unreadable: {obs.metrics_error}")
@@ -295,7 +217,8 @@ def check_spec_decode(exp: Expectations, obs: Observations) -> CheckResult:
 
 
 CHECKS = (check_health, check_alive, check_startup_lines, check_draft_params, check_no_fatal,
-          check_overrides, check_request, check_generation, check_engines, check_spec_decode)
+          check_overrides, check_request, check_generation, check_engines, check_spec_decode,
+          check_engagement)
 
 
 def evaluate(exp: Expectations, obs: Observations) -> tuple[CheckResult, ...]:

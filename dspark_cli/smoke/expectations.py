@@ -15,6 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.config.plain import plain
 from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import UsageError
+from dspark_cli.launch.spec_metrics_flag import MetricsAsk
+from dspark_cli.server.draft_params import DraftParams, draft_params_spec
 from dspark_cli.server.logscan import Pattern, compile_patterns, degraded_patterns, fatal_patterns
 
 PROFILE_GROUPS = ("hw", "model", "speculative")
@@ -31,11 +33,12 @@ class SpecRule:
 
 
 @dataclass(frozen=True)
-class DraftParams:
-    """The DSpark draft's parameter count, read from its load line and compared with a pin."""
+class StepsExpect:
+    """What the launch asked vLLM to report per request, and what its steps must show
+    (`server/spec_metrics.py`: adaptive trims, fixed K proposes K every step)."""
 
-    pattern: Pattern
-    expected: int
+    ask: MetricsAsk
+    expected: str | None
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Expectations:
     engines: int = 1
     # Lines where vLLM overrode what was asked (`logs.degraded`): reported, never a failure.
     degraded: tuple[Pattern, ...] = ()
+    # Per-request spec-decode metrics: set by the smoke once the launch is planned.
+    steps: StepsExpect | None = None
 
     @property
     def requests(self) -> int:
@@ -97,17 +102,6 @@ def _compile(patterns: dict[str, str], where: str) -> tuple[Pattern, ...]:
         raise UsageError(f"`{where}`: {exc}") from None
 
 
-def _draft_params(cfg: DictConfig) -> DraftParams | None:
-    pinned = cfg.model.expected.get("draft_params")
-    if pinned is None or cfg.speculative.method != "dspark":
-        return None
-    (pattern,) = _compile({"draft_params": cfg.smoke.draft_params_pattern},
-                          "smoke.draft_params_pattern")
-    if "params" not in pattern.regex.groupindex:
-        raise UsageError("`smoke.draft_params_pattern` needs a named group `(?P<params>...)`.")
-    return DraftParams(pattern, int(pinned))
-
-
 def expectations(cfg: DictConfig) -> Expectations:
     """What the smoke checks on this configuration."""
     smoke = cfg.smoke
@@ -128,7 +122,7 @@ def expectations(cfg: DictConfig) -> Expectations:
         fatal=fatal_patterns(cfg.logs),
         degraded=degraded_patterns(cfg.logs),
         required=_compile({line: line for line in lines}, "expect_log"),
-        draft_params=_draft_params(cfg),
+        draft_params=draft_params_spec(cfg),
         spec=rule,
         context_lines=int(cfg.logs.context_lines),
     )

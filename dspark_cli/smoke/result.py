@@ -11,7 +11,7 @@ from typing import Any
 
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.metrics import GENERATION_TOKENS, SpecDecode, engine_tokens, spec_decode
-from dspark_cli.smoke.checks import CheckResult, RequestOutcome
+from dspark_cli.smoke.observations import CheckResult, RequestOutcome
 from dspark_cli.smoke.runner import SmokeRun, Timings
 from dspark_cli.smoke.verdict import Verdict
 

@@ -19,16 +19,17 @@ from dspark_cli.server.logscan import LogSnapshot
 from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.process import Teardown
 from dspark_cli.server.session import ServerSession
+from dspark_cli.server.spec_metrics import parse
 from dspark_cli.smoke.background import BackgroundCheck, race
-from dspark_cli.smoke.checks import (
+from dspark_cli.smoke.checks import evaluate
+from dspark_cli.smoke.expectations import Expectations
+from dspark_cli.smoke.observations import (
     Boot,
     CheckResult,
     Observations,
     RequestOutcome,
     RequestState,
-    evaluate,
 )
-from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.smoke.verdict import Verdict, decide
 from dspark_cli.status import Status
 
@@ -80,11 +81,15 @@ def complete(base_url: str, model: str, prompt: str, max_tokens: int,
         return RequestOutcome(RequestState.http_error, latency, r.status_code,
                               detail=f"HTTP {r.status_code}: {r.text.strip()[:300]}")
     try:
-        tokens = int(r.json()["usage"]["completion_tokens"])
+        body = r.json()
+        tokens = int(body["usage"]["completion_tokens"])
     except (ValueError, KeyError, TypeError):
         return RequestOutcome(RequestState.http_error, latency, 200,
                               detail="HTTP 200 without usage.completion_tokens")
-    return RequestOutcome(RequestState.ok, latency, 200, tokens)
+    try:
+        return RequestOutcome(RequestState.ok, latency, 200, tokens, spec_steps=(parse(body),))
+    except ValueError as exc:
+        return RequestOutcome(RequestState.ok, latency, 200, tokens, spec_problems=(str(exc),))
 
 
 def complete_all(base_url: str, model: str, prompt: str, max_tokens: int, timeout: float,
@@ -103,7 +108,9 @@ def complete_all(base_url: str, model: str, prompt: str, max_tokens: int, timeou
     if failed:
         return failed[0]
     return RequestOutcome(RequestState.ok, max(o.latency_s or 0.0 for o in outcomes), 200,
-                          sum(o.completion_tokens or 0 for o in outcomes))
+                          sum(o.completion_tokens or 0 for o in outcomes),
+                          spec_steps=tuple(s for o in outcomes for s in o.spec_steps),
+                          spec_problems=tuple(p for o in outcomes for p in o.spec_problems))
 
 
 class _Smoke:

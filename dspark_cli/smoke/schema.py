@@ -33,9 +33,10 @@ class SmokeConf:
     metrics_timeout_s: float = 10.0
     startup_lines: list[str] = field(default_factory=list)
     conditional_lines: list[ConditionalLines] = field(default_factory=list)
-    # Captures the DSpark draft's parameter count, checked when `model.expected.draft_params`
-    # pins it (named group `params`).
-    draft_params_pattern: str = r"DSpark draft model loaded: (?P<params>\d+) params"
+    # vLLM's --per-request-spec-decode-metrics level the smoke asks for where the installed
+    # vLLM has the flag and the launch speculates (null: not asked); the answers then show
+    # whether verification trimmed (check `engagement`).
+    spec_metrics: str | None = "detailed"
 
 
 @dataclass

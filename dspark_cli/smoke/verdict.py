@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dspark_cli.errors import ExitCode
-from dspark_cli.smoke.checks import CheckResult
+from dspark_cli.smoke.observations import CheckResult
 
 SERVER_CHECKS = ("health", "server_alive")
 

@@ -10,18 +10,21 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.console import progress
 from dspark_cli.deploy.start import attach, ready
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.provenance import collect
+from dspark_cli.launch.spec_metrics_flag import as_started, ask_spec_metrics
 from dspark_cli.run_files import SMOKE_JSON
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.process import stop_signals_as_interrupt
 from dspark_cli.server.session import ServerSession
+from dspark_cli.server.spec_metrics import expected_of
 from dspark_cli.smoke import result
 from dspark_cli.smoke.background import BackgroundCheck
-from dspark_cli.smoke.expectations import Expectations, expectations
+from dspark_cli.smoke.expectations import Expectations, StepsExpect, expectations
 from dspark_cli.smoke.result import SmokeResult
 from dspark_cli.smoke.runner import run_smoke
 
@@ -68,9 +71,13 @@ def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations,
 def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
     callable as a stage of `dspark validate`."""
+    cfg, ask = ask_spec_metrics(cfg, cfg.smoke.spec_metrics, "smoke.spec_metrics")
     plan = build_plan(cfg)
     layout = checked_layout(plan)
-    exp = replace(expectations(cfg), engines=layout.engines)
+    exp = replace(expectations(cfg), engines=layout.engines,
+                  steps=StepsExpect(as_started(cfg, ask), expected_of(
+                      plan.arg("speculative_config"),
+                      cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)))
     session, validation, provenance = _session(cfg, plan, exp, directory)
     progress(f"run directory {directory}")
     with stop_signals_as_interrupt():

@@ -4,13 +4,15 @@ A real process speaking real HTTP on localhost, printing vLLM-like log lines to 
 
     python tests/doubles/fake_vllm.py --port P [--host 127.0.0.1] [--scenario NAME] [--k 3]
         [--model tiny] [--speculative NAME] [--boot-delay S] [--print-line TEXT ...]
-        [--fault-line TEXT] [--event-file F] [--ignore-sigterm]
+        [--fault-line TEXT] [--event-file F] [--ignore-sigterm] [--adaptive]
+        [--per-request-spec-decode-metrics {none,summary,detailed}]
 
 Endpoints: GET /health, GET /metrics (vLLM's Prometheus exposition, written by
 prometheus_client like vLLM's own, `_created` samples included), GET /version, GET /v1/models,
 POST /v1/completions (OpenAI completions; `max_tokens` tokens with `ignore_eos`; the tokens are
 a function of the prompt, so greedy answers repeat across boots; `return_token_ids` gives their
-ids, as vLLM's).
+ids, as vLLM's; with --per-request-spec-decode-metrics, vLLM 0.32's per-request
+`metrics.speculative_decoding`, whose steps propose fewer than K with --adaptive: fake_engine.py).
 
 Scenarios (what a broken vLLM does; `healthy` is the reference):
     healthy            serves correctly; with --k K, spec counters keep draft_tokens == drafts x K
@@ -45,12 +47,16 @@ import signal
 import sys
 import threading
 import time
-import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if __package__:
+    from .fake_engine import Engine
+else:  # run as a script (`python tests/doubles/fake_vllm.py`): its directory is sys.path[0]
+    from fake_engine import Engine
 
 SCENARIOS = (
     "healthy",
@@ -65,11 +71,8 @@ SCENARIOS = (
     "preemption",
     "lossy_speculation",
 )
-MISCOUNT_BY = 3
 VERSION = "0.32.0"
-SHORT_BY = 7
 SCRIPT = Path(__file__).resolve()
-LOSSY_INDEX = 3  # the token lossy_speculation changes
 
 
 def command(port: int, scenario: str = "healthy", *extra: str) -> list[str]:
@@ -81,97 +84,6 @@ def log(message: str, prefix: str = "") -> None:
     """Print one vLLM-style INFO line and flush (the watcher reads the file live)."""
     stamp = time.strftime("%m-%d %H:%M:%S")
     print(f"{prefix}INFO {stamp} [fake_vllm.py] {message}", flush=True)
-
-
-class Engine:
-    """Counters and behaviour of the fake engine, shared by the handler threads."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.ready = threading.Event()
-        self.lock = threading.Lock()
-        self.lossy_done = False
-        self.registry = CollectorRegistry()
-        labels = ["model_name", "engine"]
-        values = (args.model, "0")
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, labels, registry=self.registry)
-
-        self.generation = counter("vllm:generation_tokens", "Generation tokens.").labels(*values)
-        self.prompt = counter("vllm:prompt_tokens", "Prompt tokens.").labels(*values)
-        self.preemptions = counter("vllm:num_preemptions", "Preemptions.").labels(*values)
-        self.success = Counter(
-            "vllm:request_success",
-            "Finished requests.",
-            [*labels, "finished_reason"],
-            registry=self.registry,
-        )
-        self.running = Gauge(
-            "vllm:num_requests_running", "Running requests.", labels, registry=self.registry
-        ).labels(*values)
-        self.spec = None
-        if args.k:
-            self.spec = (
-                counter("vllm:spec_decode_num_drafts", "Drafts.").labels(*values),
-                counter("vllm:spec_decode_num_draft_tokens", "Draft tokens.").labels(*values),
-                counter("vllm:spec_decode_num_accepted_tokens", "Accepted.").labels(*values),
-            )
-            per_pos = Counter(
-                "vllm:spec_decode_num_accepted_tokens_per_pos",
-                "Accepted per position.",
-                [*labels, "position"],
-                registry=self.registry,
-            )
-            self.per_pos = [per_pos.labels(*values, str(i)) for i in range(args.k)]
-
-    def mark_event(self) -> None:
-        if self.args.event_file:
-            with open(self.args.event_file, "w") as f:
-                f.write(repr(time.time()))
-
-    def generate(self, prompt_tokens: int, max_tokens: int) -> int:
-        """Account one completion; returns how many tokens were generated."""
-        scenario = self.args.scenario
-        n = max(max_tokens - SHORT_BY, 1) if scenario == "short_tokens" else max_tokens
-        with self.lock:
-            self.prompt.inc(prompt_tokens)
-            self.generation.inc(n + (MISCOUNT_BY if scenario == "counter_mismatch" else 0))
-            if scenario == "preemption":
-                self.preemptions.inc()
-            self.success.labels(self.args.model, "0", "length").inc()
-            if self.spec:
-                self._account_spec(n)
-        return n
-
-    def token_ids(self, prompt: str, n: int, probe: bool) -> list[int]:
-        """The greedy answer to `prompt`: ids that depend on the prompt alone; lossy
-        speculation changes one token of its first probe answer."""
-        ids = [(zlib.crc32(prompt.encode()) + 31 * i) % 50000 for i in range(n)]
-        lossy = self.args.scenario == "lossy_speculation" and self.args.speculative != "none"
-        with self.lock:
-            if lossy and probe and not self.lossy_done and n > LOSSY_INDEX:
-                self.lossy_done = True
-                ids[LOSSY_INDEX] += 1
-        return ids
-
-    def _account_spec(self, n: int) -> None:
-        """Simulate fixed-K drafting: every step drafts K and accepts 0..K (a fixed cycle)."""
-        k = self.args.k
-        drafts = draft_tokens = accepted = 0
-        produced, step = 1, 0  # the first token comes from prefill
-        while produced < n:
-            a = min(step % (k + 1), n - produced - 1)
-            drafts, draft_tokens, accepted = drafts + 1, draft_tokens + k, accepted + a
-            for pos in range(a):
-                self.per_pos[pos].inc()
-            produced += a + 1
-            step += 1
-        if self.args.scenario == "bad_spec_counters":
-            draft_tokens -= 2
-        self.spec[0].inc(drafts)
-        self.spec[1].inc(draft_tokens)
-        self.spec[2].inc(accepted)
 
 
 def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
@@ -229,7 +141,7 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 return
             prompt = str(body.get("prompt", ""))
             prompt_tokens = max(len(prompt.split()), 1)
-            n = engine.generate(prompt_tokens, int(body.get("max_tokens", 16)))
+            n, steps = engine.generate(prompt_tokens, int(body.get("max_tokens", 16)))
             if body.get("stream"):
                 self.send_stream(n, prompt_tokens)
                 return
@@ -248,6 +160,7 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                     ],
                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
                               "total_tokens": prompt_tokens + n},
+                    **({"metrics": m} if (m := engine.request_metrics(steps)) else {}),
                 },
             )
 
@@ -328,6 +241,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fault-line")
     p.add_argument("--event-file")
     p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--adaptive", action="store_true",
+                   help="some verify steps propose fewer than K (adaptive verification)")
+    p.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"),
+                   default="none", help="answer each completion's verify steps (vLLM 0.32)")
     return p.parse_args(argv)
 
 

@@ -1,0 +1,60 @@
+"""A cell's engagement probe: after the measured phase (its counters already read), as many
+completions at once as the cell's concurrency, so the server batches them as under the load,
+each answered with vLLM's per-request speculative-decoding metrics (asked for in the arm's
+launch: `launch/spec_metrics_flag.py`). Their steps say whether verification trimmed
+(`server/spec_metrics.py`): what the cell's record keeps as `engagement`, beside the DSpark
+draft's parameter count against its pin (`draft_params`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from dspark_cli.launch.spec_metrics_flag import MetricsAsk
+from dspark_cli.server.spec_metrics import Engagement, RequestSteps, judge, parse
+
+# The prompts when the protocol has no pinned greedy prompts to reuse.
+PROMPTS = ("Speculative decoding drafts tokens that the target model verifies.",)
+MAX_REQUESTS = 64  # a probe at concurrency 256 sends 64: enough steps, minutes saved
+
+
+def _one(client: httpx.Client, url: str, body: dict[str, Any]) -> RequestSteps | str | None:
+    """One answer's steps (None: it carried none), or why it could not be read."""
+    try:
+        response = client.post(url, json=body)
+        response.raise_for_status()
+        return parse(response.json())
+    except httpx.HTTPStatusError as exc:
+        return f"HTTP {exc.response.status_code}"
+    except (httpx.HTTPError, ValueError) as exc:
+        return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def probe(base_url: str, model: str, prompts: Sequence[str], concurrency: int,
+          max_tokens: int, timeout_s: float, ask: MetricsAsk) -> Engagement:
+    """`concurrency` (at most MAX_REQUESTS) completions at once, greedy, `max_tokens` each."""
+    count = max(1, min(concurrency, MAX_REQUESTS))
+    bodies = [{"model": model, "prompt": prompts[i % len(prompts)], "max_tokens": max_tokens,
+               "temperature": 0.0, "ignore_eos": True} for i in range(count)]
+    with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(count) as pool:
+        answers = list(pool.map(lambda b: _one(client, f"{base_url}/v1/completions", b),
+                                bodies))
+    problems = [a for a in answers if isinstance(a, str)]
+    level = ask.level
+    steps = [a for a in answers if not isinstance(a, str)]
+    if level is None and any(s is not None for s in steps):
+        level = "as the server was started"
+    return Engagement.of(level, steps, problems, ask.why)
+
+
+def record(seen: Engagement | None, ask: MetricsAsk, expected: str | None) -> dict[str, Any]:
+    """The cell's `engagement` section: what was asked and expected, what the answers showed,
+    and the outcome (`trimmed`, `full_k`, `unexpected_trim`, `not_measured`) with `ok`."""
+    if seen is None:
+        seen = Engagement.of(None, (), why=ask.why or "the cell ended before its probe")
+    verdict = judge(seen, expected)
+    return {**seen.to_dict(), "asked": ask.to_dict(), "expected": expected,
+            "outcome": verdict.outcome, "ok": verdict.ok, "sentence": verdict.sentence}

