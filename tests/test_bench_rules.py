@@ -39,9 +39,10 @@ def run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
 
 
 def bench(tmp_path: Path, scenario: str, *overrides: str, model: str = "tiny",
-          flags: tuple[str, ...] = ("--json",)) -> tuple[int, dict[str, Any], str]:
+          flags: tuple[str, ...] = ("--json",), fake_args: tuple[str, ...] = ()
+          ) -> tuple[int, dict[str, Any], str]:
     port = free_port()
-    done = run([*bench_argv(port, scenario, *overrides, model=model),
+    done = run([*bench_argv(port, scenario, *overrides, model=model, fake_args=fake_args),
                 f"hydra.run.dir={tmp_path / 'run'}", *flags], tmp_path)
     assert done.stdout.strip(), done.stderr[-3000:]
     return done.returncode, json.loads(done.stdout), done.stderr
@@ -52,7 +53,8 @@ def cell_record(tmp_path: Path, cell_id: str) -> dict[str, Any]:
 
 
 def test_healthy_cells_are_valid_and_give_a_speedup(tmp_path: Path) -> None:
-    code, out, err = bench(tmp_path, "healthy", "bench.concurrency=2")
+    code, out, err = bench(tmp_path, "healthy", "bench.concurrency=2",
+                           fake_args=("--per-request-spec-decode-metrics", "detailed"))
     assert code == 0, err[-3000:]
     assert [(c["arm"], c["valid"]) for c in out["cells"]] == [("none", True),
                                                               ("draft_model", True)]
@@ -63,6 +65,13 @@ def test_healthy_cells_are_valid_and_give_a_speedup(tmp_path: Path) -> None:
     assert len(rec["per_position_acceptance"]) == 3
     assert rec["loadgen"]["completed"] == 6 and "ttfts" not in rec["loadgen"]
     assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
+    # The engagement probe: 2 requests at once, each answer's steps all K (fixed K); the
+    # replaced command was not dspark's, so its own flag answered them
+    steps = rec["engagement"]
+    assert (steps["outcome"], steps["ok"], steps["expected"]) == ("full_k", True, "fixed_k")
+    assert (steps["requests"], steps["reported"], steps["short_steps"]) == (2, 2, 0)
+    assert steps["asked"]["level"] is None and steps["level"] == "as the server was started"
+    assert cell_record(tmp_path, "none-c2")["engagement"] is None
     # Every cell ran on its own live scratch directory, removed after it.
     logs = [tmp_path / "run" / "cells" / cell / "server.log" for cell in ("none-c2",
                                                                           "draft_model-c2")]

@@ -1,7 +1,8 @@
 """A cell's engagement probe: after the measured phase (its counters already read), as many
 completions at once as the cell's concurrency, so the server batches them as under the load,
-each answered with vLLM's per-request speculative-decoding metrics (asked for in the arm's
-launch: `launch/spec_metrics_flag.py`). Their steps say whether verification trimmed
+sampled as the protocol samples (at most MAX_TOKENS each: enough verify steps), each answered
+with vLLM's per-request speculative-decoding metrics (asked for in the arm's launch:
+`launch/spec_metrics_flag.py`). Their steps say whether verification trimmed
 (`server/spec_metrics.py`): what the cell's record keeps as `engagement`, beside the DSpark
 draft's parameter count against its pin (`draft_params`)."""
 
@@ -13,12 +14,14 @@ from typing import Any
 
 import httpx
 
+from dspark_cli.bench.protocol import Sampling
 from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.server.spec_metrics import Engagement, RequestSteps, judge, parse
 
 # The prompts when the protocol has no pinned greedy prompts to reuse.
 PROMPTS = ("Speculative decoding drafts tokens that the target model verifies.",)
 MAX_REQUESTS = 64  # a probe at concurrency 256 sends 64: enough steps, minutes saved
+MAX_TOKENS = 256
 
 
 def _one(client: httpx.Client, url: str, body: dict[str, Any]) -> RequestSteps | str | None:
@@ -34,11 +37,13 @@ def _one(client: httpx.Client, url: str, body: dict[str, Any]) -> RequestSteps |
 
 
 def probe(base_url: str, model: str, prompts: Sequence[str], concurrency: int,
-          max_tokens: int, timeout_s: float, ask: MetricsAsk) -> Engagement:
-    """`concurrency` (at most MAX_REQUESTS) completions at once, greedy, `max_tokens` each."""
+          sampling: Sampling, timeout_s: float, ask: MetricsAsk) -> Engagement:
+    """`concurrency` (at most MAX_REQUESTS) completions at once, sampled as `sampling` says."""
     count = max(1, min(concurrency, MAX_REQUESTS))
-    bodies = [{"model": model, "prompt": prompts[i % len(prompts)], "max_tokens": max_tokens,
-               "temperature": 0.0, "ignore_eos": True} for i in range(count)]
+    bodies = [{"model": model, "prompt": prompts[i % len(prompts)], "ignore_eos": True,
+               "max_tokens": min(sampling.max_output_tokens, MAX_TOKENS),
+               "temperature": sampling.temperature, "top_p": sampling.top_p}
+              for i in range(count)]
     with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(count) as pool:
         answers = list(pool.map(lambda b: _one(client, f"{base_url}/v1/completions", b),
                                 bodies))

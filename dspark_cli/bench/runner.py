@@ -153,8 +153,7 @@ class _CellRun:
             progress(f"{self.cell.id}: engagement: {self.cell.concurrency} requests at once")
             self.engaged = probe(session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
-                                 self.cell.concurrency,
-                                 self.ctx.protocol.sampling.max_output_tokens,
+                                 self.cell.concurrency, self.ctx.protocol.sampling,
                                  self.ctx.protocol.phase_timeout_s, self.arm.metrics)
 
     def _compared(self) -> dict[str, Any] | None:
