@@ -44,9 +44,9 @@ def test_each_arm_says_whether_its_expectation_was_seen() -> None:
     ])}
     assert set(rows) == {"dspark_fixed", "dspark_adaptive"}  # none speculates nothing
     fixed, adaptive = rows["dspark_fixed"], rows["dspark_adaptive"]
-    assert fixed.outcome == "shown in 1 of 1 cells" and fixed.held == fixed.cells == 1
-    assert fixed.steps == "0 of 2 steps below K=7 (1 cells)"
-    assert fixed.draft_params == "97 (pinned 97) in 1 cells"
+    assert fixed.outcome == "shown in 1 of 1 cell" and fixed.held == fixed.cells == 1
+    assert fixed.steps == "0 of 2 steps below K=7 (1 cell)"
+    assert fixed.draft_params == "97 (pinned 97) in 1 cell"
     assert (adaptive.cells, adaptive.held) == (2, 1)
     assert adaptive.outcome.startswith("NOT SHOWN in dspark_adaptive-c256: adaptive verification "
                                        "is configured, but no step was trimmed")

@@ -25,6 +25,10 @@ class EngagementRow:
     draft_params: str  # "97 (pinned 97) in 3 cells", "96, pinned 97 (MISMATCH) in ...", "-"
 
 
+def _cells(n: int) -> str:
+    return f"{n} cell" if n == 1 else f"{n} cells"
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -38,9 +42,9 @@ def _steps(sections: Sequence[Mapping[str, Any]]) -> str:
     total = sum(_count(s.get("steps")) for s in measured)
     if all(isinstance(s.get("short_steps"), int) for s in measured):
         return (f"{sum(_count(s.get('short_steps')) for s in measured)} of {total} steps below "
-                f"{k} ({len(measured)} cells)")
+                f"{k} ({_cells(len(measured))})")
     return (f"{sum(_count(s.get('trimmed_tokens')) for s in measured)} draft slots of {total} "
-            f"steps x {k} left out ({len(measured)} cells)")
+            f"steps x {k} left out ({_cells(len(measured))})")
 
 
 def _params(cells: Sequence[Mapping[str, Any]]) -> str:
@@ -52,7 +56,7 @@ def _params(cells: Sequence[Mapping[str, Any]]) -> str:
     if bad:
         return "MISMATCH: " + "; ".join(bad)
     first = seen[0][1]
-    return f"{first.get('params')} (pinned {first.get('expected')}) in {len(seen)} cells"
+    return f"{first.get('params')} (pinned {first.get('expected')}) in {_cells(len(seen))}"
 
 
 def _row(arm: str, cells: Sequence[Mapping[str, Any]]) -> EngagementRow | None:
@@ -72,7 +76,7 @@ def _row(arm: str, cells: Sequence[Mapping[str, Any]]) -> EngagementRow | None:
         outcome = f"NOT SHOWN in {', '.join(failed)}: " + next(
             str(s.get("sentence")) for _, s in judged if s.get("ok") is False)
     else:
-        outcome = f"shown in {len(judged)} of {len(sections)} cells"
+        outcome = f"shown in {len(judged)} of {_cells(len(sections))}"
     return EngagementRow(arm, EXPECTED.get(expected, expected or "-"), len(judged),
                          len(judged) - len(failed), _steps(sections), outcome, params)
 
