@@ -17,8 +17,8 @@ from tests.conftest import dspark_argv, dspark_env
 from tests.doubles.fake_vllm import SCRIPT
 
 ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines", "draft_params",
-              "no_fatal_lines", "overrides", "request", "generation", "engines", "spec_decode",
-              "engagement", "teardown"}
+              "no_fatal_lines", "overrides", "log_evidence", "request", "generation", "engines",
+              "spec_decode", "engagement", "teardown"}
 
 
 def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:

@@ -64,7 +64,7 @@ def test_a_report_of_the_image_passes_the_pin_check_and_shows_base_and_patch(
     assert mismatches(dict(cfg.runtime.expected), Runtime(**recorded)) == []
     assert cfg.runtime.image.vllm_patch == PATCH
     _, text = write_report([run], tmp_path / "out")
-    assert re.search(rf"^vLLM commit: +{BASE}$", text, re.MULTILINE), text
+    assert re.search(rf"^vLLM base: +{BASE}$", text, re.MULTILINE), text
     assert re.search(rf"^vLLM patch: +{PATCH}$", text, re.MULTILINE), text
 
 

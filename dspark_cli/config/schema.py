@@ -225,6 +225,9 @@ class LogsConf:
     degraded: dict[str, str | None] = field(default_factory=dict)
     # The DSpark draft's load line (named group `params`), held to model.expected.draft_params.
     draft_params: str = r"DSpark draft model loaded: (?P<params>\d+) params"
+    # Lines that show an asked-for feature ran (the report's evidence); a profile expects one
+    # by naming it in its expected lines (`${logs.evidence.<name>}`).
+    evidence: dict[str, str | None] = field(default_factory=dict)
     context_lines: int = field(default=10, metadata=between(0))
 
 
@@ -262,6 +265,8 @@ class ImageConf:
     base_digest: str | None = "${oc.env:DSPARK_BASE_DIGEST,null}"
     # The commit of a patch applied on top of the image's vLLM: no vLLM metadata records it.
     vllm_patch: str | None = field(default="${oc.env:DSPARK_VLLM_PATCH,null}", metadata=COMMIT)
+    # Where anyone can pull the image (registry/repo@sha256:...); null: a locally built image.
+    published: str | None = "${oc.env:DSPARK_IMAGE_PUBLISHED,null}"
 
 
 @schema_class

@@ -3,7 +3,7 @@ where its facts came from; what no record holds is "unknown" or "not run", never
 
 from __future__ import annotations
 
-from dspark_cli.report import bench_results, environment, outcomes, revision
+from dspark_cli.report import bench_results, environment, log_findings, outcomes, revision
 from dspark_cli.report.engagement import engagement_rows
 from dspark_cli.report.sections import Report
 from dspark_cli.report.sources import Sources
@@ -26,4 +26,6 @@ def build(src: Sources, out_dir: str | None = None) -> Report:
         revision=revision.revision(src.revision, src.tests is not None),
         lint=revision.lint(src.lint),
         engagement=engagement_rows(src.bench.cells) if src.bench else (),
+        logs=log_findings.findings(src.smoke, src.bench),
+        reproduction=environment.reproduction_of(src),
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dspark_cli.report.container import Reproduction, reproduction
 from dspark_cli.report.model_facts import model_name, quantization
 from dspark_cli.report.sections import UNKNOWN, Environment, Provenance, Serving, known
 from dspark_cli.report.sources import Sources, lookup
@@ -100,6 +101,15 @@ def launch_sections(src: Sources) -> tuple[Environment, Provenance, Serving | No
     )
     serving = None if launch is None else Serving(_script(launch), where + "/launch.sh")
     return env, provenance, serving
+
+
+def reproduction_of(src: Sources) -> Reproduction | None:
+    """The vLLM base and patch and the image caveat of the launch the sections describe."""
+    cfg, prov, _, _ = _launch_source(src)
+    if not cfg and not prov:
+        return None
+    return reproduction(lookup(cfg, "runtime", "image") or {},
+                        lookup(cfg, "runtime", "expected") or {}, prov.get("runtime") or {})
 
 
 def _one_line(value: Any) -> str:

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import quote
 
+from dspark_cli.report.container import Reproduction
 from dspark_cli.report.decisions import Decisions
 from dspark_cli.report.engagement_md import engagement
+from dspark_cli.report.evidence_md import log_findings, reproduction
 from dspark_cli.report.markup import block, code, one_line, table, text
 from dspark_cli.report.revision import LintRow
 from dspark_cli.report.sections import (
@@ -94,10 +96,10 @@ def _environment(e: Environment) -> list[str]:
             f"Record: {code(e.record)}"]
 
 
-def _provenance(p: Provenance) -> list[str]:
+def _provenance(p: Provenance, r: Reproduction | None) -> list[str]:
     rows = (("Image tag", p.image_tag), ("Image ID", p.image_id),
             ("Base digest", p.base_digest), ("vLLM", p.vllm_version),
-            ("vLLM commit", p.vllm_commit), ("vLLM patch", p.vllm_patch),
+            ("vLLM base", p.vllm_commit), ("vLLM patch", p.vllm_patch),
             ("AITER", p.aiter_version),
             ("AITER commit", p.aiter_commit), ("AITER wheel SHA256", p.aiter_wheel_sha256),
             ("PyTorch", p.pytorch), ("ROCm (HIP)", p.rocm), ("CUDA", p.cuda))
@@ -106,8 +108,7 @@ def _provenance(p: Provenance) -> list[str]:
             *block([f"{k + ':':<{width}} {one_line(v)}" for k, v in rows]), "",
             "The image tag, ID and base digest come from `runtime.image.*` "
             "(DSPARK_IMAGE_TAG, DSPARK_IMAGE_ID, DSPARK_BASE_DIGEST): a container cannot see "
-            "its own image. The vLLM commit is what the installed vLLM reports (a patched "
-            "build's base); the patch on top comes from `runtime.image.vllm_patch`.", "",
+            "its own image.", "", *reproduction(r), "",
             f"Record: {code(p.record)}"]
 
 
@@ -259,8 +260,9 @@ def render(report: Report) -> str:
         ["# Validation report", "", "Built by `dspark report` from the run records in:", "",
          *(f"- {code(s)}" for s in report.sources)],
         _summary(report), source_revision(report.revision),
-        _focused(report.focused, report.lint), _smoke(report.smoke),
-        _environment(report.environment), _provenance(report.provenance),
+        _focused(report.focused, report.lint),
+        [*_smoke(report.smoke), "", *log_findings(report.logs)],
+        _environment(report.environment), _provenance(report.provenance, report.reproduction),
         _serving(report.serving), _methodology(report.methodology),
         [*_results(report.results), *engagement(report.engagement)],
     ]

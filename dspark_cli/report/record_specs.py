@@ -33,7 +33,12 @@ SMOKE = {"verdict": MAP, "verdict.passed": BOOL, "verdict.summary": TEXT, "mode"
          "checks.*.data.rule": TEXT, "request": MAP, "request.completion_tokens": COUNT,
          "counters": MAP, "counters.spec_decode": MAP, "counters.spec_decode.drafts": COUNT,
          "counters.spec_decode.draft_tokens": COUNT, "counters.spec_decode.accepted": COUNT,
-         "versions": MAP}
+         "versions": MAP, "checks.*.data.families": LIST, "checks.*.data.families.*": TEXT,
+         "checks.*.data.events": LIST, "checks.*.data.events.*": MAP,
+         "checks.*.data.events.*.pattern": TEXT, "checks.*.data.events.*.line_no": COUNT,
+         "checks.*.data.events.*.line": TEXT, "checks.*.data.evidence": MAP,
+         "checks.*.data.evidence.*": MAP, "checks.*.data.evidence.*.expected": BOOL,
+         "checks.*.data.evidence.*.line_no": COUNT, "checks.*.data.evidence.*.line": TEXT}
 SMOKE_REQUIRED = ("verdict", "verdict.passed", "checks.*.name", "checks.*.status",
                   "counters.spec_decode.drafts", "counters.spec_decode.draft_tokens",
                   "counters.spec_decode.accepted")
@@ -45,14 +50,19 @@ _CHECKPOINT = {"path": TEXT, "exists": BOOL, "config_sha256": TEXT, "index_sha25
 PROVENANCE = {"hardware": MAP, "hardware.gpus": LIST, "hardware.gpus.*": MAP,
               "hardware.gpus.*.name": TEXT, "hardware.platform": TEXT, "platform": TEXT,
               "checkpoint": MAP, **{f"checkpoint.{k}": v for k, v in _CHECKPOINT.items()},
-              "runtime": MAP, "packages": MAP, "torch_backends": MAP, "argv": LIST,
-              "argv.*": TEXT}
+              "runtime": MAP, "runtime.vllm_commit": TEXT, "runtime.vllm_version": TEXT,
+              "runtime.aiter_wheel_sha256": TEXT, "packages": MAP, "torch_backends": MAP,
+              "argv": LIST, "argv.*": TEXT}
 # An attached smoke's `versions` (the server's own and this host's provenance).
 SMOKE.update({f"versions.{k}": v for k, v in PROVENANCE.items()})
 
 CONFIG = {"model": MAP, "model.path": TEXT, "model.name": TEXT, "model.args": MAP,
           "model.args.served_model_name": TEXT, "hw": MAP, "hw.name": TEXT, "hw.args": MAP,
-          "runtime": MAP, "runtime.image": MAP, "bench": MAP, "bench.name": TEXT,
+          "runtime": MAP, "runtime.image": MAP, "runtime.image.tag": TEXT,
+          "runtime.image.id": TEXT, "runtime.image.base_digest": TEXT,
+          "runtime.image.vllm_patch": TEXT, "runtime.image.published": TEXT,
+          "runtime.expected": MAP, "runtime.expected.vllm_commit": TEXT, "logs": MAP,
+          "logs.fatal": MAP, "logs.fatal.*": TEXT, "bench": MAP, "bench.name": TEXT,
           "bench.dataset": MAP, "bench.dataset.kind": TEXT, "bench.dataset.subset": TEXT,
           "bench.dataset.path": TEXT, "bench.dataset.sha256": TEXT,
           "bench.dataset.input_tokens": INT, "bench.dataset.seed": INT, "bench.sampling": MAP,

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dspark_cli.report.container import Reproduction
 from dspark_cli.report.decisions import Decisions
 from dspark_cli.report.engagement import EngagementRow
+from dspark_cli.report.log_findings import LogFindings
 from dspark_cli.report.revision import LintRow, SourceRevision
 from dspark_cli.report.words import NOT_RUN as NOT_RUN
 from dspark_cli.report.words import UNKNOWN as UNKNOWN
@@ -186,6 +188,8 @@ class Report:
     revision: SourceRevision | None = None  # the focused stage's source tree (git)
     lint: tuple[LintRow, ...] = ()  # the focused stage's lint/format commands
     engagement: tuple[EngagementRow, ...] = ()  # per speculating arm (report/engagement.py)
+    logs: LogFindings | None = None  # evidence lines, faults ruled out
+    reproduction: Reproduction | None = None  # vLLM base and patch, the image caveat
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

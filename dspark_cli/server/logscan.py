@@ -60,6 +60,12 @@ def degraded_patterns(logs: Any) -> tuple[Pattern, ...]:
     return _enabled(logs, "degraded")
 
 
+def evidence_patterns(logs: Any) -> tuple[Pattern, ...]:
+    """The `logs.evidence` patterns (an asked-for feature ran), watched like required lines;
+    null ones are switched off."""
+    return _enabled(logs, "evidence")
+
+
 def degraded_lines(snapshot: LogSnapshot | None, degraded: Sequence[Pattern]) -> tuple[str, ...]:
     """"family: line" for each degraded family the log showed (its first line), in order."""
     if snapshot is None:

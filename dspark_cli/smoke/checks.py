@@ -12,6 +12,7 @@ from dspark_cli.server.draft_params import seen_params
 from dspark_cli.server.logscan import degraded_lines
 from dspark_cli.server.metrics import GENERATION_TOKENS, engine_tokens, spec_decode
 from dspark_cli.smoke.engagement_check import check_engagement
+from dspark_cli.smoke.evidence import log_evidence
 from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.smoke.observations import (
     CheckResult,
@@ -91,17 +92,18 @@ def check_draft_params(exp: Expectations, obs: Observations) -> CheckResult:
 def check_no_fatal(exp: Expectations, obs: Observations) -> CheckResult:
     if obs.log is None:
         return CheckResult("no_fatal_lines", Status.skipped, "no server log")
+    families = [p.name for p in exp.fatal]  # what a pass rules out
     if not obs.log.fatal:
         return CheckResult("no_fatal_lines", Status.passed,
                            f"no fatal line in {obs.log.lines_read} log lines",
-                           {"lines": obs.log.lines_read})
+                           {"lines": obs.log.lines_read, "families": families})
     first = obs.log.fatal[0]
     events = [{"pattern": e.pattern, "line_no": e.line_no, "line": e.line,
                "context": list(e.context)} for e in obs.log.fatal]
     more = f" (+{len(events) - 1} more)" if len(events) > 1 else ""
     return CheckResult("no_fatal_lines", Status.failed,
                        f"{first.pattern} at log line {first.line_no}: {first.line.strip()}{more}",
-                       {"events": events})
+                       {"events": events, "families": families})
 
 
 def check_overrides(exp: Expectations, obs: Observations) -> CheckResult:
@@ -116,6 +118,10 @@ def check_overrides(exp: Expectations, obs: Observations) -> CheckResult:
     more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
     return CheckResult("overrides", Status.passed, f"DEGRADED: vLLM overrode what was asked: "
                        f"{lines[0].strip()}{more}", {"lines": list(lines)})
+
+
+def check_log_evidence(exp: Expectations, obs: Observations) -> CheckResult:
+    return CheckResult("log_evidence", *log_evidence(exp, obs.log))
 
 
 def check_request(exp: Expectations, obs: Observations) -> CheckResult:
@@ -217,8 +223,8 @@ def check_spec_decode(exp: Expectations, obs: Observations) -> CheckResult:
 
 
 CHECKS = (check_health, check_alive, check_startup_lines, check_draft_params, check_no_fatal,
-          check_overrides, check_request, check_generation, check_engines, check_spec_decode,
-          check_engagement)
+          check_overrides, check_log_evidence, check_request, check_generation, check_engines,
+          check_spec_decode, check_engagement)
 
 
 def evaluate(exp: Expectations, obs: Observations) -> tuple[CheckResult, ...]:

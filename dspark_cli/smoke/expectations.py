@@ -17,7 +17,13 @@ from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.server.draft_params import DraftParams, draft_params_spec
-from dspark_cli.server.logscan import Pattern, compile_patterns, degraded_patterns, fatal_patterns
+from dspark_cli.server.logscan import (
+    Pattern,
+    compile_patterns,
+    degraded_patterns,
+    evidence_patterns,
+    fatal_patterns,
+)
 
 PROFILE_GROUPS = ("hw", "model", "speculative")
 _ABSENT = object()
@@ -59,6 +65,10 @@ class Expectations:
     degraded: tuple[Pattern, ...] = ()
     # Per-request spec-decode metrics: set by the smoke once the launch is planned.
     steps: StepsExpect | None = None
+    # Lines that show a feature ran (`logs.evidence`, by family), and the families this
+    # configuration's required lines name (the profile expects them).
+    evidence: tuple[Pattern, ...] = ()
+    expected_evidence: tuple[str, ...] = ()
 
     @property
     def requests(self) -> int:
@@ -69,7 +79,7 @@ class Expectations:
     def watch(self) -> tuple[Pattern, ...]:
         """Every line pattern the log watcher records a first match of."""
         extra = (self.draft_params.pattern,) if self.draft_params is not None else ()
-        return self.required + extra + self.degraded
+        return self.required + extra + self.degraded + self.evidence
 
 
 def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
@@ -114,6 +124,7 @@ def expectations(cfg: DictConfig) -> Expectations:
         rule = SpecRule(str(spec.method), None if k is None else int(k),
                         DraftTokensRule(plain(spec.draft_tokens_rule)))
     lines = required_lines(cfg)
+    evidence = evidence_patterns(cfg.logs)
     return Expectations(
         prompt=str(smoke.prompt),
         max_tokens=int(smoke.max_tokens),
@@ -125,4 +136,6 @@ def expectations(cfg: DictConfig) -> Expectations:
         draft_params=draft_params_spec(cfg),
         spec=rule,
         context_lines=int(cfg.logs.context_lines),
+        evidence=evidence,
+        expected_evidence=tuple(p.name for p in evidence if p.regex.pattern in lines),
     )
