@@ -75,8 +75,9 @@ $(LOWEST)/.installed: pyproject.toml $(BIN)/.installed
 	  -e '.[$(LOWEST_EXTRAS)]'
 	touch $@
 
-# The fast part runs on both cores (pytest-xdist: each worker has its own session directory);
-# the tests that boot vLLM servers or a Slurm run one at a time, as each server wants the cores.
+# The fast part runs on both cores (pytest-xdist, as pyproject's addopts make plain `pytest` do:
+# the workers share one session directory); the tests that boot vLLM servers or a Slurm run one
+# at a time (`-n 0`), as each server wants the cores.
 WORKERS ?= 2
 
 test-lowest: $(LOWEST)/.installed
@@ -84,7 +85,7 @@ test-lowest: $(LOWEST)/.installed
 
 test: setup slurm lint
 	$(BIN)/pytest -q -n $(WORKERS) -m "$(FAST)"
-	$(BIN)/pytest -q -m "not ($(FAST))"
+	$(BIN)/pytest -q -n 0 -m "not ($(FAST))"
 	$(MAKE) test-lowest
 
 clean:
