@@ -99,21 +99,23 @@ def test_missing_rocm_lines_and_a_short_draft_fail(tmp_path: Path, attach: Any) 
 
 
 @pytest.mark.parametrize(("args", "status", "words"), [
-    (("--per-request-spec-decode-metrics", "detailed"), "failed", "no step was trimmed"),
+    (("--per-request-spec-decode-metrics", "detailed"), "skipped",
+     "not shown: adaptive verification is configured, but no step was trimmed"),
     (("--adaptive", "--per-request-spec-decode-metrics", "summary"), "passed",
      "draft slots left out"),
     ((), "skipped", "attached: the server's own flags decide"),
 ])
 def test_adaptive_engagement_is_held_to_the_answers(
         tmp_path: Path, attach: Any, args: tuple[str, ...], status: str, words: str) -> None:
-    """Fixed-K steps fail the adaptive profile's expectation (exit 1); the summary level shows
-    trimming by its totals; a server that reports nothing is not held to it."""
+    """Fixed-K steps under the adaptive profile are "not shown" (skipped, never passed: vLLM 0.32
+    counts scheduled drafts, so they cannot tell a working adaptive launch from a fallback); the
+    summary level shows trimming by its totals; a server that reports nothing is not held to it."""
     lines = [a for line in DSPARK_LINES for a in ("--print-line", line)]
     server = attach("--model", "dsv4flash", "--k", "7", *args, *lines)
     code, report = server.smoke(tmp_path, "+hw=mi350x", f"server.log={server.log}")
     assert checks(report)["engagement"]["status"] == status
     assert words in checks(report)["engagement"]["evidence"]
-    assert code == (1 if status == "failed" else 0), report["verdict"]
+    assert code == 0, report["verdict"]
 
 
 def test_attached_without_a_log_skips_the_log_checks(tmp_path: Path, attach: Any) -> None:

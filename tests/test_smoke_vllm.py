@@ -55,10 +55,10 @@ def test_default_smoke_passes_against_real_vllm(cpu_validate_run: CpuValidateRun
     assert (steps["reported"], steps["k"], steps["short_steps"]) == (1, 3, 0)
     assert steps["steps"] == spec["drafts"] and steps["draft_tokens"] == spec["draft_tokens"]
     assert steps["accepted"] == spec["accepted"]
-    # ... so the same answer held to an adaptive expectation fails: nothing was trimmed
+    # ... so the same answer held to an adaptive expectation shows nothing: not credited
     seen = Engagement.of("detailed", [RequestSteps(steps["steps"], steps["draft_tokens"],
                                                    steps["accepted"], 3, 0)])
-    assert judge(seen, ADAPTIVE).ok is False and judge(seen, FIXED).ok is True
+    assert judge(seen, ADAPTIVE).ok is None and judge(seen, FIXED).ok is True
     assert report["versions"]["server"].startswith("0.32")
     assert report["timings"]["boot_to_health_s"] > 0
 

@@ -71,7 +71,8 @@ def _row(arm: str, cells: Sequence[Mapping[str, Any]]) -> EngagementRow | None:
     failed = [str(cid) for cid, s in judged if s.get("ok") is False]
     if not judged:
         why = next((str(s.get("sentence")) for s in sections if s.get("sentence")), "no probe")
-        outcome = f"not measured: {why}"
+        unseen = any(s.get("outcome") == "full_k" for s in sections)  # adaptive, no trim seen
+        outcome = f"{'not shown' if unseen else 'not measured'}: {why}"
     elif failed:
         outcome = f"NOT SHOWN in {', '.join(failed)}: " + next(
             str(s.get("sentence")) for _, s in judged if s.get("ok") is False)

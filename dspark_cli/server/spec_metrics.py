@@ -165,9 +165,10 @@ def judge(e: Engagement, expected: str | None) -> Judgement:
              f"{e.reported} requests)")
     if expected == ADAPTIVE:
         return (Judgement(TRIMMED, True, f"adaptive verification trimmed: {shown}") if trimmed
-                else Judgement(FULL_K, False, f"adaptive verification is configured, but no "
+                else Judgement(FULL_K, None, f"adaptive verification is configured, but no "
                                f"step was trimmed: {shown}; vLLM 0.32 counts the drafts it "
-                               "scheduled, not those verification kept (docs/smoke.md)"))
+                               "scheduled, not those verification kept, so this cannot show "
+                               "trimming and credits none (docs/smoke.md)"))
     if expected == FIXED and trimmed:
         return Judgement(UNEXPECTED, False, f"a fixed-K drafter proposed fewer than K: {shown}")
     return Judgement(TRIMMED if trimmed else FULL_K, True, shown)
