@@ -80,6 +80,12 @@ def test_rocm_dspark_profile_passes_against_a_server_that_prints_its_lines(
     assert set(found) >= {"DSpark draft model loaded", "use_flattening=True",
                           "Breakable CUDA graph enabled", "Application startup complete"}
     assert checks(report)["draft_params"]["data"]["params"] == 97
+    # The evidence lines the report cites: both expected on this profile, each with its line.
+    evidence = checks(report)["log_evidence"]["data"]["evidence"]
+    for family, printed in (("use_flattening", DSPARK_LINES[1]),
+                            ("breakable_cudagraph", DSPARK_LINES[2])):
+        assert evidence[family]["expected"] is True
+        assert evidence[family]["line"].endswith(printed) and evidence[family]["line_no"] > 0
     assert report["counters"]["spec_decode"]["draft_tokens"] == (
         report["counters"]["spec_decode"]["drafts"] * 7)
     assert statuses(report)["teardown"] == "skipped"
