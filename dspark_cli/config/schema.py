@@ -203,6 +203,9 @@ class ServerConf:
     log: str | None = None  # the log of an attached server, for log checks
     ready_timeout_s: float = field(default=1200.0, metadata=between(0, low_open=True))
     stop_grace_s: float = field(default=15.0, metadata=between(0))
+    # vLLM's own validation of the command: a subprocess that imports vLLM (seconds; minutes
+    # on a loaded host).
+    validate_timeout_s: float = field(default=300.0, metadata=between(0, low_open=True))
     # Attached: how long connections may be refused before nothing listening is the verdict.
     attach_refused_s: float = field(default=2.0, metadata=between(0))
     # How long the generation counter may lag an answer before a short count is a mismatch.

@@ -20,4 +20,4 @@ def dry_preflight(cfg: DictConfig, plan: LaunchPlan, target: DeployTarget,
     command when asked (`--validate`)."""
     found = (*checks.check(cfg, plan, machine=None, ask_vllm=False),
              *layout_findings(plan), *target.findings(cfg))
-    return (*found, *node_verdicts(plan)) if validate else found
+    return (*found, *node_verdicts(plan, cfg.server.validate_timeout_s)) if validate else found

@@ -127,7 +127,8 @@ def ready(cfg: DictConfig, plan: LaunchPlan, record_dir: Path, *,
     ensure_model(cfg)
     when = vllm_check(target, cfg.server.command is not None, layout.nodes, asked=asked,
                       beside=beside)
-    verdict = node_verdicts(plan) if when is VllmCheck.before else ()
+    verdict = (node_verdicts(plan, cfg.server.validate_timeout_s) if when is VllmCheck.before
+               else ())
     if verdict:
         _require(verdict, "a node's command did not pass vLLM's own validation"
                  if layout.nodes > 1 else "the command did not pass vLLM's own validation")
@@ -141,7 +142,8 @@ def ready(cfg: DictConfig, plan: LaunchPlan, record_dir: Path, *,
     if layout.nodes > 1:
         (record_dir / NODES_SH).write_text(layout_script(layout))
     return Ready(target, Launch(cfg, plan, argv, env), machine, verdict,
-                 (lambda: plan_verdict(plan)) if when is VllmCheck.beside else None,
+                 (lambda: plan_verdict(plan, cfg.server.validate_timeout_s))
+                 if when is VllmCheck.beside else None,
                  env if target.here else child_environ())
 
 

@@ -37,7 +37,7 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     if ask_vllm:
         from dspark_cli.launch.vllm_verdict import plan_verdict
 
-        findings.append(plan_verdict(plan))
+        findings.append(plan_verdict(plan, cfg.server.validate_timeout_s))
     return tuple(findings)
 
 

@@ -11,24 +11,26 @@ from dspark_cli.vllm.accepts import vllm_accepts_command, vllm_accepts_commands
 LOCAL_HEAD = "127.0.0.1"  # where a layout's head is when nothing else says
 
 
-def plan_verdict(plan: LaunchPlan) -> Finding:
-    """A finding: vLLM accepts the command, or why not (not installed, rejected, no answer)."""
-    return vllm_accepts_command(plan.argv, plan.env_map)
+def plan_verdict(plan: LaunchPlan, timeout_s: float) -> Finding:
+    """A finding: vLLM accepts the command, or why not (not installed, rejected, no answer
+    within `timeout_s`)."""
+    return vllm_accepts_command(plan.argv, plan.env_map, timeout_s=timeout_s)
 
 
-def layout_verdict(layout: NodeLayout, head_addr: str = LOCAL_HEAD) -> tuple[Finding, ...]:
+def layout_verdict(layout: NodeLayout, timeout_s: float,
+                   head_addr: str = LOCAL_HEAD) -> tuple[Finding, ...]:
     """vLLM's verdict on every node's command, the head's address placeholder resolved; one
     subprocess when the nodes share their environment (they do when planned from one config)."""
     labels = [f"node {node.rank}: " for node in layout.launches]
     argvs = [node.resolved(head_addr) for node in layout.launches]
     envs = [dict(node.env) for node in layout.launches]
     if all(e == envs[0] for e in envs):
-        return vllm_accepts_commands(argvs, envs[0], labels)
-    return tuple(vllm_accepts_command(a, e, label) for a, e, label in zip(argvs, envs, labels,
-                                                                        strict=True))
+        return vllm_accepts_commands(argvs, envs[0], labels, timeout_s)
+    return tuple(vllm_accepts_command(a, e, label, timeout_s)
+                 for a, e, label in zip(argvs, envs, labels, strict=True))
 
 
-def node_verdicts(plan: LaunchPlan) -> tuple[Finding, ...]:
+def node_verdicts(plan: LaunchPlan, timeout_s: float) -> tuple[Finding, ...]:
     """vLLM's verdict on every node's command (one node: the plan's)."""
-    return (layout_verdict(plan.layout, LOCAL_HEAD) if plan.layout.nodes > 1
-            else (plan_verdict(plan),))
+    return (layout_verdict(plan.layout, timeout_s, LOCAL_HEAD) if plan.layout.nodes > 1
+            else (plan_verdict(plan, timeout_s),))

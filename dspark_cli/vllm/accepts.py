@@ -13,19 +13,22 @@ from collections.abc import Mapping, Sequence
 from dspark_cli.errors import MissingEngine
 from dspark_cli.status import Finding, Status
 
-ACCEPTS_TIMEOUT_S = 120.0
+ACCEPTS_TIMEOUT_S = 300.0  # server.validate_timeout_s: importing vLLM takes a loaded host minutes
 RULE, KEY = "vllm-accepts-command", "serving.extra_args"
 
 
-def vllm_accepts_command(argv: Sequence[str], env: Mapping[str, str], label: str = "") -> Finding:
+def vllm_accepts_command(argv: Sequence[str], env: Mapping[str, str], label: str = "",
+                         timeout_s: float = ACCEPTS_TIMEOUT_S) -> Finding:
     """vLLM's verdict on one `vllm serve ...` argv with its env; `label` (e.g. "node 1: ")
     starts the message."""
-    return vllm_accepts_commands([argv], env, [label])[0]
+    return vllm_accepts_commands([argv], env, [label], timeout_s)[0]
 
 
 def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
-                      labels: Sequence[str]) -> tuple[Finding, ...]:
-    """One finding per argv, all from one subprocess (vLLM is imported once)."""
+                          labels: Sequence[str],
+                          timeout_s: float = ACCEPTS_TIMEOUT_S) -> tuple[Finding, ...]:
+    """One finding per argv, all from one subprocess (vLLM is imported once), which may take
+    `timeout_s` seconds."""
     from dspark_cli.vllm.shim import require_engine
 
     require_engine()  # not installed: neither validated nor run, say what to install
@@ -33,11 +36,11 @@ def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str]
         done = subprocess.run(
             [sys.executable, "-m", "dspark_cli.vllm.parser_check"],
             input=json.dumps([list(a[2:]) for a in argvs]), capture_output=True, text=True,
-            env={**os.environ, **env}, timeout=ACCEPTS_TIMEOUT_S)
+            env={**os.environ, **env}, timeout=timeout_s)
         results = json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
         return tuple(Finding(RULE, Status.failed, f"{label}vLLM's validator did not answer "
-                             f"({e})", KEY) for label in labels)
+                             f"({e}; server.validate_timeout_s)", KEY) for label in labels)
     for result in results:
         if result["stage"] == "import":
             raise MissingEngine(result["module"] or "vllm", result["error"])
