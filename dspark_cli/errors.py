@@ -95,15 +95,19 @@ class MissingEngine(DsparkError):
 
 # The optional parts of dspark (pyproject's extras) by the module each is imported as: they are
 # imported where used, so the base install stays small inside a platform's image.
-EXTRAS = {"kubernetes": "k8s", "jsonschema": "k8s", "pydantic": "k8s", "matplotlib": "plot"}
+EXTRAS = {"kubernetes": "k8s", "jsonschema": "k8s", "pydantic": "k8s", "matplotlib": "plot",
+          "lm_eval": "eval"}
 
 
 class MissingExtra(UsageError):
     """What this command asked for needs an extra that is not installed here."""
 
-    def __init__(self, module: str, needed_for: str | None = None) -> None:
+    def __init__(self, module: str, needed_for: str | None = None, *,
+                 python: str | None = None) -> None:
+        """`python`: the interpreter that lacks it, when it is not dspark's own."""
         top = module.split(".")[0]
         extra = EXTRAS[top]
-        super().__init__(f"{needed_for or 'this command'} needs {top}, which {sys.executable} "
+        super().__init__(f"{needed_for or 'this command'} needs {top}, which "
+                         f"{python or sys.executable} "
                          f"cannot import: install dspark's `{extra}` extra "
                          f"(pip install 'dspark[{extra}]').")

@@ -35,6 +35,8 @@ JUNIT_XML = "junit.xml"
 PYTEST_LOG = "pytest.log"
 SOURCE_JSON = "source.json"  # the source tree's revision as git sees it (validate/source.py)
 LINT_JSON = "lint.json"  # the focused stage's lint/format commands and their results
+ACCURACY_JSON = "accuracy.json"  # accuracy/: every arm's lm_eval score (accuracy/records.py)
+LM_EVAL_LOG = "lm_eval.log"  # accuracy/arms/<arm>/: lm_eval's output
 
 # report
 REPORT_MD = "report.md"

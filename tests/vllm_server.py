@@ -3,7 +3,8 @@ several tests assert the same records (imported by conftest.py, so every test mo
 fixtures).
 
 - `cpu_validate_run`: the one `dspark validate` of the embedded default (hardware detected, the
-  smoke, then bench=cpu with two repeats: nine cold boots), asserted by test_validate_vllm,
+  smoke, then bench=cpu with two repeats: nine cold boots; then the accuracy stage, one boot per
+  arm, on four documents), asserted by test_validate_vllm,
   test_smoke_vllm, test_bench_cpu and test_bench_repeats_cpu. Its cells skip the warmup phase
   (each phase is a cold `vllm bench serve`, the cost of a cell after its boot): the warmup runs
   on real vLLM in test_bench_cpu's ngram run.
@@ -43,5 +44,7 @@ def cpu_validate_run(tmp_path_factory: pytest.TempPathFactory) -> CpuValidateRun
     run, port = cwd / "run", free_port()
     before = frozenset(p.pid for p in psutil.process_iter())
     done = run_dspark("validate", "bench=cpu", "bench.repeats=2", "bench.warmups=[]",
+                      # the accuracy stage on the shipped sample's first four documents
+                      "validate.accuracy.limit=4", "validate.accuracy.max_gen_toks=16",
                       f"server.port={port}", f"hydra.run.dir={run}", cwd=cwd, timeout=3600)
     return CpuValidateRun(cwd, run, port, done, before)

@@ -1,14 +1,15 @@
-"""`dspark validate`: verify-checkpoint -> focused tests -> smoke -> bench -> the report, from
-one composed config, into one run directory.
+"""`dspark validate`: verify-checkpoint -> focused tests -> smoke -> bench -> accuracy -> the
+report, from one composed config, into one run directory.
 
     dspark validate                         # CPU default: tiny model, smoke, bench=cpu
     dspark validate +hw=mi350x --dry-run    # the plan of every stage
     dspark validate validate.bench=null --keep-going
+    dspark validate validate.accuracy.python=/opt/eval/bin/python   # lm_eval from elsewhere
 
 Each stage calls the owning command's code; records go under the stage's folder of the run
-directory (checkpoint/, tests/, smoke/, bench/), `validate.json` lists the stages, and the
-report (report.md, report.json) is written last, also after a failure or Ctrl-C. Exit code: the
-worst stage's (130 when interrupted).
+directory (checkpoint/, tests/, smoke/, bench/, accuracy/), `validate.json` lists the stages,
+and the report (report.md, report.json) is written last, also after a failure or Ctrl-C. Exit
+code: the worst stage's (130 when interrupted).
 """
 
 from __future__ import annotations
@@ -105,16 +106,19 @@ def _stage_runner(cfg: DictConfig, directory: Path,
     return [("checkpoint", lambda: stages.checkpoint(cfg, directory / "checkpoint")),
             ("tests", lambda: stages.tests(cfg, directory / "tests")),
             ("smoke", lambda: stages.smoke(cfg, directory / "smoke")),
-            ("bench", lambda: stages.bench(cfg, directory / "bench"))]
+            ("bench", lambda: stages.bench(cfg, directory / "bench")),
+            ("accuracy", lambda: stages.accuracy(cfg, directory / "accuracy"))]
 
 
 def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
+    from dspark_cli.accuracy.run import preflight
     from dspark_cli.console import progress
     from dspark_cli.launch.record import write_config
     from dspark_cli.launch.secrets import redact_text
     from dspark_cli.report.files import write_report
     from dspark_cli.server.process import stop_signals_as_interrupt
 
+    preflight(cfg)  # the accuracy stage's dataset and lm_eval, before anything boots
     write_config(directory, cfg)
     progress(f"run directory {directory}")
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends it as Ctrl-C does

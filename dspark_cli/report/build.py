@@ -3,7 +3,14 @@ where its facts came from; what no record holds is "unknown" or "not run", never
 
 from __future__ import annotations
 
-from dspark_cli.report import bench_results, environment, log_findings, outcomes, revision
+from dspark_cli.report import (
+    accuracy,
+    bench_results,
+    environment,
+    log_findings,
+    outcomes,
+    revision,
+)
 from dspark_cli.report.engagement import engagement_rows
 from dspark_cli.report.sections import Report
 from dspark_cli.report.sources import Sources
@@ -28,4 +35,6 @@ def build(src: Sources, out_dir: str | None = None) -> Report:
         engagement=engagement_rows(src.bench.cells) if src.bench else (),
         logs=log_findings.findings(src.smoke, src.bench),
         reproduction=environment.reproduction_of(src),
+        accuracy=accuracy.section(src.accuracy, None if src.accuracy_path is None
+                                  else str(src.accuracy_path)),
     )

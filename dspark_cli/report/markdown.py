@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import quote
 
+from dspark_cli.report.accuracy import accuracy_section
 from dspark_cli.report.container import Reproduction
 from dspark_cli.report.decisions import Decisions
 from dspark_cli.report.engagement_md import engagement
@@ -30,7 +31,7 @@ from dspark_cli.report.source_md import lint_results, source_revision
 
 SECTIONS = ("Summary", "Source Revision", "Focused Validation", "Serving Smoke Validation",
             "Reproduction Environment", "Container Provenance", "Serving Configuration",
-            "Throughput Methodology", "Results")
+            "Throughput Methodology", "Results", "Accuracy")
 
 
 def _num(value: float | None, places: int = 2) -> str:
@@ -265,5 +266,6 @@ def render(report: Report) -> str:
         _environment(report.environment), _provenance(report.provenance, report.reproduction),
         _serving(report.serving), _methodology(report.methodology),
         [*_results(report.results), *engagement(report.engagement)],
+        accuracy_section(report.accuracy),
     ]
     return "\n\n".join("\n".join(p).rstrip("\n") for p in parts) + "\n"

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dspark_cli.report.accuracy import Accuracy
 from dspark_cli.report.container import Reproduction
 from dspark_cli.report.decisions import Decisions
 from dspark_cli.report.engagement import EngagementRow
@@ -190,6 +191,7 @@ class Report:
     engagement: tuple[EngagementRow, ...] = ()  # per speculating arm (report/engagement.py)
     logs: LogFindings | None = None  # evidence lines, faults ruled out
     reproduction: Reproduction | None = None  # vLLM base and patch, the image caveat
+    accuracy: Accuracy | None = None  # validate's accuracy stage (report/accuracy.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

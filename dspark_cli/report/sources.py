@@ -18,11 +18,14 @@ from typing import Any
 
 import yaml
 
+from dspark_cli.accuracy import records as accuracy_records
+from dspark_cli.accuracy.records import AccuracyRecord
 from dspark_cli.bench import records
 from dspark_cli.bench.merge import summarize_records
 from dspark_cli.errors import UsageError
 from dspark_cli.report import record_specs as specs
 from dspark_cli.run_files import (
+    ACCURACY_JSON,
     ARMS_DIR,
     CELL_JSON,
     CHECKPOINT_JSON,
@@ -69,6 +72,8 @@ class Sources:
     bench: BenchRecords | None
     revision: Mapping[str, Any] | None = None  # the focused stage's source.json
     lint: Mapping[str, Any] | None = None  # its lint.json
+    accuracy: AccuracyRecord | None = None  # validate's accuracy stage
+    accuracy_path: Path | None = None
 
 
 def lookup(record: Mapping[str, Any] | None, *path: str) -> Any:
@@ -177,7 +182,7 @@ def collect(directories: Sequence[Path]) -> Sources:
                              "validate`, `dspark smoke` or `dspark bench`.")
     found: dict[str, list[Path]] = {n: [] for n in (VALIDATE_JSON, CHECKPOINT_JSON, TESTS_JSON,
                                                     SMOKE_JSON, CELL_JSON, SOURCE_JSON,
-                                                    LINT_JSON)}
+                                                    LINT_JSON, ACCURACY_JSON)}
     under: dict[Path, Path] = {}  # each record -> the given directory it was found under
     for d in dirs:
         for name, paths in found.items():
@@ -196,6 +201,7 @@ def collect(directories: Sequence[Path]) -> Sources:
         return None if path is None else _record(path, under[path], spec, required)
 
     smoke_json = _one(found[SMOKE_JSON], "smoke run")
+    accuracy = _one(found[ACCURACY_JSON], "accuracy record")
     sources = Sources(
         dirs,
         one(VALIDATE_JSON, "validate run", specs.VALIDATE, specs.VALIDATE_REQUIRED),
@@ -205,9 +211,11 @@ def collect(directories: Sequence[Path]) -> Sources:
         _bench(bench_root),
         one(SOURCE_JSON, "source revision record", specs.SOURCE, specs.SOURCE_REQUIRED),
         one(LINT_JSON, "lint record", specs.LINT, specs.LINT_REQUIRED),
+        accuracy=accuracy_records.read(accuracy, under[accuracy]) if accuracy else None,
+        accuracy_path=accuracy,
     )
     if not any((sources.validate, sources.checkpoint, sources.tests, sources.smoke,
-                sources.bench)):
+                sources.bench, sources.accuracy)):
         raise UsageError(f"no dspark run records under {', '.join(map(str, dirs))} (looked "
                          "for validate.json, smoke.json and cells/*/cell.json).")
     _belong_together(sources.smoke, sources.bench)

@@ -5,6 +5,7 @@ composed config. Nothing runs, nothing is probed: the smoke's launch is what `ds
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,25 @@ def _smoke(cfg: DictConfig, script: str) -> list[str]:
     return lines + [f"   {line}" for line in script.rstrip("\n").splitlines()]
 
 
+def _accuracy(cfg: DictConfig, directory: Path) -> tuple[Any, list[str]]:
+    """The accuracy stage's spec (None: skipped) and its lines: every arm, lm_eval's command
+    with the arm's server URL and served name left to the boot."""
+    from dspark_cli.accuracy.plan import TASK, accuracy_spec, eval_argv
+
+    spec = accuracy_spec(plain(cfg.validate.accuracy), sys.executable)
+    if spec is None:
+        return None, ["5. accuracy: skipped (validate.accuracy=null)"]
+    stage = directory / "accuracy"
+    argv = eval_argv(spec, stage / "task", "<served name>", "http://<host>:<port>",
+                     stage / "arms" / "<arm>" / "lm_eval")
+    return spec, [
+        f"5. accuracy: lm_eval task {TASK} on {spec.dataset} (sha256 {spec.sha256}"
+        + (f", the first {spec.limit} documents" if spec.limit else "") + "), against each arm "
+        f"of bench.arms ({', '.join(map(str, cfg.bench.arms))}) booted in turn; each arm's "
+        f"difference to {cfg.bench.baseline} judged at +-{spec.margin:g}:",
+        f"   {' '.join(shlex.quote(a) for a in argv)}"]
+
+
 def plan_text(cfg: DictConfig, directory: Path, script: str, bench_plan: str | None) -> str:
     lines = [f"dspark validate: the stages, in order, into {directory} (stops at the first "
              "failing stage unless --keep-going)", ""]
@@ -69,7 +89,8 @@ def plan_text(cfg: DictConfig, directory: Path, script: str, bench_plan: str | N
     else:
         lines.append(f"4. bench: protocol {cfg.bench.name}, into {directory / 'bench'}:")
         lines += [f"   {line}" for line in bench_plan.rstrip("\n").splitlines()]
-    lines.append(f"5. report: {directory / REPORT_MD} and {directory / REPORT_JSON}")
+    lines += _accuracy(cfg, directory)[1]
+    lines.append(f"6. report: {directory / REPORT_MD} and {directory / REPORT_JSON}")
     return "\n".join(lines) + "\n"
 
 
@@ -82,6 +103,7 @@ def plan_doc(cfg: DictConfig, directory: Path, launch: dict[str, Any],
 
     tests = cfg.validate.tests
     exp = expectations(cfg)
+    accuracy = _accuracy(cfg, directory)[0]
     return {
         "run_dir": str(directory),
         "stages": [
@@ -95,6 +117,9 @@ def plan_doc(cfg: DictConfig, directory: Path, launch: dict[str, Any],
              "max_tokens": exp.max_tokens, "launch": launch},
             {"name": "bench", "run": bench is not None,
              "protocol": str(cfg.bench.name) if bench is not None else None, "plan": bench},
+            {"name": "accuracy", "run": accuracy is not None,
+             "settings": None if accuracy is None else accuracy.to_dict(),
+             "arms": [str(a) for a in cfg.bench.arms] if accuracy is not None else []},
             {"name": "report", "files": [str(directory / REPORT_MD),
                                          str(directory / REPORT_JSON)]},
         ],

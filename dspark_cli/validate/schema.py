@@ -42,10 +42,28 @@ class BenchStage:
 
 
 @dataclass
+class AccuracyStage:
+    """The same lm_eval eval against every bench arm's server (dspark_cli/accuracy/): a local
+    GSM8K-format JSONL file pinned by SHA-256, scored by lm-evaluation-harness."""
+
+    dataset: str | None = None  # relative: under dspark's conf/
+    sha256: str | None = None
+    limit: int | None = None  # the first N documents (null: all)
+    num_fewshot: int = 0
+    max_gen_toks: int = 256
+    temperature: float = 0.0
+    num_concurrent: int = 8
+    margin: float = 0.02  # accuracy difference (absolute) still comparable
+    python: str | None = None  # the interpreter that runs lm_eval (null: dspark's own)
+    timeout_s: float = 3600.0
+
+
+@dataclass
 class ValidateConf:
     checkpoint: CheckpointStage = field(default_factory=CheckpointStage)
     tests: TestsStage = field(default_factory=TestsStage)
     bench: BenchStage | None = field(default_factory=BenchStage)  # null: no bench stage
+    accuracy: AccuracyStage | None = field(default_factory=AccuracyStage)  # null: none
 
 
 @dataclass

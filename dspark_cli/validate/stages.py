@@ -164,6 +164,26 @@ def bench(cfg: DictConfig, directory: Path) -> StageResult:
                        int(ExitCode.CHECK_FAILED) if invalid else 0, detail, str(directory))
 
 
+def accuracy(cfg: DictConfig, directory: Path) -> StageResult:
+    """lm_eval against every bench arm's server; fails when an arm could not be scored or
+    scores differently from the baseline."""
+    from dspark_cli.accuracy.run import accuracy_in
+    from dspark_cli.accuracy.verdict import AccuracyVerdict, words
+
+    record = accuracy_in(cfg, directory)
+    if record is None:
+        return StageResult("accuracy", Status.skipped, 0, "validate.accuracy=null")
+    failed = [a.arm for a in record.arms if a.status != "scored"]
+    compared = record.comparisons()
+    different = [c.arm for c in compared if c.verdict is AccuracyVerdict.DIFFERENT]
+    detail = "; ".join([", ".join(f"{a.arm} {a.score:.4f}" if a.score is not None
+                                  else f"{a.arm} failed" for a in record.arms),
+                        *(f"{c.arm} vs {c.baseline}: {words(c)}" for c in compared)])
+    bad = failed or different
+    return StageResult("accuracy", Status.failed if bad else Status.passed,
+                       int(ExitCode.CHECK_FAILED) if bad else 0, detail, str(directory))
+
+
 def summarize_interrupted_bench(directory: Path) -> None:
     """After Ctrl-C: the summary of the cells that finished, so the report shows them."""
     from dspark_cli.bench import records

@@ -1,0 +1,3 @@
+"""`dspark validate`'s accuracy stage: the same lm-evaluation-harness eval against every bench
+arm's server (plan.py, pure), run one arm at a time (run.py), each arm's difference to the
+baseline judged by a test of equivalence (verdict.py, pure), recorded (records.py)."""

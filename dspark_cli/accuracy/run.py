@@ -1,0 +1,213 @@
+"""The accuracy stage's side effects: the pinned dataset verified and copied into the run, the
+lm_eval interpreter checked, then for each arm of `bench.arms` its server started through the
+one start step (`bench/arm_launch.py`, as a bench cell starts it), lm_eval run against it, the
+server stopped; the record rewritten after every arm, so an interrupted stage keeps what it
+scored. Everything is checked before the first boot (dataset, lm_eval, every arm's launch)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from dspark_cli.accuracy.plan import (
+    FILTER,
+    METRIC,
+    OFFLINE_ENV,
+    TASK,
+    AccuracySpec,
+    accuracy_spec,
+    eval_argv,
+    task_yaml,
+)
+from dspark_cli.accuracy.records import FAILED, SCORED, AccuracyRecord, ArmScore
+from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
+from dspark_cli.bench.arms import Arm, compose_arms
+from dspark_cli.bench.workflow import claimed_ports, protocol_of
+from dspark_cli.config.plain import plain
+from dspark_cli.console import progress
+from dspark_cli.errors import MissingExtra, ServerError, UsageError
+from dspark_cli.launch.secrets import SCRUB
+from dspark_cli.run_files import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
+from dspark_cli.server import watchdog
+from dspark_cli.server.deployment import Watch
+from dspark_cli.server.groups import descendants, stop_group
+from dspark_cli.server.logscan import fatal_patterns
+from dspark_cli.server.session import ServerSession
+
+_VERSION = ("import importlib.metadata as m, importlib.util as u\n"
+            "if u.find_spec('lm_eval') is None: raise SystemExit(1)\n"
+            "print(m.version('lm_eval'))")
+
+
+def verified_documents(spec: AccuracySpec) -> tuple[bytes, int]:
+    """The dataset's bytes and its number of documents; UsageError (before any server boots)
+    when it is missing, its SHA-256 is not the pin, or a line is no GSM8K document."""
+    try:
+        data = spec.dataset.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read the accuracy dataset validate.accuracy.dataset="
+                         f"{spec.dataset}: {e.strerror or e}.") from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != spec.sha256:
+        raise UsageError(
+            f"the accuracy dataset {spec.dataset} has SHA-256 {actual}, not the pinned "
+            f"{spec.sha256} (validate.accuracy.sha256): it is not the file this run was "
+            "configured to score, so no server was started.",
+            hint="restore the file, or pin the one you mean with validate.accuracy.sha256="
+            "$(sha256sum FILE | cut -d' ' -f1)")
+    try:
+        rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+        bad = next((i for i, r in enumerate(rows, 1) if not isinstance(r, dict)
+                    or not isinstance(r.get("question"), str)
+                    or "####" not in str(r.get("answer", ""))), None)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"{spec.dataset} is not JSONL: {e}.") from None
+    if bad is not None or not rows:
+        raise UsageError(f"{spec.dataset}: " + (f"line {bad} is" if bad else "no line is") +
+                         " a GSM8K document ({\"question\": ..., \"answer\": \"... #### N\"}).")
+    return data, len(rows)
+
+
+def lm_eval_version(python: str) -> str:
+    """lm_eval's version in `python`; exit 2 naming the extra when it cannot import it."""
+    try:
+        done = subprocess.run([python, "-c", _VERSION], capture_output=True, text=True,
+                              timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise UsageError(f"validate.accuracy.python={python} cannot be run ({e}).") from None
+    if done.returncode != 0:
+        raise MissingExtra("lm_eval", "validate's accuracy stage", python=python)
+    return done.stdout.strip()
+
+
+def preflight(cfg: DictConfig) -> None:
+    """The stage's own inputs checked before validate's first stage boots anything: exit 2 on
+    a dataset that is not the pinned one, or an interpreter without lm_eval."""
+    spec = accuracy_spec(plain(cfg.validate.accuracy), sys.executable)
+    if spec is not None:
+        verified_documents(spec)
+        lm_eval_version(spec.python)
+
+
+def _run_eval(argv: list[str], log: Path, env: Mapping[str, str], timeout_s: float,
+              abort: Callable[[], str | None]) -> str | None:
+    """lm_eval to its end; the reason it did not finish cleanly, or None."""
+    start = time.monotonic()
+    with log.open("wb") as out:
+        proc = watchdog.popen(argv, 0.0, stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=dict(env))
+        try:
+            while (code := proc.poll()) is None:
+                why = abort() or (f"lm_eval ran past validate.accuracy.timeout_s={timeout_s}"
+                                  if time.monotonic() - start > timeout_s else None)
+                if why:
+                    stop_group(proc.pid, grace=0.0, also=descendants(proc.pid))
+                    proc.wait()
+                    return why
+                time.sleep(0.2)
+        except BaseException:
+            stop_group(proc.pid, grace=0.0, also=descendants(proc.pid))
+            proc.wait()
+            raise
+    return None if code == 0 else f"lm_eval exited {code}; its output: {log}"
+
+
+def scored(out_dir: Path, arm: str, version: str, root: Path) -> ArmScore:
+    """lm_eval's results and logged samples under `out_dir`, read as one arm's score (the
+    samples' path relative to the stage's directory `root`)."""
+    results = sorted(out_dir.rglob("results_*.json"))
+    samples = sorted(out_dir.rglob(f"samples_{TASK}_*.jsonl"))
+    if not results or not samples:
+        return ArmScore(arm, FAILED, f"lm_eval wrote no results or samples under {out_dir}")
+    try:
+        score = json.loads(results[-1].read_text())["results"][TASK][f"{METRIC},{FILTER}"]
+        correct: dict[int, bool] = {}
+        for line in samples[-1].read_text().splitlines():
+            row = json.loads(line) if line.strip() else None
+            if row is not None and row.get("filter", FILTER) == FILTER:
+                correct[int(row["doc_id"])] = float(row[METRIC]) == 1.0
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return ArmScore(arm, FAILED, f"lm_eval's output under {out_dir} is unreadable: {e}")
+    if not correct or abs(float(score) - sum(correct.values()) / len(correct)) > 1e-9:
+        return ArmScore(arm, FAILED, f"lm_eval's score {score} is not its samples' mean")
+    return ArmScore(arm, SCORED, "", round(float(score), 6), correct, version,
+                    str(samples[-1].relative_to(root)))
+
+
+def _eval_env(launch: ArmLaunch, directory: Path) -> dict[str, str]:
+    env = {**os.environ, **launch.env, **OFFLINE_ENV,
+           "HF_DATASETS_CACHE": str(directory / "hf-datasets")}
+    if env.get("VLLM_API_KEY") and not env.get("OPENAI_API_KEY"):
+        env["OPENAI_API_KEY"] = env["VLLM_API_KEY"]  # what local-completions sends
+    return env
+
+
+def _score_arm(arm: Arm, launch: ArmLaunch, spec: AccuracySpec, cfg: DictConfig,
+               task_dir: Path, directory: Path, version: str) -> ArmScore:
+    """Boot the arm's server, run lm_eval against it, stop it."""
+    arm_dir = directory / ARMS_DIR / arm.name
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    session = ServerSession(launch.deployment(arm_dir),
+                            Watch(launch.ready_timeout_s, fatal_patterns(cfg.logs)))
+    try:
+        with session:
+            boot = session.wait_healthy()
+            progress(f"accuracy: {arm.name}: healthy after {boot:.1f} s; lm_eval {TASK}")
+            argv = eval_argv(spec, task_dir, arm.plan.served_model_name, session.base_url,
+                             arm_dir / "lm_eval")
+            failed = _run_eval(argv, arm_dir / LM_EVAL_LOG, _eval_env(launch, directory),
+                               spec.timeout_s, session.stop_reason)
+    except ServerError as e:
+        return ArmScore(arm.name, FAILED, f"server: {e.reason}")
+    if failed:
+        return ArmScore(arm.name, FAILED, failed)
+    return scored(arm_dir / "lm_eval", arm.name, version, directory)
+
+
+def accuracy_in(cfg: DictConfig, directory: Path) -> AccuracyRecord | None:
+    """Run the stage into `directory` (None: `validate.accuracy=null`)."""
+    spec = accuracy_spec(plain(cfg.validate.accuracy), sys.executable)
+    if spec is None:
+        return None
+    data, documents = verified_documents(spec)
+    version = lm_eval_version(spec.python)
+    protocol, _ = protocol_of(cfg)
+    task_dir = directory / "task"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    copy = task_dir / f"{TASK}.jsonl"  # what lm_eval reads is the verified bytes
+    copy.write_bytes(data)
+    (task_dir / f"{TASK}.yaml").write_text(task_yaml(spec, copy))
+    scores: list[ArmScore] = []
+    with claimed_ports(cfg) as claimed:
+        arms = compose_arms(claimed, protocol)
+        launches = {n: arm_launch(a, directory / ARMS_DIR / n) for n, a in arms.items()}
+        model = next(iter(arms.values())).plan.served_model_name
+        record = _record(cfg, spec, documents, protocol.baseline, model, ())
+        for name, arm in arms.items():
+            progress(f"accuracy: {name}: booting its server")
+            scores.append(_score_arm(arm, launches[name], spec, claimed, task_dir, directory,
+                                     version))
+            last = scores[-1]
+            progress(f"accuracy: {name}: " + (f"{last.score:.4f} ({len(last.correct)} "
+                     "documents)" if last.status == SCORED else f"FAILED: {last.reason}"))
+            record = _record(cfg, spec, documents, protocol.baseline, model, tuple(scores))
+            (directory / ACCURACY_JSON).write_text(
+                SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+    return record
+
+
+def _record(cfg: DictConfig, spec: AccuracySpec, documents: int, baseline: str, model: str,
+            scores: tuple[ArmScore, ...]) -> AccuracyRecord:
+    synthetic: Any = cfg.model.get("synthetic")
+    return AccuracyRecord(TASK, str(spec.dataset), spec.sha256, documents, baseline,
+                          spec.margin, model, None if synthetic is None else str(synthetic),
+                          spec.to_dict(), scores)
