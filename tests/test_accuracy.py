@@ -152,7 +152,7 @@ def spec(**overrides: object):  # type: ignore[no-untyped-def]
     conf = {"dataset": "data/gsm8k_sample.jsonl", "sha256": "a" * 64, "limit": None,
             "num_fewshot": 0, "max_gen_toks": 256, "temperature": 0.0, "num_concurrent": 8,
             "margin": 0.02, "python": None, "timeout_s": 3600.0, **overrides}
-    return accuracy_spec(conf, "/usr/bin/python3")
+    return accuracy_spec(conf, "/usr/bin/python3", ["none", "draft_model"])
 
 
 def test_the_task_yaml_reads_the_local_file_with_gsm8ks_filter_and_metric(
@@ -194,14 +194,15 @@ def test_the_lm_eval_command_scores_the_servers_completions_endpoint(tmp_path: P
 
 
 def test_the_settings_are_checked() -> None:
-    assert accuracy_spec(None, "py") is None
+    assert accuracy_spec(None, "py", ["none"]) is None
     s = spec()
     assert s.dataset == SAMPLE and s.python == "/usr/bin/python3"
     assert spec(dataset="/abs/gsm8k.jsonl").dataset == Path("/abs/gsm8k.jsonl")
     for bad, match in [({"sha256": "abc"}, "sha256"), ({"margin": 0}, "margin"),
                        ({"margin": 1.5}, "margin"), ({"limit": 0}, "limit"),
                        ({"dataset": None}, "dataset"), ({"num_concurrent": 0}, "num_concurrent"),
-                       ({"temperature": -1}, "temperature")]:
+                       ({"temperature": -1}, "temperature"),
+                       ({"baseline": "ngram"}, "baseline=ngram is not one of bench.arms")]:
         with pytest.raises(UsageError, match=match):
             spec(**bad)
 
@@ -209,7 +210,7 @@ def test_the_settings_are_checked() -> None:
 def test_the_shipped_sample_is_pinned_and_gsm8k_shaped() -> None:
     validate_schema.register()
     cfg = compose_config(["+hw=cpu"], config="validate")
-    s = accuracy_spec(dict(cfg.validate.accuracy), "py")
+    s = accuracy_spec(dict(cfg.validate.accuracy), "py", list(cfg.bench.arms))
     from dspark_cli.accuracy.run import verified_documents
 
     data, documents = verified_documents(s)

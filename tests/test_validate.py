@@ -68,7 +68,8 @@ def test_every_stage_runs_and_the_report_is_the_records(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     st = stages(run)
     assert {n: s["status"] for n, s in st.items()} == {
-        "checkpoint": "passed", "tests": "passed", "smoke": "passed", "bench": "skipped"}
+        "checkpoint": "passed", "tests": "passed", "smoke": "passed", "bench": "skipped",
+        "accuracy": "skipped"}
     text = (run / "report.md").read_text()
     assert done.stdout == text
     assert [line[3:] for line in text.splitlines() if line.startswith("## ")] == list(
@@ -116,7 +117,8 @@ def test_a_failed_stage_stops_the_run_unless_keep_going(tmp_path: Path) -> None:
     done, run = run_validate(tmp_path / "keep", *focused(src), flags=("--keep-going",))
     assert done.returncode == 1, done.stderr
     assert {n: s["status"] for n, s in stages(run).items()} == {
-        "checkpoint": "passed", "tests": "failed", "smoke": "passed", "bench": "skipped"}
+        "checkpoint": "passed", "tests": "failed", "smoke": "passed", "bench": "skipped",
+        "accuracy": "skipped"}
 
 
 @pytest.mark.vllm  # the smoke stage makes the tiny model with torch
@@ -165,8 +167,11 @@ def test_dry_run_prints_the_plan_of_every_stage() -> None:
     out = done.stdout
     for stage in ("1. checkpoint: verify-checkpoint of /models/DeepSeek-V4-Flash-DSpark",
                   "2. focused tests: not run", "3. smoke: boot this launch",
-                  "4. bench: protocol speed_bench_throughput_1k", "5. report: "):
+                  "4. bench: protocol speed_bench_throughput_1k",
+                  "5. accuracy: lm_eval task dspark_gsm8k on ", "6. report: "):
         assert stage in out
+    assert ("against each arm of bench.arms (none, dspark_fixed, dspark_adaptive) booted in turn; "
+            "each arm's difference to none judged at +-0.02") in out
     seed = (GOLDEN / "mi350x.sh").read_text()
     assert "\n".join(f"   {line}" for line in seed.rstrip("\n").splitlines()) in out
     assert "cell 21/21: dspark_adaptive-c4" in out

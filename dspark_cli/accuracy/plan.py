@@ -6,7 +6,7 @@ through its OpenAI-compatible completions endpoint. Nothing here touches the dis
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ class AccuracySpec:
     temperature: float
     num_concurrent: int  # requests lm_eval keeps in flight
     margin: float  # the equivalence margin on the accuracy difference (absolute)
+    baseline: str  # the arm every other is compared with (no speculation: `none`)
     python: str  # the interpreter that runs lm_eval
     timeout_s: float  # one arm's eval
 
@@ -44,7 +45,8 @@ class AccuracySpec:
         return {"dataset": str(self.dataset), "sha256": self.sha256, "limit": self.limit,
                 "num_fewshot": self.num_fewshot, "max_gen_toks": self.max_gen_toks,
                 "temperature": self.temperature, "num_concurrent": self.num_concurrent,
-                "margin": self.margin, "python": self.python, "timeout_s": self.timeout_s}
+                "margin": self.margin, "baseline": self.baseline, "python": self.python,
+                "timeout_s": self.timeout_s}
 
 
 def _int(conf: Mapping[str, Any], key: str, least: int) -> int:
@@ -54,11 +56,19 @@ def _int(conf: Mapping[str, Any], key: str, least: int) -> int:
     return value
 
 
-def accuracy_spec(conf: Mapping[str, Any] | None, default_python: str) -> AccuracySpec | None:
-    """The stage's settings (None: `validate.accuracy=null`, the stage is skipped); UsageError
-    naming the key when one is wrong. A relative dataset path is under dspark's conf/."""
+def accuracy_spec(conf: Mapping[str, Any] | None, default_python: str,
+                  arms: Sequence[str]) -> AccuracySpec | None:
+    """The stage's settings for the bench's `arms` (None: `validate.accuracy=null`, the stage
+    is skipped); UsageError naming the key when one is wrong. A relative dataset path is under
+    dspark's conf/."""
     if conf is None:
         return None
+    baseline = str(conf.get("baseline") or "none")
+    if baseline not in arms:
+        raise UsageError(f"validate.accuracy.baseline={baseline} is not one of bench.arms "
+                         f"{list(arms)}: every arm's accuracy is compared with it.",
+                         hint="add the no-speculation arm to bench.arms, or name another "
+                         "arm in validate.accuracy.baseline")
     if not conf.get("dataset"):
         raise UsageError("validate.accuracy.dataset is not set; give a GSM8K-format JSONL file "
                          "(question, answer ending in '#### N') and its SHA-256 in "
@@ -83,7 +93,8 @@ def accuracy_spec(conf: Mapping[str, Any] | None, default_python: str) -> Accura
         limit=None if limit is None else _int(conf, "limit", 1),
         num_fewshot=_int(conf, "num_fewshot", 0), max_gen_toks=_int(conf, "max_gen_toks", 1),
         temperature=float(temperature), num_concurrent=_int(conf, "num_concurrent", 1),
-        margin=float(margin), python=str(conf.get("python") or default_python),
+        margin=float(margin), baseline=baseline,
+        python=str(conf.get("python") or default_python),
         timeout_s=float(conf.get("timeout_s") or 3600.0))
 
 

@@ -89,10 +89,15 @@ def lm_eval_version(python: str) -> str:
     return done.stdout.strip()
 
 
+def _spec(cfg: DictConfig) -> AccuracySpec | None:
+    return accuracy_spec(plain(cfg.validate.accuracy), sys.executable,
+                         [str(a) for a in cfg.bench.arms])
+
+
 def preflight(cfg: DictConfig) -> None:
     """The stage's own inputs checked before validate's first stage boots anything: exit 2 on
     a dataset that is not the pinned one, or an interpreter without lm_eval."""
-    spec = accuracy_spec(plain(cfg.validate.accuracy), sys.executable)
+    spec = _spec(cfg)
     if spec is not None:
         verified_documents(spec)
         lm_eval_version(spec.python)
@@ -175,7 +180,7 @@ def _score_arm(arm: Arm, launch: ArmLaunch, spec: AccuracySpec, cfg: DictConfig,
 
 def accuracy_in(cfg: DictConfig, directory: Path) -> AccuracyRecord | None:
     """Run the stage into `directory` (None: `validate.accuracy=null`)."""
-    spec = accuracy_spec(plain(cfg.validate.accuracy), sys.executable)
+    spec = _spec(cfg)
     if spec is None:
         return None
     data, documents = verified_documents(spec)
@@ -191,7 +196,7 @@ def accuracy_in(cfg: DictConfig, directory: Path) -> AccuracyRecord | None:
         arms = compose_arms(claimed, protocol)
         launches = {n: arm_launch(a, directory / ARMS_DIR / n) for n, a in arms.items()}
         model = next(iter(arms.values())).plan.served_model_name
-        record = _record(cfg, spec, documents, protocol.baseline, model, ())
+        record = _record(cfg, spec, documents, model, ())
         for name, arm in arms.items():
             progress(f"accuracy: {name}: booting its server")
             scores.append(_score_arm(arm, launches[name], spec, claimed, task_dir, directory,
@@ -199,15 +204,15 @@ def accuracy_in(cfg: DictConfig, directory: Path) -> AccuracyRecord | None:
             last = scores[-1]
             progress(f"accuracy: {name}: " + (f"{last.score:.4f} ({len(last.correct)} "
                      "documents)" if last.status == SCORED else f"FAILED: {last.reason}"))
-            record = _record(cfg, spec, documents, protocol.baseline, model, tuple(scores))
+            record = _record(cfg, spec, documents, model, tuple(scores))
             (directory / ACCURACY_JSON).write_text(
                 SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
 
 
-def _record(cfg: DictConfig, spec: AccuracySpec, documents: int, baseline: str, model: str,
+def _record(cfg: DictConfig, spec: AccuracySpec, documents: int, model: str,
             scores: tuple[ArmScore, ...]) -> AccuracyRecord:
     synthetic: Any = cfg.model.get("synthetic")
-    return AccuracyRecord(TASK, str(spec.dataset), spec.sha256, documents, baseline,
+    return AccuracyRecord(TASK, str(spec.dataset), spec.sha256, documents, spec.baseline,
                           spec.margin, model, None if synthetic is None else str(synthetic),
                           spec.to_dict(), scores)

@@ -66,7 +66,8 @@ def _accuracy(cfg: DictConfig, directory: Path) -> tuple[Any, list[str]]:
     with the arm's server URL and served name left to the boot."""
     from dspark_cli.accuracy.plan import TASK, accuracy_spec, eval_argv
 
-    spec = accuracy_spec(plain(cfg.validate.accuracy), sys.executable)
+    spec = accuracy_spec(plain(cfg.validate.accuracy), sys.executable,
+                         [str(a) for a in cfg.bench.arms])
     if spec is None:
         return None, ["5. accuracy: skipped (validate.accuracy=null)"]
     stage = directory / "accuracy"
@@ -76,7 +77,7 @@ def _accuracy(cfg: DictConfig, directory: Path) -> tuple[Any, list[str]]:
         f"5. accuracy: lm_eval task {TASK} on {spec.dataset} (sha256 {spec.sha256}"
         + (f", the first {spec.limit} documents" if spec.limit else "") + "), against each arm "
         f"of bench.arms ({', '.join(map(str, cfg.bench.arms))}) booted in turn; each arm's "
-        f"difference to {cfg.bench.baseline} judged at +-{spec.margin:g}:",
+        f"difference to {spec.baseline} judged at +-{spec.margin:g}:",
         f"   {' '.join(shlex.quote(a) for a in argv)}"]
 
 

@@ -54,6 +54,7 @@ class AccuracyStage:
     temperature: float = 0.0
     num_concurrent: int = 8
     margin: float = 0.02  # accuracy difference (absolute) still comparable
+    baseline: str = "none"  # the arm the others are compared with (no speculation)
     python: str | None = None  # the interpreter that runs lm_eval (null: dspark's own)
     timeout_s: float = 3600.0
 
