@@ -312,18 +312,24 @@ def test_cells_of_different_datasets_or_models_are_not_merged(records: Path, tmp
 
 
 # -- writing beside untrusted records -------------------------------------------------------------
-@pytest.mark.parametrize("name", ["summary.json", "summary.csv", "summary.png"])
-def test_bench_report_replaces_a_planted_link_instead_of_writing_through_it(
-        records: Path, tmp_path: Path, name: str) -> None:
-    victim = tmp_path / "victim.txt"
-    victim.write_text("precious\n")
-    planted = records / "bench" / name
-    planted.unlink(missing_ok=True)
-    planted.symlink_to(victim)
+def test_bench_report_replaces_planted_links_instead_of_writing_through_them(
+        records: Path, tmp_path: Path) -> None:
+    """summary.json, .csv and .png each a link to a file of someone's: one `bench --report`
+    (a run costs seconds: its proposal is preflighted) replaces every link, and no file linked
+    to changes."""
+    names = ("summary.json", "summary.csv", "summary.png")
+    for name in names:
+        victim = tmp_path / f"victim-{name}.txt"
+        victim.write_text("precious\n")
+        planted = records / "bench" / name
+        planted.unlink(missing_ok=True)
+        planted.symlink_to(victim)
     done = run_dspark("bench", "--report", str(records / "bench"), timeout=600)
     assert done.returncode in (0, 1), done.stderr  # 1: a cell is invalid
-    assert victim.read_text() == "precious\n"
-    assert not planted.is_symlink() and planted.stat().st_size > 0
+    for name in names:
+        assert (tmp_path / f"victim-{name}.txt").read_text() == "precious\n", name
+        planted = records / "bench" / name
+        assert not planted.is_symlink() and planted.stat().st_size > 0, name
 
 
 def test_report_md_replaces_a_planted_link(records: Path, tmp_path: Path) -> None:
