@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import psutil
 
 from dspark_cli.server.process import free_port
-from tests.conftest import dspark_argv, dspark_env
+from tests.conftest import dspark_argv, run_dspark
 from tests.doubles.fake_vllm import SCRIPT
 
 ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines", "draft_params",
@@ -21,19 +20,23 @@ ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines",
               "spec_decode", "engagement", "teardown"}
 
 
-def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:
+def smoke_args(port: int, fake_args: list[str], *overrides: str) -> list[str]:
+    """`dspark smoke`'s arguments against the fake on `port` (later overrides win)."""
     fake = ",".join([sys.executable, str(SCRIPT), "--port", str(port), *fake_args])
-    return dspark_argv("smoke", "+hw=cpu", f"server.port={port}", f"server.command=[{fake}]",
-                       "model.synthetic=null", "server.ready_timeout_s=5",
-                       "smoke.request_timeout_s=2", *overrides, "--json")
+    return ["smoke", "+hw=cpu", f"server.port={port}", f"server.command=[{fake}]",
+            "model.synthetic=null", "server.ready_timeout_s=5", "smoke.request_timeout_s=2",
+            *overrides, "--json"]
+
+
+def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:
+    return dspark_argv(*smoke_args(port, fake_args, *overrides))
 
 
 def run_smoke(tmp_path: Path, scenario: str, *overrides: str,
               fake_args: tuple[str, ...] = ()) -> tuple[int, dict[str, Any], str]:
     port = free_port()
-    done = subprocess.run(
-        smoke_argv(port, ["--scenario", scenario, "--k", "3", *fake_args], *overrides),
-        cwd=tmp_path, env=dspark_env(), capture_output=True, text=True, timeout=120)
+    done = run_dspark(*smoke_args(port, ["--scenario", scenario, "--k", "3", *fake_args],
+                                  *overrides), cwd=tmp_path)
     assert done.stdout.strip(), done.stderr
     report = json.loads(done.stdout)
     assert_nothing_left(report, port)

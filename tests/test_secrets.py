@@ -20,7 +20,7 @@ from dspark_cli.launch.render import plan_dict, shell_script
 from dspark_cli.launch.secret_overrides import hide
 from dspark_cli.server.process import free_port
 from tests.conftest import compose_config, dspark_env, run_dspark
-from tests.smoke_support import smoke_argv
+from tests.smoke_support import smoke_args, smoke_argv
 
 # route -> a planted value (long and unique, so a hit is a leak)
 PLANTED = {
@@ -154,9 +154,8 @@ def test_every_secret_carrying_vllm_option_is_known() -> None:
 
 def _smoke(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     port = free_port()
-    argv = smoke_argv(port, ["--scenario", "healthy", "--k", "3"], *planted_overrides(), *extra)
-    return subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
-                          timeout=180)
+    return run_dspark(*smoke_args(port, ["--scenario", "healthy", "--k", "3"],
+                                  *planted_overrides(), *extra), cwd=tmp_path, timeout=180)
 
 
 def test_nothing_dspark_or_hydra_writes_or_prints_holds_a_secret(tmp_path: Path) -> None:

@@ -16,13 +16,14 @@ import psutil
 import pytest
 
 from dspark_cli.server.process import free_port
-from tests.conftest import default_signals, dspark_env
+from tests.conftest import default_signals, dspark_env, run_dspark
 from tests.smoke_support import (
     ALL_CHECKS,
     checks,
     fake_pid,
     port_free,
     run_smoke,
+    smoke_args,
     smoke_argv,
     statuses,
 )
@@ -45,20 +46,23 @@ def test_healthy_fake_passes_with_every_check(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("scenario", "code", "failed", "evidence"),
+    ("scenario", "code", "failed", "evidence", "overrides"),
     [
-        ("gpu_fault", 1, "no_fatal_lines", "rocm_memory_fault"),
-        ("die_during_request", 3, "server_alive", "exited with code -9 during the request"),
-        ("traceback", 1, "no_fatal_lines", "EngineCore encountered a fatal error"),
-        ("short_tokens", 1, "generation", "usage says 41"),
-        ("never_healthy", 3, "health", "did not answer 200 within 5 s"),
-        ("hung_request", 1, "request", "queue hang"),
-        ("bad_spec_counters", 1, "spec_decode", "draft tokens 58 != drafts x K"),
+        ("gpu_fault", 1, "no_fatal_lines", "rocm_memory_fault", ()),
+        ("die_during_request", 3, "server_alive", "exited with code -9 during the request", ()),
+        ("traceback", 1, "no_fatal_lines", "EngineCore encountered a fatal error", ()),
+        ("short_tokens", 1, "generation", "usage says 41", ()),
+        # the whole ready timeout is waited: a short one
+        ("never_healthy", 3, "health", "did not answer 200 within 1 s",
+         ("server.ready_timeout_s=1",)),
+        ("hung_request", 1, "request", "queue hang", ()),
+        ("bad_spec_counters", 1, "spec_decode", "draft tokens 58 != drafts x K", ()),
     ],
 )
 def test_fault_scenarios_give_their_verdict(tmp_path: Path, scenario: str, code: int,
-                                            failed: str, evidence: str) -> None:
-    rc, report, stderr = run_smoke(tmp_path, scenario)
+                                            failed: str, evidence: str,
+                                            overrides: tuple[str, ...]) -> None:
+    rc, report, stderr = run_smoke(tmp_path, scenario, *overrides)
     assert rc == code, report["verdict"]
     assert report["verdict"]["exit_code"] == code and not report["verdict"]["passed"]
     assert set(statuses(report)) == ALL_CHECKS
@@ -125,8 +129,8 @@ def test_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        done = subprocess.run(smoke_argv(port, ["--scenario", "healthy"]), cwd=tmp_path,
-                              env=dspark_env(), capture_output=True, text=True, timeout=60)
+        done = run_dspark(*smoke_args(port, ["--scenario", "healthy"]), cwd=tmp_path,
+                          timeout=60)
     assert done.returncode == 3
     assert "already in use" in done.stderr
     assert "Traceback" not in done.stderr
@@ -135,10 +139,9 @@ def test_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
 
 def test_a_command_that_cannot_start_is_a_server_error(tmp_path: Path) -> None:
     port = free_port()
-    argv = smoke_argv(port, [])
-    argv[argv.index(next(a for a in argv if a.startswith("server.command=")))] = (
+    args = smoke_args(port, [])
+    args[args.index(next(a for a in args if a.startswith("server.command=")))] = (
         "server.command=[/nonexistent/vllm,serve]")
-    done = subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
-                          timeout=60)
+    done = run_dspark(*args, cwd=tmp_path, timeout=60)
     assert done.returncode == 3
     assert "could not start" in done.stderr and "Traceback" not in done.stderr
