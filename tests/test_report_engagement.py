@@ -12,7 +12,8 @@ from dspark_cli.bench.engagement_probe import record
 from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.report.engagement import engagement_rows
 from dspark_cli.server.draft_params import DraftParams, seen_params
-from dspark_cli.server.logscan import compile_patterns, scan_lines
+from dspark_cli.server.log_patterns import compile_patterns
+from dspark_cli.server.logscan import scan_lines
 from dspark_cli.server.spec_metrics import ADAPTIVE, FIXED, Engagement, parse
 from tests.conftest import run_dspark
 from tests.report_factory import bench_run

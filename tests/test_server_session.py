@@ -19,7 +19,7 @@ from dspark_cli.errors import ServerError
 from dspark_cli.server.attached import AttachedServer
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.local import LocalDeployment, NodeProcess
-from dspark_cli.server.logscan import compile_patterns
+from dspark_cli.server.log_patterns import compile_patterns
 from dspark_cli.server.metrics import GENERATION_TOKENS
 from dspark_cli.server.process import free_port
 from dspark_cli.server.session import ServerSession

@@ -40,7 +40,7 @@ from dspark_cli.run_files import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
 from dspark_cli.server import watchdog
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.groups import descendants, stop_group
-from dspark_cli.server.logscan import fatal_patterns
+from dspark_cli.server.log_patterns import fatal_patterns
 from dspark_cli.server.session import ServerSession
 
 _VERSION = ("import importlib.metadata as m, importlib.util as u\n"

@@ -34,7 +34,8 @@ from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.draft_params import seen_params
-from dspark_cli.server.logscan import Pattern, degraded_lines
+from dspark_cli.server.log_patterns import Pattern
+from dspark_cli.server.logscan import degraded_lines
 from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import Engagement

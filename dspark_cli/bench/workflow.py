@@ -63,7 +63,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.lossless import load_prompts
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
-    from dspark_cli.server.logscan import degraded_patterns, fatal_patterns
+    from dspark_cli.server.log_patterns import degraded_patterns, fatal_patterns
     from dspark_cli.server.process import stop_signals_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # a dry run plans deployments without loading psutil or the log scanner
-    from dspark_cli.server.logscan import Pattern
+from dspark_cli.server.log_patterns import Pattern
+
+if TYPE_CHECKING:  # a dry run plans deployments without loading psutil
     from dspark_cli.server.process import Teardown
 
 

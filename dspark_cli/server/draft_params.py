@@ -12,7 +12,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from dspark_cli.errors import UsageError
-from dspark_cli.server.logscan import LogSnapshot, Pattern, compile_patterns
+from dspark_cli.server.log_patterns import Pattern, compile_patterns
+from dspark_cli.server.logscan import LogSnapshot
 
 NAME = "draft_params"
 

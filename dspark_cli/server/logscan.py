@@ -1,92 +1,30 @@
 """Watch a server log file live for fatal lines and for lines that must appear.
 
-The patterns are data (config: name -> regular expression); this module only matches them.
+The patterns are data (config: name -> regular expression, compiled by log_patterns.py);
+this module only matches them.
 A `LogWatcher` follows the file from its first byte in a thread, polling every `poll_s`
 (default 20 ms), so a fatal line is signalled through `watcher.fired` well within 100 ms of
 being written, with the lines around it kept for the report. It also records the first match
 of each "watch" pattern (required startup lines), with the regex's named groups.
 
 Public API (also used by `dspark bench`):
-    compile_patterns({name: regex}) -> tuple[Pattern, ...]   (ValueError names a bad regex)
     scan_lines(lines, fatal, watch) -> LogSnapshot            (pure, for a finished log)
     LogWatcher(path, fatal, watch).start() / .fired / .wait_fatal(t) / .snapshot()
         / .catch_up() / .stop()
     LogSnapshot.upto(n)                                       (what the first n lines showed)
+    degraded_lines(snapshot, degraded) -> tuple[str, ...]     ("family: line", first of each)
 """
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-
-@dataclass(frozen=True)
-class Pattern:
-    """A named regular expression, searched anywhere in a line."""
-
-    name: str
-    regex: re.Pattern[str]
-
-    def search(self, line: str) -> re.Match[str] | None:
-        return self.regex.search(line)
-
-
-def compile_patterns(patterns: Mapping[str, str]) -> tuple[Pattern, ...]:
-    """Compile config patterns, keeping their order; ValueError names the one that is broken."""
-    out = []
-    for name, text in patterns.items():
-        try:
-            out.append(Pattern(str(name), re.compile(str(text))))
-        except re.error as exc:
-            raise ValueError(f"log pattern {name!r} is not a valid regex: {exc}") from exc
-    return tuple(out)
-
-
-def fatal_patterns(logs: Any) -> tuple[Pattern, ...]:
-    """The `logs.fatal` patterns of a composed config (null ones are switched off); a broken
-    regex is a usage error naming its key."""
-    return _enabled(logs, "fatal")
-
-
-def degraded_patterns(logs: Any) -> tuple[Pattern, ...]:
-    """The `logs.degraded` patterns (vLLM overrode what was asked: not fatal), watched like
-    required lines; null ones are switched off."""
-    return _enabled(logs, "degraded")
-
-
-def evidence_patterns(logs: Any) -> tuple[Pattern, ...]:
-    """The `logs.evidence` patterns (an asked-for feature ran), watched like required lines;
-    null ones are switched off."""
-    return _enabled(logs, "evidence")
-
-
-def degraded_lines(snapshot: LogSnapshot | None, degraded: Sequence[Pattern]) -> tuple[str, ...]:
-    """"family: line" for each degraded family the log showed (its first line), in order."""
-    if snapshot is None:
-        return ()
-    names = {p.name for p in degraded}
-    seen = sorted((m for m in snapshot.found.values() if m.pattern in names),
-                  key=lambda m: m.line_no)
-    return tuple(f"{m.pattern}: {m.line}" for m in seen)
-
-
-def _enabled(logs: Any, key: str) -> tuple[Pattern, ...]:
-    from omegaconf import OmegaConf
-
-    from dspark_cli.errors import UsageError
-
-    enabled = {k: v for k, v in (OmegaConf.to_container(logs[key]) or {}).items()
-               if v is not None}
-    try:
-        return compile_patterns(enabled)
-    except ValueError as exc:
-        raise UsageError(f"`logs.{key}`: {exc}") from None
+from dspark_cli.server.log_patterns import Pattern
 
 
 @dataclass(frozen=True)
@@ -220,6 +158,16 @@ def scan_lines(
     for line in lines:
         scanner.feed(line.rstrip("\r\n"))
     return scanner.snapshot()
+
+
+def degraded_lines(snapshot: LogSnapshot | None, degraded: Sequence[Pattern]) -> tuple[str, ...]:
+    """"family: line" for each degraded family the log showed (its first line), in order."""
+    if snapshot is None:
+        return ()
+    names = {p.name for p in degraded}
+    seen = sorted((m for m in snapshot.found.values() if m.pattern in names),
+                  key=lambda m: m.line_no)
+    return tuple(f"{m.pattern}: {m.line}" for m in seen)
 
 
 class LogWatcher:

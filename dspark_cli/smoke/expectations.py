@@ -17,7 +17,7 @@ from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.server.draft_params import DraftParams, draft_params_spec
-from dspark_cli.server.logscan import (
+from dspark_cli.server.log_patterns import (
     Pattern,
     compile_patterns,
     degraded_patterns,
