@@ -12,7 +12,7 @@ import pytest
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.loadgen import PhaseRun, latency_ms, phase_argv, run_phase, scalars
 from dspark_cli.bench.protocol import Phase, Sampling
-from dspark_cli.config.schema import Platform
+from dspark_cli.config.choices import Platform
 from dspark_cli.launch.layout import NodeLaunch, NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.profile import Profile

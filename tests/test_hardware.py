@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.config.schema import Platform
+from dspark_cli.config.choices import Platform
 from dspark_cli.machine.detect import (
     Gpu,
     Machine,

@@ -229,7 +229,7 @@ def test_tp_16_on_two_8_gpu_nodes_passes_the_dry_run() -> None:
 
 def test_nodes_run_here_share_this_machines_gpus() -> None:
     """deploy=local runs every node on this host: the world across nodes must fit its GPUs."""
-    from dspark_cli.config.schema import Platform
+    from dspark_cli.config.choices import Platform
     from dspark_cli.launch.rules import Context, run_rules
     from dspark_cli.machine.detect import Gpu, Machine
 

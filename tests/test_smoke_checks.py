@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from dspark_cli.config import schema
-from dspark_cli.config.schema import DraftTokensRule
+from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.errors import ExitCode, UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.logscan import scan_lines

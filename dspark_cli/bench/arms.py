@@ -16,7 +16,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from dspark_cli.bench.protocol import Protocol, check_max_num_seqs
-from dspark_cli.config.schema import DraftTokensRule, SpeculativeConf
+from dspark_cli.config.choices import DraftTokensRule
+from dspark_cli.config.schema import SpeculativeConf
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan

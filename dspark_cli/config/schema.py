@@ -3,6 +3,7 @@ while Hydra composes, before anything runs.
 
 Fields under `args` are vLLM `serve` options named by their argparse dest (snake_case); a null
 value is not rendered, so a profile says only what it changes from vLLM's defaults.
+The closed sets of values a key takes (platform, layout...) are in choices.py.
 """
 
 # No `from __future__ import annotations`: OmegaConf reads every field's type with
@@ -12,7 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dspark_cli.compat import StrEnum
+from dspark_cli.config.choices import CudagraphMode, DraftTokensRule, Layout, Platform
 from dspark_cli.config.domain import (
     COMMIT,
     PORT,
@@ -24,35 +25,6 @@ from dspark_cli.config.domain import (
     schema_class,
 )
 from dspark_cli.deploy.schema import K8sConf, SlurmConf
-
-
-class Platform(StrEnum):
-    rocm = "rocm"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-class CudagraphMode(StrEnum):
-    NONE = "NONE"
-    PIECEWISE = "PIECEWISE"
-    FULL = "FULL"
-    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
-    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
-
-
-class Layout(StrEnum):
-    """How vLLM spans more than one node (`hw.nodes` > 1)."""
-
-    dp = "dp"  # data parallel, one API server on the head, the other nodes headless
-    dp_hybrid = "dp_hybrid"  # data parallel, an API server on every node (hybrid load balancing)
-    tp = "tp"  # one engine whose tensor parallel group spans the nodes
-
-
-class DraftTokensRule(StrEnum):
-    """How `spec_decode_num_draft_tokens` relates to drafts x K for a drafter."""
-
-    exact = "exact"  # fixed-K drafters: DSpark, draft_model
-    at_most = "at_most"  # ngram, suffix: may propose fewer than K
 
 
 @schema_class

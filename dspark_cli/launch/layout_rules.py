@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dspark_cli.config.schema import Platform
+from dspark_cli.config.choices import Platform
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLaunch, NodeLayout
 from dspark_cli.launch.plan import LaunchPlan

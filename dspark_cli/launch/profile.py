@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from dspark_cli.config.schema import Platform
+from dspark_cli.config.choices import Platform
 
 
 @dataclass(frozen=True)

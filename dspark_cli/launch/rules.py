@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from dspark_cli.config.schema import Platform
+from dspark_cli.config.choices import Platform
 from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.profile import Profile

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dspark_cli.config.schema import Platform
+from dspark_cli.config.choices import Platform
 
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 # Where to read the KFD topology instead (a container's own sysfs mount, a test's fake host).

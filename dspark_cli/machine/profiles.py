@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dspark_cli.config.schema import Platform
+from dspark_cli.config.choices import Platform
 from dspark_cli.errors import UsageError
 from dspark_cli.machine.detect import detect, match_profile
 from dspark_cli.paths import conf_dir

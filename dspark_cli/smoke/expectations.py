@@ -12,8 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.config.plain import plain
-from dspark_cli.config.schema import DraftTokensRule
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.server.draft_params import DraftParams, draft_params_spec

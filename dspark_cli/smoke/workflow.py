@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from dspark_cli.config.schema import DraftTokensRule
+from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.console import progress
 from dspark_cli.deploy.start import attach, ready
 from dspark_cli.launch.layout_rules import checked_layout
