@@ -232,11 +232,24 @@ def exit_code_for(error: BaseException, debug: bool) -> int:
         error = MissingEngine(error.name or "", str(error))
     elif isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] in EXTRAS:
         error = MissingExtra(error.name or "")
+    error = _missing_value(error)
     if isinstance(error, DsparkError):
         err(error.message + (f"\n  hint: {error.hint}" if error.hint else ""))
         return int(error.exit_code)
     err(f"unexpected {type(error).__name__}: {error} (rerun with --debug for the traceback)")
     return int(ExitCode.INTERNAL)
+
+
+def _missing_value(error: BaseException) -> BaseException:
+    """A `???` the composition left unset (a group option that has no default, such as
+    model=deepseek_v4_local's path) is the user's to give: a usage error naming the key."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    if not isinstance(error, MissingMandatoryValue):
+        return error
+    key = getattr(error, "full_key", "") or "a setting"
+    return UsageError(f"`{key}` has no value, and this command needs one: the composed config "
+                      "leaves it for you to give; nothing was started.", hint=f"add {key}=...")
 
 
 def main(argv: list[str] | None = None) -> int:
