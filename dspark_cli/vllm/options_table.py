@@ -112,14 +112,18 @@ def entry(vllm: dict[str, str | None], options: dict[str, dict[str, Any]]) -> di
 def derive(timeout: float = DERIVE_TIMEOUT_S) -> dict[str, dict[str, Any]]:
     """The installed vLLM's options, from its parser in a subprocess; DeriveError if not."""
     import subprocess  # only a cache miss runs one
+    import tempfile
 
-    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1"}
-    try:
-        done = subprocess.run([sys.executable, "-m", "dspark_cli.vllm.options_table"],
-                              capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        raise DeriveError(f"reading its parser took over {timeout:.0f} s") from e
+    # Its own TMPDIR, removed after: importing vLLM leaves torch's caches there
+    # (torchinductor_<user>), and the user's TMPDIR is not dspark's to fill.
+    with tempfile.TemporaryDirectory(prefix="dspark-options-") as scratch:
+        env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", "TMPDIR": scratch}
+        try:
+            done = subprocess.run([sys.executable, "-m", "dspark_cli.vllm.options_table"],
+                                  capture_output=True, text=True, timeout=timeout, env=env,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            raise DeriveError(f"reading its parser took over {timeout:.0f} s") from e
     lines = done.stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if lines else None
