@@ -307,13 +307,20 @@ def _start_pod(cluster: Cluster, owner: dict[str, Any], pod: str, template: dict
     cluster.save_pod(record)
 
 
+def _default_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _kubelet(root: str, pod: str) -> int:
     """Run one pod's container, then record its exit code (the pod's supervisor)."""
     cluster = Cluster(Path(root))
     spec = json.loads((cluster.root / "pods" / f"{pod}.container").read_text())
     (cluster.root / "pods" / f"{pod}.container").unlink()  # the env held the Secret's values
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's SIGTERM is the container's
-    child = subprocess.Popen(spec["command"], env=spec["env"], stdin=subprocess.DEVNULL)
+    # ... with its default action: an ignored signal stays ignored across exec, and a container
+    # that never sees SIGTERM waits out the whole grace before its SIGKILL.
+    child = subprocess.Popen(spec["command"], env=spec["env"], stdin=subprocess.DEVNULL,
+                             preexec_fn=_default_sigterm)
     while True:
         try:
             code = child.wait()
