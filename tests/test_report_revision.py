@@ -138,10 +138,18 @@ def test_no_upstream_ref_gives_head_without_base(tmp_path: Path) -> None:
     assert "no merge-base with origin/nowhere" in section
 
 
-@pytest.fixture
-def recorded(tmp_path: Path) -> Path:
-    run, _ = run_stage(tmp_path, repo(tmp_path), lint_overrides())
+@pytest.fixture(scope="module")
+def recorded_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The focused stage's records, made once for the module (a real pytest and two ruff runs)."""
+    tmp = tmp_path_factory.mktemp("recorded")
+    run, _ = run_stage(tmp, repo(tmp), lint_overrides())
     return run
+
+
+@pytest.fixture
+def recorded(recorded_once: Path, tmp_path: Path) -> Path:
+    """A copy of the records of this test's own, to edit."""
+    return Path(shutil.copytree(recorded_once, tmp_path / "run"))
 
 
 def _edit(run: Path, name: str, change: dict[str, object]) -> None:

@@ -138,6 +138,7 @@ def test_a_url_password_in_model_path_is_redacted_from_every_record(records: Pat
     assert URL_PW not in done.stdout + done.stderr
 
 
+@pytest.mark.vllm  # the smoke stage boots the real vLLM (which fails to load the URL)
 def test_validate_json_holds_no_url_password(tmp_path: Path) -> None:
     """`dspark validate` with a URL password in model.path: its stages' details (a checkpoint
     that is not there names the path) are written redacted, and so is the report."""
