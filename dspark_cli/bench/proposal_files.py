@@ -70,13 +70,13 @@ def _preflight(command: str) -> dict[str, Any]:
             "output": "\n".join(tail)}
 
 
-def write_proposal(summary: Summary, directory: Path, check: bool = True) -> Path:
+def write_proposal(summary: Summary, directory: Path) -> Path:
     """proposal.json (and the proposed profile) for `summary`, its commands preflighted."""
     found = proposal.propose(summary.winners, {a: _profile(directory, a) for a in summary.arms},
                              has_field(proposal.SCHEDULE_KEY), launch_overrides(directory),
                              directory, summary.arms)
     path = proposal.write(found, directory)
-    if check and found.commands:
+    if found.commands:
         data = json.loads(path.read_text())
         data["preflight"] = [_preflight(c) for c in found.commands]
         path.write_text(json.dumps(data, indent=2) + "\n")
