@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hypothesis import settings
 from omegaconf import DictConfig
 
 from dspark_cli.config import schema
@@ -42,6 +43,11 @@ from tests.fake_gpu import fake_host
 pytest_plugins = ["tests.vllm_server"]
 
 REPO = Path(__file__).resolve().parent.parent
+
+# No per-example deadline: on two shared cores a first example that pays a lazy import can take
+# longer than hypothesis's 200 ms, which it then reports as Flaky; the properties are what count.
+settings.register_profile("dspark", deadline=None)
+settings.load_profile("dspark")
 
 # This module is imported twice (as `conftest` by pytest and as `tests.conftest` by tests), so
 # the session's state lives in the environment, where subprocesses see it too.
