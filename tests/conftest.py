@@ -10,7 +10,12 @@ inherited by every subprocess):
 - the machine shows no GPU (tests/fake_gpu.py's "no-gpu" host: an `nvidia-smi` without a
   driver first on PATH, an empty KFD topology in DSPARK_KFD_NODES), so `+hw=cpu` launches and
   hardware detection behave the same on a GPU host as on a CPU one. A test about a GPU host
-  passes `env=fake_host(tmp_path, "h200x8")` (tests/fake_gpu.py).
+  passes `env=fake_host(tmp_path, "h200x8")` (tests/fake_gpu.py);
+- the real vLLM servers run their model in the engine core process (`ENGINE_IN_ONE_PROCESS`:
+  vLLM's uniprocess executor, no worker process to spawn and import vLLM again), which cuts a
+  boot of the tiny model from about 72 s to about 50 s on this 2-core machine. vLLM reads it
+  from the environment as a user's would; test_serve_launch boots the shipped multiprocess
+  tree (`SHIPPED_ENGINE`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ REPO = Path(__file__).resolve().parent.parent
 # longer than hypothesis's 200 ms, which it then reports as Flaky; the properties are what count.
 settings.register_profile("dspark", deadline=None)
 settings.load_profile("dspark")
+
+# vLLM's own switch: "0" keeps a one-rank engine's model in the engine core process.
+ENGINE_IN_ONE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+SHIPPED_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 
 # This module is imported twice (as `conftest` by pytest and as `tests.conftest` by tests), so
 # the session's state lives in the environment, where subprocesses see it too.
@@ -99,6 +108,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "XDG_STATE_HOME": str(home / ".local/state"),
         "DSPARK_CACHE_DIR": str(root / "cache"),
         **no_gpu,
+        **ENGINE_IN_ONE_PROCESS,
     })
 
 

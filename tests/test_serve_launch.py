@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from dspark_cli.server.process import free_port, port_in_use
-from tests.conftest import start_dspark, wait_until
+from tests.conftest import SHIPPED_ENGINE, start_dspark, wait_until
 
 pytestmark = pytest.mark.vllm
 BOOT_TIMEOUT_S = 300
@@ -35,13 +35,15 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
 def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    # vLLM's shipped process tree (API server, engine core, worker), not the suite's shortcut
     proc = start_dspark("serve", f"server.port={port}", "+serving.env.MY_API_KEY=sekrit-value",
-                        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                        cwd=tmp_path, env=SHIPPED_ENGINE, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT)
     descendants: set[int] = set()
     try:
         wait_healthy(url, proc, BOOT_TIMEOUT_S)
         descendants = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-        assert len(descendants) >= 2  # API server and engine core at least
+        assert len(descendants) >= 3  # API server, engine core and its worker at least
         reply = httpx.post(url + "/v1/completions", timeout=60, json={
             "model": "tiny", "prompt": "one two three", "max_tokens": 48,
             "temperature": 0, "ignore_eos": True}).json()
