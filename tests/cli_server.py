@@ -28,10 +28,12 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-# What a fresh interpreter reads at start-up: a run that changes one gets a fresh interpreter.
+# What a fresh interpreter reads at start-up, and what a preloaded module reads on import
+# (kubernetes: KUBECONFIG): a run that changes one gets a fresh interpreter.
 STARTUP_PREFIXES = ("PYTHON", "LC_")
-STARTUP_KEYS = frozenset({"LANG", "LANGUAGE", "TZ"})
-# What most runs import (a dry run's modules), none that reads the environment on import;
+STARTUP_KEYS = frozenset({"LANG", "LANGUAGE", "TZ", "KUBECONFIG"})
+# What most runs import (a dry run's modules, and the kubernetes client every deploy=k8s run
+# imports, ~1.2 s here), none that reads the environment on import but by STARTUP_KEYS;
 # nothing that imports vLLM, torch or matplotlib.
 PRELOAD = ("hydra", "hydra.main", "hydra.compose", "hydra.initialize", "hydra._internal.hydra",
            "hydra._internal.utils", "hydra._internal.config_loader_impl", "omegaconf", "yaml",
@@ -39,9 +41,9 @@ PRELOAD = ("hydra", "hydra.main", "hydra.compose", "hydra.initialize", "hydra._i
            "dspark_cli.config.override_keys", "dspark_cli.config.strict",
            "dspark_cli.launch.secrets", "dspark_cli.launch.secret_overrides",
            "dspark_cli.commands.serve", "dspark_cli.launch.plan", "dspark_cli.launch.render",
-           "dspark_cli.deploy.targets")
+           "dspark_cli.deploy.targets", "kubernetes", "kubernetes.client")
 # A run imports these itself, in its own environment.
-NEVER_PRELOADED = ("vllm", "torch", "matplotlib", "kubernetes")
+NEVER_PRELOADED = ("vllm", "torch", "matplotlib")
 
 
 def startup_env(env: Mapping[str, str]) -> dict[str, str]:
