@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from dspark_cli.compat import StrEnum
-from dspark_cli.config.schema import LaunchConf
+from dspark_cli.config.schema import LaunchConf, store_schema
 
 
 class DatasetKind(StrEnum):
@@ -110,4 +109,4 @@ class BenchPrimary(LaunchConf):
 
 def register() -> None:
     """Register the `dspark bench` primary schema (the launch schema plus `bench`)."""
-    ConfigStore.instance().store(name="bench_schema", node=BenchPrimary)
+    store_schema("bench_schema", BenchPrimary)

@@ -268,8 +268,16 @@ class LaunchConf:
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
 
 
-def register() -> None:
-    """Register the shared schema; command modules register their own primaries."""
+def store_schema(name: str, node: type) -> None:
+    """Put a primary schema in Hydra's ConfigStore unless it is there already: building the node
+    from its dataclasses is a tenth of a second, and a process may compose many times."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="launch_schema", node=LaunchConf)
+    store = ConfigStore.instance()
+    if f"{name}.yaml" not in store.repo:
+        store.store(name=name, node=node)
+
+
+def register() -> None:
+    """Register the shared schema; command modules register their own primaries."""
+    store_schema("launch_schema", LaunchConf)

@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from dspark_cli.config.schema import LaunchConf
+from dspark_cli.config.schema import LaunchConf, store_schema
 
 
 @dataclass
@@ -46,4 +45,4 @@ class SmokePrimary(LaunchConf):
 
 def register() -> None:
     """Register the `dspark smoke` primary schema (the launch schema plus `smoke`)."""
-    ConfigStore.instance().store(name="smoke_schema", node=SmokePrimary)
+    store_schema("smoke_schema", SmokePrimary)

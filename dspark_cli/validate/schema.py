@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hydra.core.config_store import ConfigStore
-
 from dspark_cli.bench.schema import BenchConf
-from dspark_cli.config.schema import LaunchConf
+from dspark_cli.config.schema import LaunchConf, store_schema
 from dspark_cli.smoke.schema import SmokeConf
 
 
@@ -75,4 +73,4 @@ class ValidatePrimary(LaunchConf):
 
 
 def register() -> None:
-    ConfigStore.instance().store(name="validate_schema", node=ValidatePrimary)
+    store_schema("validate_schema", ValidatePrimary)
