@@ -32,16 +32,17 @@ from pathlib import Path
 # (kubernetes: KUBECONFIG): a run that changes one gets a fresh interpreter.
 STARTUP_PREFIXES = ("PYTHON", "LC_")
 STARTUP_KEYS = frozenset({"LANG", "LANGUAGE", "TZ", "KUBECONFIG"})
-# What most runs import (a dry run's modules, and the kubernetes client every deploy=k8s run
-# imports, ~1.2 s here), none that reads the environment on import but by STARTUP_KEYS;
-# nothing that imports vLLM, torch or matplotlib.
+# What most runs import (a dry run's modules), none that reads the environment on import but by
+# STARTUP_KEYS; nothing that imports vLLM, torch or matplotlib.
 PRELOAD = ("hydra", "hydra.main", "hydra.compose", "hydra.initialize", "hydra._internal.hydra",
            "hydra._internal.utils", "hydra._internal.config_loader_impl", "omegaconf", "yaml",
            "dspark_cli.cli", "dspark_cli.hydra_app", "dspark_cli.config.overrides",
            "dspark_cli.config.override_keys", "dspark_cli.config.strict",
            "dspark_cli.launch.secrets", "dspark_cli.launch.secret_overrides",
            "dspark_cli.commands.serve", "dspark_cli.launch.plan", "dspark_cli.launch.render",
-           "dspark_cli.deploy.targets", "kubernetes", "kubernetes.client")
+           "dspark_cli.deploy.targets")
+# The k8s extra's client, which every deploy=k8s run imports (~1.2 s here): where installed.
+PRELOAD_IF_INSTALLED = ("kubernetes", "kubernetes.client")
 # A run imports these itself, in its own environment.
 NEVER_PRELOADED = ("vllm", "torch", "matplotlib")
 
@@ -106,10 +107,14 @@ def _become(request: dict, fds: list[int]) -> None:
 
 def main() -> None:
     import importlib
+    import importlib.util
     import runpy
 
     for name in PRELOAD:
         importlib.import_module(name)
+    if importlib.util.find_spec(PRELOAD_IF_INSTALLED[0]) is not None:
+        for name in PRELOAD_IF_INSTALLED:
+            importlib.import_module(name)
     # What the CLI module imports stays; the module itself is run as `__main__`, as `-m` does.
     del sys.modules["dspark_cli.cli"], sys.modules["dspark_cli"].cli
     preloaded = sorted(set(NEVER_PRELOADED) & set(sys.modules))

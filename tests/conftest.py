@@ -13,7 +13,7 @@ inherited by every subprocess):
   passes `env=fake_host(tmp_path, "h200x8")` (tests/fake_gpu.py);
 - the real vLLM servers run their model in the engine core process (`ENGINE_IN_ONE_PROCESS`:
   vLLM's uniprocess executor, no worker process to spawn and import vLLM again), which cuts a
-  boot of the tiny model from about 72 s to about 50 s on this 2-core machine. vLLM reads it
+  boot of the tiny model from about 70 s to about 55 s on this 2-core machine. vLLM reads it
   from the environment as a user's would; test_serve_launch boots the shipped multiprocess
   tree (`SHIPPED_ENGINE`). vLLM gives any data parallel world its multiprocess executor, so
   the tests that boot one ask each rank for the uniprocess one (`ONE_PROCESS_RANKS`): about
