@@ -62,7 +62,7 @@ def run_for(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
 
 
 def pods_left(state: Path) -> list[str]:
-    return [" ".join(p.cmdline()) for p in processes(state)]
+    return [p.cmdline for p in processes(state)]
 
 
 def test_a_run_is_applied_followed_forwarded_and_deleted(tmp_path: Path, cluster: Path) -> None:
@@ -82,7 +82,7 @@ def test_a_run_is_applied_followed_forwarded_and_deleted(tmp_path: Path, cluster
     wait_until(lambda: "\nINFO" in "\n" + run.log_path.read_text(), 30,
                "the leader's log, its lines unprefixed")
     assert "dspark-0" in run.describe() and "dspark-0-1 Running" in run.describe()
-    pods = {p.environ().get("FAKE_KUBECTL_POD") for p in processes(cluster)} - {None}
+    pods = {p.pod for p in processes(cluster)} - {None}
     assert pods == {f"{cluster}/dspark-0", f"{cluster}/dspark-0-1"}
     teardown = run.stop()
     assert teardown.clean and teardown.deployment_gone, teardown

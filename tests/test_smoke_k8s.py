@@ -65,7 +65,7 @@ def smoke(tmp_path: Path, env: dict[str, str], *overrides: str,
 def left_on(state: Path) -> tuple[list[dict], list[str]]:
     """The fake cluster's objects and the processes of its pods that are still there."""
     objects = json.loads((state / "objects.json").read_text())
-    return objects, [" ".join(p.cmdline()) for p in processes(state)]
+    return objects, [p.cmdline for p in processes(state)]
 
 
 @pytest.mark.vllm

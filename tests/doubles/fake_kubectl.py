@@ -51,7 +51,7 @@ import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 _REF = re.compile(r"\$(\$|\(([A-Za-z_][A-Za-z0-9_.-]*)\))")
 UNREACHABLE = ("The connection to the server 127.0.0.1:6443 was refused - did you specify the "
@@ -99,7 +99,16 @@ def install(bin_dir: Path, state: Path) -> Path:
     return path
 
 
-def processes(state: Path) -> list[Any]:
+class Live(NamedTuple):
+    """One process of a fake cluster, read while it was alive (a process can exit, or become a
+    zombie, between being listed and being asked for its command line)."""
+
+    pid: int
+    cmdline: str
+    pod: str | None
+
+
+def processes(state: Path) -> list[Live]:
     """Every live process of this fake cluster: its pods' (and their children's: each carries
     `FAKE_KUBECTL_POD` in its environment) and any `kubectl` of it (port-forward, logs)."""
     import psutil
@@ -107,13 +116,13 @@ def processes(state: Path) -> list[Any]:
     found = []
     for p in psutil.process_iter(["pid", "status"]):
         try:
-            env = p.environ()
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
+            env = p.environ()
             if (env.get("FAKE_KUBECTL_STATE") == str(state)
                     or env.get("FAKE_KUBECTL_POD", "").startswith(f"{state}/")):
-                found.append(p)
-        except psutil.Error:
+                found.append(Live(p.pid, " ".join(p.cmdline()), env.get("FAKE_KUBECTL_POD")))
+        except psutil.Error:  # it ended (or became a zombie) while being read: not left
             continue
     return found
 
@@ -122,9 +131,9 @@ def reap(state: Path) -> None:
     """SIGKILL whatever this fake cluster still runs (a test's cleanup when it failed)."""
     import psutil
 
-    for p in processes(state):
+    for live in processes(state):
         with contextlib.suppress(psutil.Error):
-            p.kill()
+            psutil.Process(live.pid).kill()
 
 
 # --- the cluster's state -----------------------------------------------------------------
