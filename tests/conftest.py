@@ -43,6 +43,7 @@ from dspark_cli.config import schema
 from dspark_cli.launch.runtime import installed_vllm
 from dspark_cli.paths import conf_dir
 from dspark_cli.vllm import options_cache, options_table
+from tests import worker_groups
 from tests.cli_server import SERVERS, ForkServer
 from tests.fake_gpu import fake_host
 
@@ -113,6 +114,11 @@ def pytest_configure(config: pytest.Config) -> None:
         **no_gpu,
         **ENGINE_IN_ONE_PROCESS,
     })
+    worker_groups.register(config, root / worker_groups.GROUPS_FILE)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    worker_groups.record(config, items, session_root() / worker_groups.GROUPS_FILE)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -51,9 +51,12 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], socket_pa
     accounting, no cgroups (proctrack/linuxproc), but tasks bound to their cores
     (task/affinity, TaskPluginParam=cores) and memory a consumable resource (CR_CPU_Memory,
     DefMemPerCPU): a job gets the CPUs and memory it asks for, not the node's. Node resources
-    as configured, not as detected."""
+    as configured, not as detected. Job ids start at 100 x the controller's port: clusters
+    that run at once (one per xdist worker) never share one, so a job's processes, found by
+    SLURM_JOB_ID, are its own."""
     lines = [
         "ClusterName=dsktest",
+        f"FirstJobId={ctld_port * 100}",
         "SlurmctldHost=localhost",
         f"SlurmctldPort={ctld_port}",
         "SlurmUser=root",

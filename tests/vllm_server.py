@@ -7,7 +7,8 @@ fixtures).
   arm, on four documents), asserted by test_validate_vllm,
   test_smoke_vllm, test_bench_cpu and test_bench_repeats_cpu. Its cells skip the warmup phase
   (each phase is a cold `vllm bench serve`, the cost of a cell after its boot): the warmup runs
-  on real vLLM in test_bench_cpu's ngram run.
+  on real vLLM in test_bench_cpu's ngram run. Under `--dist loadgroup` (`make test`) its tests
+  share one xdist worker (tests/worker_groups.py), so it runs once.
 """
 
 from __future__ import annotations
