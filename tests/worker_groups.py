@@ -1,6 +1,8 @@
 """The tests that assert one session run go to one xdist worker (`pytest --dist loadgroup`, as
-`make test`'s slow lane runs), so that run happens once: a session fixture is per worker, and
-`cpu_validate_run` (tests/vllm_server.py) is ten minutes of real vLLM boots.
+`make test`'s slow part runs), so that run happens once: a session fixture is per worker, and
+`cpu_validate_run` (tests/vllm_server.py) is ten minutes of real vLLM boots. (The fast part keeps
+xdist's plain `--dist load`: measured, 234 s there against 273 s with this scheduler's one unit
+of work per test.)
 
 xdist's own `xdist_group` mark cannot do it with pytest 9.2: xdist rewrites a node id that
 pytest no longer reads, and the tests are spread as if unmarked (pytest-xdist#1386). So each
