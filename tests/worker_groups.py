@@ -66,7 +66,10 @@ class SharedRunScheduling(LoadScopeScheduling):
         if self._groups is None:  # scheduling starts after every worker has collected
             try:
                 self._groups = json.loads(self._path.read_text())
-            except (OSError, ValueError):
+            except (OSError, ValueError) as e:  # said, not hidden: a shared run may run twice
+                self.config.get_terminal_writer().line(
+                    f"tests/worker_groups.py: no groups from the workers ({self._path}: {e}); "
+                    "the tests of a shared session run may run it once per worker", yellow=True)
                 self._groups = {}
         return self._groups.get(nodeid, nodeid)
 
