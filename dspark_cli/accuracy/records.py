@@ -33,6 +33,7 @@ FIELDS = {
     "arms.*.status": TEXT, "arms.*.reason": TEXT, "arms.*.score": AMOUNT,
     "arms.*.documents": LIST, "arms.*.documents.*": COUNT, "arms.*.correct": LIST,
     "arms.*.correct.*": COUNT, "arms.*.lm_eval_version": TEXT, "arms.*.samples": TEXT,
+    "arms.*.cell": TEXT,
 }
 REQUIRED = ("task", "baseline", "margin", "arms", "arms.*.arm", "arms.*.status")
 
@@ -48,12 +49,14 @@ class ArmScore:
     correct: Mapping[int, bool] = field(default_factory=dict)
     lm_eval_version: str | None = None
     samples: str | None = None  # lm_eval's logged samples
+    cell: str | None = None  # the bench cell whose server it scored (None: its own boot)
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "status": self.status, "reason": self.reason,
                 "score": self.score, "documents": sorted(self.correct),
                 "correct": sorted(d for d, ok in self.correct.items() if ok),
-                "lm_eval_version": self.lm_eval_version, "samples": self.samples}
+                "lm_eval_version": self.lm_eval_version, "samples": self.samples,
+                "cell": self.cell}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ArmScore:
@@ -62,7 +65,7 @@ class ArmScore:
             raise ValueError(f"arm {data['arm']}: correct names documents it did not answer")
         return cls(str(data["arm"]), str(data["status"]), str(data.get("reason") or ""),
                    data.get("score"), {int(d): d in right for d in documents},
-                   data.get("lm_eval_version"), data.get("samples"))
+                   data.get("lm_eval_version"), data.get("samples"), data.get("cell"))
 
 
 @dataclass(frozen=True)

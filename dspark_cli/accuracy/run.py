@@ -1,8 +1,10 @@
-"""The accuracy stage's side effects: the pinned dataset verified and copied into the run, the
-lm_eval interpreter checked, then for each arm of `bench.arms` its server started through the
-one start step (`bench/arm_launch.py`, as a bench cell starts it), lm_eval run against it, the
-server stopped; the record rewritten after every arm, so an interrupted stage keeps what it
-scored. Everything is checked before the first boot (dataset, lm_eval, every arm's launch)."""
+"""The accuracy stage's side effects: the pinned dataset verified and lm_eval's interpreter
+checked before anything boots (`prepare`), then lm_eval run against every arm of `bench.arms`.
+An arm is scored on its first bench cell's server, after that cell's own load and probes (the
+bench stage's hook, `Scorer.in_cell`), so no server boots twice for validate; an arm the bench
+did not reach (`validate.bench=null`, no cell of the arm got through its load, a re-run that
+skipped finished cells) gets its own server through the one start step (`bench/arm_launch.py`).
+The record is rewritten after every arm, so an interrupted stage keeps what it scored."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +97,24 @@ def _spec(cfg: DictConfig) -> AccuracySpec | None:
                          [str(a) for a in cfg.bench.arms])
 
 
-def preflight(cfg: DictConfig) -> None:
-    """The stage's own inputs checked before validate's first stage boots anything: exit 2 on
-    a dataset that is not the pinned one, or an interpreter without lm_eval."""
+@dataclass(frozen=True)
+class Prepared:
+    """The stage's inputs, checked before validate's first stage boots anything."""
+
+    spec: AccuracySpec
+    data: bytes  # the dataset's verified bytes: what lm_eval reads
+    documents: int
+    version: str  # lm_eval's
+
+
+def prepare(cfg: DictConfig) -> Prepared | None:
+    """Exit 2 on a dataset that is not the pinned one, or an interpreter without lm_eval; None
+    when `validate.accuracy=null`."""
     spec = _spec(cfg)
-    if spec is not None:
-        verified_documents(spec)
-        lm_eval_version(spec.python)
+    if spec is None:
+        return None
+    data, documents = verified_documents(spec)
+    return Prepared(spec, data, documents, lm_eval_version(spec.python))
 
 
 def _run_eval(argv: list[str], log: Path, env: Mapping[str, str], timeout_s: float,
@@ -156,63 +170,98 @@ def _eval_env(launch: ArmLaunch, directory: Path) -> dict[str, str]:
     return env
 
 
-def _score_arm(arm: Arm, launch: ArmLaunch, spec: AccuracySpec, cfg: DictConfig,
-               task_dir: Path, directory: Path, version: str) -> ArmScore:
-    """Boot the arm's server, run lm_eval against it, stop it."""
-    arm_dir = directory / ARMS_DIR / arm.name
-    arm_dir.mkdir(parents=True, exist_ok=True)
-    session = ServerSession(launch.deployment(arm_dir),
-                            Watch(launch.ready_timeout_s, fatal_patterns(cfg.logs)))
-    try:
-        with session:
-            boot = session.wait_healthy()
-            progress(f"accuracy: {arm.name}: healthy after {boot:.1f} s; lm_eval {TASK}")
-            argv = eval_argv(spec, task_dir, arm.plan.served_model_name, session.base_url,
-                             arm_dir / "lm_eval")
-            failed = _run_eval(argv, arm_dir / LM_EVAL_LOG, _eval_env(launch, directory),
-                               spec.timeout_s, session.stop_reason)
-    except ServerError as e:
-        return ArmScore(arm.name, FAILED, f"server: {e.reason}")
-    if failed:
-        return ArmScore(arm.name, FAILED, failed)
-    return scored(arm_dir / "lm_eval", arm.name, version, directory)
+class Scorer:
+    """lm_eval against arms' servers that are up, into the stage's directory; each arm's score
+    kept by name. The bench stage lends it each arm's first cell (`in_cell`, after the cell's
+    own load and probes), so the stage boots only the arms the bench did not reach."""
+
+    def __init__(self, prepared: Prepared, directory: Path) -> None:
+        self.prepared, self.directory = prepared, directory
+        self.scores: dict[str, ArmScore] = {}
+
+    def _task_dir(self) -> Path:
+        task_dir = self.directory / "task"
+        if not task_dir.is_dir():
+            task_dir.mkdir(parents=True)
+            copy = task_dir / f"{TASK}.jsonl"  # what lm_eval reads is the verified bytes
+            copy.write_bytes(self.prepared.data)
+            (task_dir / f"{TASK}.yaml").write_text(task_yaml(self.prepared.spec, copy))
+        return task_dir
+
+    def score(self, arm: Arm, launch: ArmLaunch, session: ServerSession,
+              cell: str | None) -> ArmScore:
+        """lm_eval against `session`'s healthy server; `cell`: the bench cell it is (None:
+        the arm's own boot)."""
+        spec, arm_dir = self.prepared.spec, self.directory / ARMS_DIR / arm.name
+        arm_dir.mkdir(parents=True, exist_ok=True)
+        argv = eval_argv(spec, self._task_dir(), arm.plan.served_model_name, session.base_url,
+                         arm_dir / "lm_eval")
+        failed = _run_eval(argv, arm_dir / LM_EVAL_LOG, _eval_env(launch, self.directory),
+                           spec.timeout_s, session.stop_reason)
+        result = replace(ArmScore(arm.name, FAILED, failed) if failed else scored(
+            arm_dir / "lm_eval", arm.name, self.prepared.version, self.directory), cell=cell)
+        self.scores[arm.name] = result
+        _said(result)
+        return result
+
+    def in_cell(self, cell: str, arm: Arm, launch: ArmLaunch, session: ServerSession) -> None:
+        """The bench's hook: an arm not scored yet is scored on this cell's server."""
+        if arm.name not in self.scores:
+            progress(f"accuracy: {arm.name}: lm_eval {TASK} on bench cell {cell}'s server")
+            self.score(arm, launch, session, cell)
+
+    def boot_and_score(self, arm: Arm, launch: ArmLaunch, cfg: DictConfig) -> ArmScore:
+        """The arm's own server booted, scored, stopped."""
+        arm_dir = self.directory / ARMS_DIR / arm.name
+        arm_dir.mkdir(parents=True, exist_ok=True)
+        session = ServerSession(launch.deployment(arm_dir),
+                                Watch(launch.ready_timeout_s, fatal_patterns(cfg.logs)))
+        try:
+            with session:
+                boot = session.wait_healthy()
+                progress(f"accuracy: {arm.name}: healthy after {boot:.1f} s; lm_eval {TASK}")
+                return self.score(arm, launch, session, None)
+        except ServerError as e:
+            self.scores[arm.name] = ArmScore(arm.name, FAILED, f"server: {e.reason}")
+            _said(self.scores[arm.name])
+            return self.scores[arm.name]
 
 
-def accuracy_in(cfg: DictConfig, directory: Path) -> AccuracyRecord | None:
-    """Run the stage into `directory` (None: `validate.accuracy=null`)."""
-    spec = _spec(cfg)
-    if spec is None:
-        return None
-    data, documents = verified_documents(spec)
-    version = lm_eval_version(spec.python)
+def _said(last: ArmScore) -> None:
+    progress(f"accuracy: {last.arm}: " + (f"{last.score:.4f} ({len(last.correct)} documents)"
+             if last.status == SCORED else f"FAILED: {last.reason}"))
+
+
+def accuracy_in(cfg: DictConfig, scorer: Scorer) -> AccuracyRecord:
+    """The stage into `scorer.directory`: every arm of `bench.arms` the bench did not score
+    booted in turn (each checked before the first boot); the record rewritten after each."""
+    prepared = scorer.prepared
     protocol, _ = protocol_of(cfg)
-    task_dir = directory / "task"
-    task_dir.mkdir(parents=True, exist_ok=True)
-    copy = task_dir / f"{TASK}.jsonl"  # what lm_eval reads is the verified bytes
-    copy.write_bytes(data)
-    (task_dir / f"{TASK}.yaml").write_text(task_yaml(spec, copy))
-    scores: list[ArmScore] = []
     with claimed_ports(cfg) as claimed:
         arms = compose_arms(claimed, protocol)
-        launches = {n: arm_launch(a, directory / ARMS_DIR / n) for n, a in arms.items()}
+        pending = {n: arm_launch(a, scorer.directory / ARMS_DIR / n)
+                   for n, a in arms.items() if n not in scorer.scores}
         model = next(iter(arms.values())).plan.served_model_name
-        record = _record(cfg, spec, documents, model, ())
         for name, arm in arms.items():
-            progress(f"accuracy: {name}: booting its server")
-            scores.append(_score_arm(arm, launches[name], spec, claimed, task_dir, directory,
-                                     version))
-            last = scores[-1]
-            progress(f"accuracy: {name}: " + (f"{last.score:.4f} ({len(last.correct)} "
-                     "documents)" if last.status == SCORED else f"FAILED: {last.reason}"))
-            record = _record(cfg, spec, documents, model, tuple(scores))
-            (directory / ACCURACY_JSON).write_text(
+            if name in pending:
+                progress(f"accuracy: {name}: booting its server")
+                scorer.boot_and_score(arm, pending[name], claimed)
+            else:
+                progress(f"accuracy: {name}: scored on bench cell {scorer.scores[name].cell}'s "
+                         "server")
+            scores = tuple(scorer.scores[n] for n in arms if n in scorer.scores)
+            record = _record(cfg, prepared, model, scores)
+            scorer.directory.mkdir(parents=True, exist_ok=True)
+            (scorer.directory / ACCURACY_JSON).write_text(
                 SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
 
 
-def _record(cfg: DictConfig, spec: AccuracySpec, documents: int, model: str,
+def _record(cfg: DictConfig, prepared: Prepared, model: str,
             scores: tuple[ArmScore, ...]) -> AccuracyRecord:
     synthetic: Any = cfg.model.get("synthetic")
-    return AccuracyRecord(TASK, str(spec.dataset), spec.sha256, documents, spec.baseline,
+    spec = prepared.spec
+    return AccuracyRecord(TASK, str(spec.dataset), spec.sha256, prepared.documents,
+                          spec.baseline,
                           spec.margin, model, None if synthetic is None else str(synthetic),
                           spec.to_dict(), scores)

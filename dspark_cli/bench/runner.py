@@ -46,6 +46,11 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+# Called with the cell's id, arm, launch and session once its load and probes are done, while
+# its server is still up and watched (validate's accuracy stage scores an arm there).
+CellHook = Callable[[str, Arm, ArmLaunch, ServerSession], None]
+
+
 @dataclass(frozen=True)
 class CellContext:  # what every cell of one run shares
     run_dir: Path
@@ -54,6 +59,7 @@ class CellContext:  # what every cell of one run shares
     fatal: tuple[Pattern, ...]
     prompts: PromptSet | None = None  # the lossless check's pinned prompts
     degraded: tuple[Pattern, ...] = ()  # vLLM overrode what was asked: the cell is degraded
+    after: CellHook | None = None
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -156,6 +162,8 @@ class _CellRun:
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
                                  self.cell.concurrency, self.ctx.protocol.sampling,
                                  self.ctx.protocol.phase_timeout_s, self.arm.metrics)
+        if self.ctx.after is not None:
+            self.ctx.after(self.cell.id, self.arm, self.launch, session)
 
     def _compared(self) -> dict[str, Any] | None:
         """The probe's answers with their comparison against the reference arm's earliest

@@ -8,7 +8,7 @@ import copy
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
@@ -17,6 +17,9 @@ from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
 from dspark_cli.bench.protocol import Protocol, build_protocol
 from dspark_cli.config.plain import plain
 from dspark_cli.run_files import ARMS_DIR
+
+if TYPE_CHECKING:  # the runner's machinery is imported when cells run
+    from dspark_cli.bench.runner import CellHook
 
 
 def protocol_of(cfg: DictConfig) -> tuple[Protocol, DatasetSpec]:
@@ -56,8 +59,10 @@ def claimed_ports(cfg: DictConfig) -> Iterator[DictConfig]:
 
 
 def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
-                 arms: dict[str, Arm], directory: Path, stop_on_failure: bool) -> Any:
-    """Run every pending cell into `directory` and summarize it (the bench Report)."""
+                 arms: dict[str, Arm], directory: Path, stop_on_failure: bool,
+                 after: CellHook | None = None) -> Any:
+    """Run every pending cell into `directory` and summarize it (the bench Report); `after`:
+    called in each cell once its load and probes are done (runner.CellHook)."""
     from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
     from dspark_cli.bench.dataset import verify
     from dspark_cli.bench.lossless import load_prompts
@@ -70,7 +75,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
                       fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
                       prompts=None if protocol.lossless is None else load_prompts(
-                          protocol.lossless))
+                          protocol.lossless), after=after)
     print(f"dspark: run directory {directory}", file=sys.stderr)
 
     def prepare_arm(arm: Arm) -> ArmLaunch:
@@ -81,10 +86,12 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     return merge(directory)
 
 
-def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool) -> Any:
+def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool,
+             after: CellHook | None = None) -> Any:
     """Run the protocol of `cfg.bench` into `directory` on the ports this job claims, and
     summarize it (the bench Report)."""
     protocol, dataset = protocol_of(cfg)
     with claimed_ports(cfg) as claimed:
         arms = compose_arms(claimed, protocol)
-        return run_protocol(claimed, protocol, dataset, arms, directory, stop_on_failure)
+        return run_protocol(claimed, protocol, dataset, arms, directory, stop_on_failure,
+                            after)

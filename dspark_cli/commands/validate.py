@@ -27,6 +27,7 @@ from dspark_cli.errors import DsparkError, ExitCode, worst
 from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
+    from dspark_cli.accuracy.run import Scorer
     from dspark_cli.validate.stages import StageResult
 
 
@@ -99,30 +100,33 @@ def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     return checks.exit_code(findings)
 
 
-def _stage_runner(cfg: DictConfig, directory: Path,
+def _stage_runner(cfg: DictConfig, directory: Path, scorer: Scorer | None,
                   ) -> list[tuple[str, Callable[[], StageResult]]]:
+    """The stages in order; the bench lends the accuracy stage's `scorer` each arm's first
+    cell, so an arm's server boots once for both."""
     from dspark_cli.validate import stages
 
     return [("checkpoint", lambda: stages.checkpoint(cfg, directory / "checkpoint")),
             ("tests", lambda: stages.tests(cfg, directory / "tests")),
             ("smoke", lambda: stages.smoke(cfg, directory / "smoke")),
-            ("bench", lambda: stages.bench(cfg, directory / "bench")),
-            ("accuracy", lambda: stages.accuracy(cfg, directory / "accuracy"))]
+            ("bench", lambda: stages.bench(cfg, directory / "bench", scorer)),
+            ("accuracy", lambda: stages.accuracy(cfg, scorer))]
 
 
 def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
-    from dspark_cli.accuracy.run import preflight
+    from dspark_cli.accuracy.run import Scorer, prepare
     from dspark_cli.console import progress
     from dspark_cli.launch.record import write_config
     from dspark_cli.launch.secrets import redact_text
     from dspark_cli.report.files import write_report
     from dspark_cli.server.process import stop_signals_as_interrupt
 
-    preflight(cfg)  # the accuracy stage's dataset and lm_eval, before anything boots
+    prepared = prepare(cfg)  # the accuracy stage's dataset and lm_eval, before anything boots
+    scorer = None if prepared is None else Scorer(prepared, directory / "accuracy")
     write_config(directory, cfg)
     progress(f"run directory {directory}")
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends it as Ctrl-C does
-        results = _stages(cfg, directory, keep_going=opts.keep_going)
+        results = _stages(cfg, directory, scorer, keep_going=opts.keep_going)
     code = worst(r.exit_code for r in results)
     (directory / VALIDATE_JSON).write_text(redact_text(json.dumps(  # a stage's detail may
         {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n"))
@@ -135,7 +139,8 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     return code
 
 
-def _stages(cfg: DictConfig, directory: Path, keep_going: bool) -> list[StageResult]:
+def _stages(cfg: DictConfig, directory: Path, scorer: Scorer | None,
+            keep_going: bool) -> list[StageResult]:
     """Every stage's result, in order; after Ctrl-C or a failure (unless `keep_going`) the
     remaining stages are "not run"."""
     from dspark_cli.console import progress
@@ -144,7 +149,7 @@ def _stages(cfg: DictConfig, directory: Path, keep_going: bool) -> list[StageRes
 
     results: list[StageResult] = []
     ended = ""  # why the remaining stages do not run
-    for name, call in _stage_runner(cfg, directory):
+    for name, call in _stage_runner(cfg, directory, scorer):
         if ended:
             results.append(StageResult(name, Status.not_run, 0, f"not run: {ended}"))
             continue

@@ -76,8 +76,10 @@ def _accuracy(cfg: DictConfig, directory: Path) -> tuple[Any, list[str]]:
     return spec, [
         f"5. accuracy: lm_eval task {TASK} on {spec.dataset} (sha256 {spec.sha256}"
         + (f", the first {spec.limit} documents" if spec.limit else "") + "), against each arm "
-        f"of bench.arms ({', '.join(map(str, cfg.bench.arms))}) booted in turn; each arm's "
-        f"difference to {spec.baseline} judged at +-{spec.margin:g}:",
+        f"of bench.arms ({', '.join(map(str, cfg.bench.arms))}) on "
+        + ("its first bench cell's server (its own boot if the bench does not reach it)"
+           if cfg.validate.bench is not None else "its own server, booted in turn")
+        + f"; each arm's difference to {spec.baseline} judged at +-{spec.margin:g}:",
         f"   {' '.join(shlex.quote(a) for a in argv)}"]
 
 

@@ -10,7 +10,7 @@ import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
@@ -26,6 +26,9 @@ from dspark_cli.run_files import (
 )
 from dspark_cli.status import Status
 from dspark_cli.validate.source import LintPlan, changed_python, lint, revision
+
+if TYPE_CHECKING:  # the accuracy stage's machinery is imported when it runs
+    from dspark_cli.accuracy.run import Scorer
 
 
 @dataclass(frozen=True)
@@ -151,12 +154,14 @@ def smoke(cfg: DictConfig, directory: Path) -> StageResult:
                        doc.verdict.summary, str(directory))
 
 
-def bench(cfg: DictConfig, directory: Path) -> StageResult:
+def bench(cfg: DictConfig, directory: Path, scorer: Scorer | None) -> StageResult:
+    """The bench protocol; `scorer`: the accuracy stage's, lent each arm's first cell."""
     from dspark_cli.bench.workflow import bench_in
 
     if cfg.validate.bench is None:
         return StageResult("bench", Status.skipped, 0, "validate.bench=null")
-    summary = bench_in(cfg, directory, bool(cfg.validate.bench.stop_on_failure)).summary
+    summary = bench_in(cfg, directory, bool(cfg.validate.bench.stop_on_failure),
+                       None if scorer is None else scorer.in_cell).summary
     invalid = [c.cell_id for c in summary.cells if not c.valid]
     detail = f"{len(summary.cells) - len(invalid)} of {len(summary.cells)} cells valid" + (
         f" (invalid: {', '.join(invalid)})" if invalid else "")
@@ -164,15 +169,16 @@ def bench(cfg: DictConfig, directory: Path) -> StageResult:
                        int(ExitCode.CHECK_FAILED) if invalid else 0, detail, str(directory))
 
 
-def accuracy(cfg: DictConfig, directory: Path) -> StageResult:
-    """lm_eval against every bench arm's server; fails when an arm could not be scored or
-    scores differently from the baseline."""
+def accuracy(cfg: DictConfig, scorer: Scorer | None) -> StageResult:
+    """lm_eval against every bench arm's server (those the bench stage lent already scored);
+    fails when an arm could not be scored or scores differently from the baseline."""
     from dspark_cli.accuracy.run import accuracy_in
     from dspark_cli.accuracy.verdict import AccuracyVerdict, words
 
-    record = accuracy_in(cfg, directory)
-    if record is None:
+    if scorer is None:
         return StageResult("accuracy", Status.skipped, 0, "validate.accuracy=null")
+    record = accuracy_in(cfg, scorer)
+    directory = scorer.directory
     failed = [a.arm for a in record.arms if a.status != "scored"]
     compared = record.comparisons()
     different = [c.arm for c in compared if c.verdict is AccuracyVerdict.DIFFERENT]
