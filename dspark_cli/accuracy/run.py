@@ -193,11 +193,16 @@ class Scorer:
         """lm_eval against `session`'s healthy server; `cell`: the bench cell it is (None:
         the arm's own boot)."""
         spec, arm_dir = self.prepared.spec, self.directory / ARMS_DIR / arm.name
-        arm_dir.mkdir(parents=True, exist_ok=True)
-        argv = eval_argv(spec, self._task_dir(), arm.plan.served_model_name, session.base_url,
-                         arm_dir / "lm_eval")
-        failed = _run_eval(argv, arm_dir / LM_EVAL_LOG, _eval_env(launch, self.directory),
-                           spec.timeout_s, session.stop_reason)
+        try:  # a failure here is the arm's score, not the end of the bench cell lending it
+            arm_dir.mkdir(parents=True, exist_ok=True)
+            argv = eval_argv(spec, self._task_dir(), arm.plan.served_model_name,
+                             session.base_url, arm_dir / "lm_eval")
+            failed = _run_eval(argv, arm_dir / LM_EVAL_LOG, _eval_env(launch, self.directory),
+                               spec.timeout_s, session.stop_reason)
+        except UsageError as e:
+            failed = e.message
+        except OSError as e:
+            failed = f"cannot write lm_eval's files under {arm_dir}: {e.strerror or e}"
         result = replace(ArmScore(arm.name, FAILED, failed) if failed else scored(
             arm_dir / "lm_eval", arm.name, self.prepared.version, self.directory), cell=cell)
         self.scores[arm.name] = result
@@ -262,6 +267,5 @@ def _record(cfg: DictConfig, prepared: Prepared, model: str,
     synthetic: Any = cfg.model.get("synthetic")
     spec = prepared.spec
     return AccuracyRecord(TASK, str(spec.dataset), spec.sha256, prepared.documents,
-                          spec.baseline,
-                          spec.margin, model, None if synthetic is None else str(synthetic),
-                          spec.to_dict(), scores)
+                          spec.baseline, spec.margin, model,
+                          None if synthetic is None else str(synthetic), spec.to_dict(), scores)

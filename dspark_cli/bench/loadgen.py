@@ -15,14 +15,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.goodput import Objectives, loadgen_flags
+from dspark_cli.bench.loadgen_forks import LoadgenForks
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server import watchdog
 from dspark_cli.server.groups import descendants, stop_group
+from dspark_cli.vllm.shim import vllm_command
 
 # The latency metrics and percentiles asked of vLLM; its result file then holds
 # `p<percentile>_<metric>_ms` for each pair (e.g. p99_itl_ms).
@@ -165,6 +167,24 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+class _Cold:
+    """A phase's own `vllm bench serve`, started afresh under the watchdog."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], out: IO[bytes]) -> None:
+        self.proc = watchdog.popen(vllm_command(argv), 0.0, stdout=out,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, **env})
+
+    def poll(self, timeout_s: float) -> int | None:
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        _kill(self.proc)
+
+
 def run_phase(
     argv: list[str],
     phase: Phase,
@@ -173,27 +193,29 @@ def run_phase(
     timeout_s: float,
     abort: Callable[[], str | None] = lambda: None,
     poll_s: float = 0.2,
+    forks: LoadgenForks | None = None,
 ) -> PhaseRun:
-    """Run one phase, output to `<phase>.log`. Stops early (killing the load generator) when
-    `abort()` names a reason, e.g. the server died: a hung phase would otherwise wait it out."""
+    """Run one phase (`argv`: `vllm bench serve ...`), output to `<phase>.log`: a fork of the
+    run's warm vLLM CLI (`forks`), or a process started afresh. Stops early (killing the load
+    generator) when `abort()` names a reason, e.g. the server died: a hung phase would
+    otherwise wait it out."""
     log = result_dir / f"{phase.name}.log"
     result_path = result_dir / result_filename(phase)
     start = time.monotonic()
     code: int | None = None
     aborted = None
     with log.open("wb") as out:
-        proc = watchdog.popen(argv, 0.0, stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env={**os.environ, **env})
+        proc = (forks.start(argv, env, log) if forks else None) or _Cold(argv, env,
+                                                                                      out)
         try:
-            while (code := proc.poll()) is None:
+            while (code := proc.poll(poll_s)) is None:
                 aborted = abort()
                 if aborted or time.monotonic() - start > timeout_s:
-                    _kill(proc)
+                    proc.kill()
                     code = None
                     break
-                time.sleep(poll_s)
         except BaseException:
-            _kill(proc)
+            proc.kill()
             raise
     duration = time.monotonic() - start
     result = None

@@ -26,6 +26,7 @@ from dspark_cli.bench.engagement_probe import PROMPTS, probe
 from dspark_cli.bench.engagement_probe import record as engagement_record
 from dspark_cli.bench.greedy_probe import answer
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
+from dspark_cli.bench.loadgen_forks import LoadgenForks
 from dspark_cli.bench.lossless import PromptSet, compare, reference_record
 from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.console import progress
@@ -39,7 +40,6 @@ from dspark_cli.server.logscan import degraded_lines
 from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import Engagement
-from dspark_cli.vllm.shim import vllm_command
 
 
 def _now() -> str:
@@ -60,6 +60,7 @@ class CellContext:  # what every cell of one run shares
     prompts: PromptSet | None = None  # the lossless check's pinned prompts
     degraded: tuple[Pattern, ...] = ()  # vLLM overrode what was asked: the cell is degraded
     after: CellHook | None = None
+    forks: LoadgenForks | None = None  # the run's warm load generators (None: each cold)
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -91,6 +92,8 @@ class _CellRun:
                       (*self.ctx.degraded, *((draft.pattern,) if draft else ())),
                       metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
                       metrics_settle_s=self.launch.metrics_settle_s)
+        if self.ctx.forks is not None:  # its import beside the boot
+            self.ctx.forks.prepare(self.launch.env)
         session = ServerSession(self.launch.deployment(self.dir), watch)
         fatal_lines: tuple[str, ...] = ()
         degraded: tuple[str, ...] = ()
@@ -137,14 +140,14 @@ class _CellRun:
         for phase in self.cell.phases:
             if phase.measured:
                 self.before = self._scrape(session.scrape, "before")
-            argv = vllm_command(phase_argv(phase, self.ctx.protocol.sampling,
-                                           self.ctx.dataset.spec, self.arm.plan, self.dir,
-                                           base_url=session.base_url,
-                                           objectives=self.ctx.protocol.objectives))
+            argv = phase_argv(phase, self.ctx.protocol.sampling, self.ctx.dataset.spec,
+                              self.arm.plan, self.dir, base_url=session.base_url,
+                              objectives=self.ctx.protocol.objectives)
             progress(f"{self.cell.id}: {phase.name}: {phase.num_prompts} requests at "
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
             result = run_phase(argv, phase, self.dir, self.launch.env,
-                               self.ctx.protocol.phase_timeout_s, session.stop_reason)
+                               self.ctx.protocol.phase_timeout_s, session.stop_reason,
+                               forks=self.ctx.forks)
             self.phases.append(result)
             if result.error:
                 self.errors.append(result.error)

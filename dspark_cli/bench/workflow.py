@@ -65,6 +65,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     called in each cell once its load and probes are done (runner.CellHook)."""
     from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
     from dspark_cli.bench.dataset import verify
+    from dspark_cli.bench.loadgen_forks import LoadgenForks
     from dspark_cli.bench.lossless import load_prompts
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
@@ -72,16 +73,17 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.server.process import stop_signals_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
-    ctx = CellContext(protocol=protocol, dataset=verify(dataset, needed), run_dir=directory,
-                      fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
-                      prompts=None if protocol.lossless is None else load_prompts(
-                          protocol.lossless), after=after)
+    checked = verify(dataset, needed)
+    prompts = None if protocol.lossless is None else load_prompts(protocol.lossless)
     print(f"dspark: run directory {directory}", file=sys.stderr)
 
     def prepare_arm(arm: Arm) -> ArmLaunch:
         return arm_launch(arm, directory / ARMS_DIR / arm.name)
 
-    with stop_signals_as_interrupt():
+    with stop_signals_as_interrupt(), LoadgenForks() as forks:
+        ctx = CellContext(protocol=protocol, dataset=checked, run_dir=directory,
+                          fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
+                          prompts=prompts, after=after, forks=forks)
         run_cells(protocol.cells, arms, prepare_arm, ctx, stop_on_failure)
     return merge(directory)
 
