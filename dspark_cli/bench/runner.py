@@ -214,8 +214,9 @@ def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> CellR
     return record
 
 
-def run_cells(cells: Sequence[Cell], arms: dict[str, Arm], prepare: Callable[[Arm], ArmLaunch],
-              ctx: CellContext, stop_on_failure: bool) -> list[CellRecord]:
+def run_cells(cells: Sequence[Cell], arms: dict[str, Arm],
+              prepare: Callable[[list[Arm]], dict[str, ArmLaunch]], ctx: CellContext,
+              stop_on_failure: bool) -> list[CellRecord]:
     """Run the cells in order, skipping finished valid ones; returns the records of this run.
 
     Every arm a pending cell needs is prepared (preflight, vLLM's validation, the record)
@@ -225,7 +226,7 @@ def run_cells(cells: Sequence[Cell], arms: dict[str, Arm], prepare: Callable[[Ar
     for cell in cells:
         if cell not in pending:
             progress(f"{cell.id}: finished and valid in an earlier run; skipped")
-    prepared = {name: prepare(arms[name]) for name in dict.fromkeys(c.arm for c in pending)}
+    prepared = prepare([arms[name] for name in dict.fromkeys(c.arm for c in pending)])
     done = []
     for i, cell in enumerate(pending, start=1):
         tag = f"[{i}/{len(pending)}] {cell.id}"

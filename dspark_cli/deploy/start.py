@@ -9,7 +9,7 @@ returns makes a fresh `Deployment` per start (`serve` and `smoke` one, `bench` o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from dspark_cli.compat import StrEnum
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
 from dspark_cli.deploy.targets import deploy_target
-from dspark_cli.errors import CheckFailed, UsageError
+from dspark_cli.errors import CheckFailed, MissingEngine, UsageError
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout_render import layout_script
 from dspark_cli.launch.plan import LaunchPlan
@@ -31,7 +31,7 @@ from dspark_cli.launch.prepare import (
 )
 from dspark_cli.launch.provenance import collect
 from dspark_cli.launch.record import write_record
-from dspark_cli.launch.vllm_verdict import LOCAL_HEAD, node_verdicts, plan_verdict
+from dspark_cli.launch.vllm_verdict import LOCAL_HEAD, ask_together, node_verdicts, plan_verdict
 from dspark_cli.machine.detect import Machine
 from dspark_cli.run_files import NODES_SH
 from dspark_cli.server.attached import AttachedServer
@@ -57,6 +57,20 @@ def vllm_check(target: DeployTarget, custom: bool, nodes: int, *, asked: bool = 
     if custom or not (target.here or asked):
         return None
     return VllmCheck.beside if beside and target.here and nodes == 1 else VllmCheck.before
+
+
+def ask_vllm_first(starts: Sequence[tuple[DictConfig, LaunchPlan]]) -> None:
+    """vLLM's verdicts on those of `starts` that `ready()` will have judged before they start,
+    asked together (a bench's arms: one vLLM import, not one per arm). Without vLLM here nothing
+    is asked: `ready()` says so in its own order, after the preflight."""
+    try:
+        ask_together([plan for cfg, plan in starts
+                      if vllm_check(deploy_target(cfg), cfg.server.command is not None,
+                                    plan.layout.nodes) is VllmCheck.before],
+                     max((float(cfg.server.validate_timeout_s) for cfg, _ in starts),
+                         default=0.0))
+    except MissingEngine:
+        return
 
 
 @dataclass(frozen=True)

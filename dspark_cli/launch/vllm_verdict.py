@@ -3,6 +3,8 @@ plan's command, or every node's command with the head's address resolved."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.status import Finding
@@ -28,6 +30,24 @@ def layout_verdict(layout: NodeLayout, timeout_s: float,
         return vllm_accepts_commands(argvs, envs[0], labels, timeout_s)
     return tuple(vllm_accepts_command(a, e, label, timeout_s)
                  for a, e, label in zip(argvs, envs, labels, strict=True))
+
+
+def _commands(plan: LaunchPlan) -> list[tuple[list[str], dict[str, str]]]:
+    """What `node_verdicts` asks about: every node's command and env (one node: the plan's)."""
+    if plan.layout.nodes > 1:
+        return [(node.resolved(LOCAL_HEAD), dict(node.env)) for node in plan.layout.launches]
+    return [(list(plan.argv), dict(plan.env_map))]
+
+
+def ask_together(plans: Sequence[LaunchPlan], timeout_s: float) -> None:
+    """Ask vLLM about every plan's commands now, in one vLLM import per environment (a bench's
+    arms); the `node_verdicts` that follow find their answers (vllm/accepts.py keeps them)."""
+    by_env: dict[tuple[tuple[str, str], ...], list[list[str]]] = {}
+    for plan in plans:
+        for argv, env in _commands(plan):
+            by_env.setdefault(tuple(sorted(env.items())), []).append(argv)
+    for env_items, argvs in by_env.items():
+        vllm_accepts_commands(argvs, dict(env_items), [""] * len(argvs), timeout_s)
 
 
 def node_verdicts(plan: LaunchPlan, timeout_s: float) -> tuple[Finding, ...]:

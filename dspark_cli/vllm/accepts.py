@@ -24,27 +24,37 @@ def vllm_accepts_command(argv: Sequence[str], env: Mapping[str, str], label: str
     return vllm_accepts_commands([argv], env, [label], timeout_s)[0]
 
 
+# vLLM's answers in this process, by (argv, env): a command asked about again (the smoke's, then
+# the same arm's in the bench; several arms asked at once) costs no second vLLM import.
+_ANSWERS: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], dict] = {}
+
+
 def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
                           labels: Sequence[str],
                           timeout_s: float = ACCEPTS_TIMEOUT_S) -> tuple[Finding, ...]:
-    """One finding per argv, all from one subprocess (vLLM is imported once), which may take
-    `timeout_s` seconds."""
+    """One finding per argv; those not answered before in this process are asked in one
+    subprocess (vLLM is imported once), which may take `timeout_s` seconds."""
     from dspark_cli.vllm.shim import require_engine
 
     require_engine()  # not installed: neither validated nor run, say what to install
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "dspark_cli.vllm.parser_check"],
-            input=json.dumps([list(a[2:]) for a in argvs]), capture_output=True, text=True,
-            env={**os.environ, **env}, timeout=timeout_s)
-        results = json.loads(done.stdout.strip().splitlines()[-1])
-    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
-        return tuple(Finding(RULE, Status.failed, f"{label}vLLM's validator did not answer "
-                             f"({e}; server.validate_timeout_s)", KEY) for label in labels)
-    for result in results:
-        if result["stage"] == "import":
-            raise MissingEngine(result["module"] or "vllm", result["error"])
-    return tuple(_finding(r, label) for r, label in zip(results, labels, strict=True))
+    env_key = tuple(sorted(env.items()))
+    keys = [(tuple(a), env_key) for a in argvs]
+    missing = list(dict.fromkeys(k for k in keys if k not in _ANSWERS))
+    if missing:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "dspark_cli.vllm.parser_check"],
+                input=json.dumps([list(argv[2:]) for argv, _ in missing]), capture_output=True,
+                text=True, env={**os.environ, **env}, timeout=timeout_s)
+            results = json.loads(done.stdout.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as e:
+            return tuple(Finding(RULE, Status.failed, f"{label}vLLM's validator did not answer "
+                                 f"({e}; server.validate_timeout_s)", KEY) for label in labels)
+        for result in results:
+            if result["stage"] == "import":
+                raise MissingEngine(result["module"] or "vllm", result["error"])
+        _ANSWERS.update(zip(missing, results, strict=True))
+    return tuple(_finding(_ANSWERS[k], label) for k, label in zip(keys, labels, strict=True))
 
 
 def _finding(result: dict, label: str) -> Finding:

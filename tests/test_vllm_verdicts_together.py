@@ -1,0 +1,56 @@
+"""vLLM's verdicts asked together: a bench's arms are judged in one vLLM import
+(`deploy/start.ask_vllm_first`), and a command already judged in this process (the smoke's, then
+the same arm's in the bench) is not judged again. The real installed vLLM's parser; the count of
+its subprocesses is read from a spy that runs the real `subprocess.run`."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dspark_cli.deploy.start import ask_vllm_first
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.launch.prepare import ensure_model
+from dspark_cli.launch.vllm_verdict import node_verdicts
+from dspark_cli.vllm import accepts
+from tests.conftest import compose_config
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture
+def validator_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """The argvs of every validator subprocess, each still run for real."""
+    runs: list[Any] = []
+    real = subprocess.run
+
+    def spy(argv: Any, *args: Any, **kwargs: Any) -> Any:
+        if "dspark_cli.vllm.parser_check" in argv:
+            runs.append(kwargs["input"])
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(accepts.subprocess, "run", spy)
+    monkeypatch.setattr(accepts, "_ANSWERS", {})
+    yield runs
+
+
+def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs) -> None:
+    arms = [compose_config(["+hw=cpu", "speculative=none", "server.port=9301"]),
+            compose_config(["+hw=cpu", "speculative=draft_model", "server.port=9301"]),
+            compose_config(["+hw=cpu", "speculative=draft_model", "server.port=9301",
+                            "+speculative.extra.no_such_key=1"])]
+    plans = [build_plan(cfg) for cfg in arms]
+    ensure_model(arms[0])  # a local config.json: vLLM builds the engine config too
+    ask_vllm_first(list(zip(arms, plans, strict=True)))
+    assert len(validator_runs) == 1 and validator_runs[0].count("--port") == 3
+    verdicts = [node_verdicts(plan, 300.0) for plan in plans]
+    assert len(validator_runs) == 1  # every arm's verdict was already there
+    assert [v[0].status.value for v in verdicts] == ["passed", "passed", "failed"]
+    assert "no_such_key" in verdicts[2][0].message
+    # A command of one's own is not vLLM's to judge: nothing is asked for it.
+    custom = compose_config(["+hw=cpu", "server.port=9302", "server.command=[sleep,1]"])
+    ask_vllm_first([(custom, build_plan(custom))])
+    assert len(validator_runs) == 1
