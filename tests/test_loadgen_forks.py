@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -22,9 +23,9 @@ import psutil
 import pytest
 
 from dspark_cli.bench.loadgen import run_phase
-from dspark_cli.bench.loadgen_forks import LoadgenForks
+from dspark_cli.bench.loadgen_forks import CLOSE_WAIT_S, LoadgenForks
 from dspark_cli.bench.protocol import Phase
-from dspark_cli.server.groups import alive
+from dspark_cli.server.groups import alive, descendants
 from tests.conftest import REPO, dspark_env, wait_until
 
 pytestmark = pytest.mark.vllm
@@ -133,7 +134,7 @@ def test_a_warm_process_that_cannot_import_vllm_leaves_its_phases_cold(tmp_path:
 SUPERVISOR = """
 import json, sys
 from pathlib import Path
-from dspark_cli.bench.loadgen_forks import LoadgenForks
+from dspark_cli.bench.loadgen_forks import CLOSE_WAIT_S, LoadgenForks
 forks = LoadgenForks()
 fork = forks.start(json.loads(sys.argv[1]), {}, Path(sys.argv[2]))
 print(json.dumps({"fork": fork.pid}), flush=True)
@@ -159,3 +160,16 @@ def test_a_killed_supervisor_takes_the_warm_process_and_its_forks(
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_run_that_ends_before_any_phase_stops_the_import_at_once() -> None:
+    """A cell that failed before its load: the warm process, still importing vLLM, is stopped
+    when the run closes, not waited for."""
+    forks = LoadgenForks()
+    forks.prepare(ENV)
+    (warm,) = forks._warm.values()
+    started = {warm.proc.pid} | descendants(warm.proc.pid)
+    begun = time.monotonic()
+    forks.close()
+    assert time.monotonic() - begun < CLOSE_WAIT_S  # it did not wait for the import
+    assert not alive(started)

@@ -71,11 +71,13 @@ class _Warm:
         return None if message is None else int(message["pid"])
 
     def close(self) -> None:
+        """End of input ends a process that answered; one still importing (no phase came, a
+        cell that failed before its load) or one that does not end is stopped at once."""
         with suppress(OSError):
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
         try:
-            self.proc.wait(CLOSE_WAIT_S)
+            self.proc.wait(CLOSE_WAIT_S if self.ready else 0.0)
         except subprocess.TimeoutExpired:
             stop_group(self.proc.pid, grace=0.0, also=descendants(self.proc.pid))
             self.proc.wait()
