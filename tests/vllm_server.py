@@ -6,8 +6,8 @@ fixtures).
   smoke, then bench=cpu with two repeats: nine cold boots; the accuracy stage on four documents
   in each arm's first cell), asserted by test_validate_vllm, test_smoke_vllm, test_bench_cpu and
   test_bench_repeats_cpu. Its cells skip the warmup phase (a phase's own load on two cores):
-  the warmup runs on real vLLM in test_bench_cpu's ngram run. Under `--dist loadgroup` (`make test`) its tests
-  share one xdist worker (tests/worker_groups.py), so it runs once.
+  the warmup runs on real vLLM in test_bench_cpu's ngram run. Under `--dist loadgroup`
+  (`make test`) its tests share one xdist worker (tests/worker_groups.py), so it runs once.
 """
 
 from __future__ import annotations
