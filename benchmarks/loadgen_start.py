@@ -37,13 +37,12 @@ def cold(log: Path) -> float:
 
 def forked(forks: LoadgenForks, log: Path) -> float:
     start = time.monotonic()
-    fork = forks.start(ARGV, {}, log)
-    if fork is None:
-        sys.exit("the warm vLLM CLI could not start (is vLLM installed?)")
-    while fork.poll(0.05) is None:
+    fork = forks.start(ARGV, {}, log, lambda: sys.exit("the warm vLLM CLI could not start "
+                                                       "(is vLLM installed?)"))
+    while (code := fork.poll(0.05)) is None:
         pass
-    if fork.returncode != 0:
-        sys.exit(f"the forked command exited {fork.returncode}; see {log}")
+    if code != 0:
+        sys.exit(f"the forked command exited {code}; see {log}")
     return time.monotonic() - start
 
 

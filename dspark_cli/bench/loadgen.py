@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.goodput import Objectives, loadgen_flags
-from dspark_cli.bench.loadgen_forks import LoadgenForks
+from dspark_cli.bench.loadgen_forks import LoadgenForks, Process
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server import watchdog
@@ -205,8 +205,8 @@ def run_phase(
     code: int | None = None
     aborted = None
     with log.open("wb") as out:
-        proc = (forks.start(argv, env, log) if forks else None) or _Cold(argv, env,
-                                                                                      out)
+        proc: Process = (forks.start(argv, env, log, lambda: _Cold(argv, env, out))
+                         if forks else _Cold(argv, env, out))
         try:
             while (code := proc.poll(poll_s)) is None:
                 aborted = abort()

@@ -17,11 +17,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from dspark_cli.server import watchdog
 from dspark_cli.server.groups import alive, descendants, stop_group
@@ -53,11 +53,15 @@ class _Warm:
         line = self.out.readline()
         return json.loads(line) if line.strip() else None
 
-    def usable(self) -> bool:
+    def answered(self, timeout_s: float) -> bool | None:
+        """Whether it can run commands: True, False (no: run them cold), or None when it is
+        still importing after `timeout_s` seconds."""
         if self.ready is None:
-            message = self.read(READY_TIMEOUT_S)
-            self.ready = bool(message and message.get("ready"))
-        return self.ready and self.proc.poll() is None
+            if self.proc.poll() is not None:
+                self.ready = False
+            elif (message := self.read(timeout_s)) is not None or self.proc.poll() is not None:
+                self.ready = bool(message and message.get("ready"))
+        return self.ready if self.ready is None else self.ready and self.proc.poll() is None
 
     def send(self, request: Mapping[str, Any]) -> int | None:
         """The fork's pid, or None when this process no longer answers."""
@@ -83,6 +87,14 @@ class _Warm:
             self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+class Process(Protocol):
+    """What a phase's runner asks of its process."""
+
+    def poll(self, timeout_s: float) -> int | None: ...
+
+    def kill(self) -> None: ...
 
 
 class Fork:
@@ -111,31 +123,51 @@ class Fork:
             pass
 
 
+class Waiting:
+    """A phase's process to be: waits (a slice per poll) while the warm process imports, then
+    runs the command as its fork, or cold where that process cannot (a Popen's poll and kill)."""
+
+    def __init__(self, warm: _Warm, request: Mapping[str, Any], cold: Callable[[], Process]):
+        self.warm, self.request, self.cold = warm, request, cold
+        self.proc: Process | None = None
+
+    def poll(self, timeout_s: float) -> int | None:
+        if self.proc is None:
+            ready = self.warm.answered(timeout_s)
+            if ready is None:
+                return None
+            pid = self.warm.send(self.request) if ready else None
+            if pid is None:
+                self.warm.ready = False
+            self.proc = self.cold() if pid is None else Fork(self.warm, pid)
+            return None
+        return self.proc.poll(timeout_s)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+
+
 class LoadgenForks:
     """The warm processes of one run, by load environment; closed with the run."""
 
     def __init__(self) -> None:
         self._warm: dict[tuple[tuple[str, str], ...], _Warm] = {}
 
-    def prepare(self, env: Mapping[str, str]) -> None:
-        """Start importing for `env` now (beside a server's boot), without waiting."""
+    def prepare(self, env: Mapping[str, str]) -> _Warm:
+        """The warm process for `env`, started now (beside a server's boot) if it is not yet."""
         key = tuple(sorted(env.items()))
         if key not in self._warm:
             self._warm[key] = _Warm(env)
+        return self._warm[key]
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str], log: Path) -> Fork | None:
-        """`argv` (`vllm ...`) as a fork in this directory, or None: run it cold (no warm
-        process for `env`)."""
-        self.prepare(env)
-        warm = self._warm[tuple(sorted(env.items()))]
-        if not warm.usable():
-            return None
-        pid = warm.send({"argv": list(argv), "env": {**os.environ, **env}, "cwd": os.getcwd(),
-                         "log": str(log)})
-        if pid is None:
-            warm.ready = False
-            return None
-        return Fork(warm, pid)
+    def start(self, argv: Sequence[str], env: Mapping[str, str], log: Path,
+              cold: Callable[[], Process]) -> Waiting:
+        """`argv` (`vllm ...`) in this directory, output to `log`: a fork of the warm process
+        for `env` once it has imported vLLM, else `cold()`."""
+        return Waiting(self.prepare(env), {"argv": list(argv), "env": {**os.environ, **env},
+                                           "cwd": os.getcwd(), "log": os.path.abspath(log)},
+                       cold)
 
     def close(self) -> None:
         for warm in self._warm.values():

@@ -53,8 +53,15 @@ def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str]
         for result in results:
             if result["stage"] == "import":
                 raise MissingEngine(result["module"] or "vllm", result["error"])
-        _ANSWERS.update(zip(missing, results, strict=True))
-    return tuple(_finding(_ANSWERS[k], label) for k, label in zip(keys, labels, strict=True))
+        answers = dict(zip(missing, results, strict=True))
+        # Kept: the complete answers. One given before the model's config.json is there (the
+        # engine config not built) is asked again, once `ready()` has made the model.
+        _ANSWERS.update((k, r) for k, r in answers.items()
+                        if not r["ok"] or r["stage"] == "engine-config")
+    else:
+        answers = {}
+    return tuple(_finding(_ANSWERS.get(k) or answers[k], label)
+                 for k, label in zip(keys, labels, strict=True))
 
 
 def _finding(result: dict, label: str) -> Finding:

@@ -50,6 +50,7 @@ def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: str) -> i
     """In the fork: the command's stdio, directory and environment, then vLLM's `main()`."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
+    os.chdir(cwd)
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(null, 0)
@@ -57,7 +58,6 @@ def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, log: str) -> i
     os.dup2(out, 2)
     os.close(null)
     os.close(out)
-    os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
     sys.argv = list(argv)
