@@ -54,3 +54,14 @@ def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs) 
     custom = compose_config(["+hw=cpu", "server.port=9302", "server.command=[sleep,1]"])
     ask_vllm_first([(custom, build_plan(custom))])
     assert len(validator_runs) == 1
+
+
+def test_an_answer_without_the_models_config_is_asked_again(validator_runs, tmp_path) -> None:
+    """Asked before the model is there (vLLM could not build the engine config), the answer is
+    not kept: `ready()` asks again once the model is made, and gets the whole check."""
+    cfg = compose_config(["+hw=cpu", "model=local", f"model.path={tmp_path / 'model'}",
+                          "server.port=9303"])
+    plan = build_plan(cfg)
+    ask_vllm_first([(cfg, plan)])
+    assert "engine config not checked" in node_verdicts(plan, 300.0)[0].message
+    assert len(validator_runs) == 2
