@@ -7,7 +7,9 @@ uniprocess executor: what the test suite's real servers run, tests/conftest.py),
 Each round runs `dspark smoke` once each way, the order alternating between rounds so that a
 machine getting busier or quieter favours neither; every smoke must pass. With `--nodes 2`
 (deploy=local, data parallel 2) the one-process way also asks each rank for the uniprocess
-executor (`hw.args.distributed_executor_backend=uni`): vLLM picks "mp" for any DP world.
+executor (`hw.args.distributed_executor_backend=uni`: vLLM picks "mp" for any DP world) and
+the head for one API server (`api_server_count=1`: vLLM starts one per rank, each its own
+process importing vLLM), as the suite's two-node tests do (`LEAN_RANKS`, tests/conftest.py).
 Prints each way's boot-to-health and smoke total (median), and their difference.
 """
 
@@ -36,7 +38,8 @@ def smoke(run_dir: Path, way: str, nodes: int) -> dict[str, float]:
     if nodes > 1:
         overrides += ["+hw=cpu", f"hw.nodes={nodes}", f"hw.dp_rpc_port={free_port()}"]
         if WAYS[way] == "0":
-            overrides.append("hw.args.distributed_executor_backend=uni")
+            overrides += ["hw.args.distributed_executor_backend=uni",
+                          "+serving.extra_args.api_server_count=1"]
     env = {**os.environ, "PYTHONPATH": str(REPO), SWITCH: WAYS[way]}
     done = subprocess.run([sys.executable, "-m", "dspark_cli.cli", "smoke", *overrides],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)

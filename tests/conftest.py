@@ -15,9 +15,11 @@ inherited by every subprocess):
   vLLM's uniprocess executor, no worker process to spawn and import vLLM again), which cuts a
   boot of the tiny model from about 70 s to about 55 s on this 2-core machine. vLLM reads it
   from the environment as a user's would; test_serve_launch boots the shipped multiprocess
-  tree (`SHIPPED_ENGINE`). vLLM gives any data parallel world its multiprocess executor, so
-  the tests that boot one ask each rank for the uniprocess one (`ONE_PROCESS_RANKS`): about
-  30 s off a two-node boot (benchmarks/engine_processes.py measures both).
+  tree (`SHIPPED_ENGINE`). vLLM gives any data parallel world its multiprocess executor and,
+  on the head, one API server process per rank, so the tests that boot one ask each rank for
+  the uniprocess executor and the head for one API server (`LEAN_RANKS`): two thirds of the
+  processes that import vLLM, about 35 s off a two-node boot (benchmarks/engine_processes.py
+  measures both ways).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ settings.load_profile("dspark")
 # vLLM's own switch: "0" keeps a one-rank engine's model in the engine core process.
 ENGINE_IN_ONE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 SHIPPED_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-ONE_PROCESS_RANKS = "hw.args.distributed_executor_backend=uni"
+LEAN_RANKS = ("hw.args.distributed_executor_backend=uni", "+serving.extra_args.api_server_count=1")
 
 # This module is imported twice (as `conftest` by pytest and as `tests.conftest` by tests), so
 # the session's state lives in the environment, where subprocesses see it too.

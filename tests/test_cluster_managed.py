@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.server.process import free_port
-from tests.conftest import ONE_PROCESS_RANKS, run_dspark, start_dspark, wait_until
+from tests.conftest import LEAN_RANKS, run_dspark, start_dspark, wait_until
 from tests.smoke_support import checks, port_free, statuses
 from tests.test_deploy_slurm import job_processes
 
@@ -36,7 +36,7 @@ def _job_of(stderr: str) -> str:
 def test_managed_smoke_on_two_slurm_nodes_checks_both_engines_and_cancels_the_job(
         slurm_cluster, short_dir):
     port, rpc = free_port(), free_port()
-    done = run_dspark("smoke", *SLURM, "hw.nodes=2", ONE_PROCESS_RANKS, f"server.port={port}",
+    done = run_dspark("smoke", *SLURM, "hw.nodes=2", *LEAN_RANKS, f"server.port={port}",
                       f"hw.dp_rpc_port={rpc}", "--json", cwd=short_dir, env=slurm_cluster.env,
                       timeout=BOOT_S)
     assert done.stdout.strip(), done.stderr[-3000:]
@@ -85,7 +85,7 @@ def test_managed_bench_on_slurm_runs_a_cell_as_its_own_job(slurm_cluster, short_
 def test_bench_cell_on_two_local_nodes(short_dir):
     run = short_dir / "run"
     port, rpc = free_port(), free_port()
-    done = run_dspark("bench", *ONE_CELL, "+hw=cpu", "hw.nodes=2", ONE_PROCESS_RANKS,
+    done = run_dspark("bench", *ONE_CELL, "+hw=cpu", "hw.nodes=2", *LEAN_RANKS,
                       f"server.port={port}",
                       f"hw.dp_rpc_port={rpc}", f"hydra.run.dir={run}", cwd=short_dir,
                       timeout=BOOT_S)

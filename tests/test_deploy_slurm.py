@@ -16,7 +16,7 @@ import pytest
 
 from dspark_cli.server.process import free_port
 from tests.conftest import (
-    ONE_PROCESS_RANKS,
+    LEAN_RANKS,
     compose_config,
     dspark_argv,
     dspark_env,
@@ -71,7 +71,7 @@ def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_clust
     from tests.dp_engines import per_engine_generation
 
     port, rpc = free_port(), free_port()
-    argv = dspark_argv("serve", *TINY_OVERRIDES, ONE_PROCESS_RANKS, f"server.port={port}",
+    argv = dspark_argv("serve", *TINY_OVERRIDES, *LEAN_RANKS, f"server.port={port}",
                        f"hw.dp_rpc_port={rpc}",
                        "deploy.slurm.poll_s=0.5", "server.ready_timeout_s=600",
                        f"hydra.run.dir={tmp_path / 'run'}")

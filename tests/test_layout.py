@@ -91,6 +91,17 @@ def test_dp_hybrid_every_node_serves_on_its_own_port() -> None:
         assert o["--data-parallel-size"] == "6"
 
 
+@pytest.mark.parametrize("mode", ["dp", "dp_hybrid", "tp"])
+def test_the_api_server_count_goes_to_the_nodes_that_serve_the_api(mode: str) -> None:
+    """vLLM refuses `--api-server-count` beside `--headless`: a headless node never gets it."""
+    lay = layout("+hw=cpu", "hw.nodes=3", f"hw.layout={mode}",
+                 "+serving.extra_args.api_server_count=1")
+    counts = {node.rank: opts(node.argv).get("--api-server-count") for node in lay.launches}
+    served = {node.rank: "1" if node.serves_api else None for node in lay.launches}
+    assert counts == served and counts[0] == "1"
+    assert all(("--headless" in node.argv) != node.serves_api for node in lay.launches)
+
+
 def test_tp_across_nodes_master_and_node_ranks() -> None:
     lay = layout("+hw=mi350x", "hw.nodes=2", "hw.layout=tp", "hw.args.tensor_parallel_size=16",
                  "hw.head_address=10.0.0.7", "hw.master_port=29999")

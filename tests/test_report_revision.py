@@ -41,6 +41,7 @@ def repo(tmp_path: Path, runtime: str = "VALUE = 1\n") -> Path:
     src = tmp_path / "vllm"
     (src / "vllm").mkdir(parents=True)
     (src / "vllm" / "old.py").write_text("A = 1\nB = 2\n")
+    (src / ".gitignore").write_text("__pycache__/\n")  # as vLLM's own: the tests' bytecode
     git(src, "init", "-q", "-b", "main")
     git(src, "add", ".")
     git(src, "commit", "-q", "-m", "base")

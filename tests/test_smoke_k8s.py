@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from dspark_cli.server.process import free_port
-from tests.conftest import ONE_PROCESS_RANKS, dspark_argv, dspark_env, wait_until
+from tests.conftest import LEAN_RANKS, dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_kubectl import install, processes, reap
 from tests.foreground_serve import ForegroundServe
 
@@ -71,7 +71,7 @@ def left_on(state: Path) -> tuple[list[dict], list[str]]:
 @pytest.mark.vllm
 def test_smoke_on_two_lws_pods_serves_from_both_engines_and_leaves_nothing(tmp_path):
     env, state = cluster_env(tmp_path, f'exec {sys.executable} -m dspark_cli.vllm.shim "$@"')
-    done = smoke(tmp_path, env, "server.ready_timeout_s=600", ONE_PROCESS_RANKS)
+    done = smoke(tmp_path, env, "server.ready_timeout_s=600", *LEAN_RANKS)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout)
     checks = {c["name"]: c for c in report["checks"]}

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from dspark_cli.server.process import free_port
-from tests.conftest import ONE_PROCESS_RANKS, dspark_argv, dspark_env
+from tests.conftest import LEAN_RANKS, dspark_argv, dspark_env
 from tests.smoke_support import ALL_CHECKS, checks, port_free, statuses
 
 pytestmark = pytest.mark.vllm
@@ -23,7 +23,7 @@ def test_two_node_smoke_passes_and_both_engines_generate(short_dir: Path) -> Non
     port, rpc = free_port(), free_port()
     before = {p.pid for p in psutil.process_iter()}
     done = subprocess.run(
-        dspark_argv("smoke", "+hw=cpu", "hw.nodes=2", ONE_PROCESS_RANKS, f"server.port={port}",
+        dspark_argv("smoke", "+hw=cpu", "hw.nodes=2", *LEAN_RANKS, f"server.port={port}",
                     f"hw.dp_rpc_port={rpc}", "--json"),
         cwd=short_dir, env=dspark_env(), capture_output=True, text=True, timeout=900)
     assert done.stdout.strip(), done.stderr[-3000:]

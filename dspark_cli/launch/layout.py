@@ -9,7 +9,9 @@ runs on each node rank. The head's address is a placeholder (`HEAD_ADDR`) unless
 - `dp`: data parallel, vLLM's internal load balancing. Every node runs `--data-parallel-size
   nodes x L --data-parallel-size-local L --data-parallel-address HEAD --data-parallel-rpc-port P`
   (L: the profile's per-node `data_parallel_size`); nodes after the head add `--headless
-  --data-parallel-start-rank rank x L`. Only the head serves the API.
+  --data-parallel-start-rank rank x L`. Only the head serves the API, so the plan's
+  `--api-server-count` (how many API server processes) goes to the head alone: vLLM refuses it
+  beside `--headless`.
 - `dp_hybrid`: the same sizes, `--data-parallel-hybrid-lb` and a start rank on every node, no
   `--headless`: each node serves the API, on `server.port + rank` (so nodes may share a host).
 - `tp`: one engine across the nodes: `--nnodes N --node-rank R --master-addr HEAD
@@ -110,6 +112,8 @@ def _layout_args(command: NodeLaunch, sizes: dict[str, int], flags: dict[str, An
     """The command's options with the sizes replaced in place (or added after the planned
     sizes), the layout's flags right after them, and the API port (None: as planned)."""
     planned = dict(command.args)
+    if flags.get("headless"):  # no API server there: vLLM refuses a count beside --headless
+        planned.pop("api_server_count", None)
     if port is not None:
         planned["port"] = port if port != VLLM_DEFAULT_PORT else None
     added = {d: v for d, v in sizes.items() if d not in planned}
