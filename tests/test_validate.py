@@ -16,7 +16,14 @@ import pytest
 
 from dspark_cli.report import markdown
 from dspark_cli.server.process import free_port
-from tests.conftest import REPO, default_signals, dspark_argv, dspark_env, run_dspark, wait_until
+from tests.conftest import (
+    REPO,
+    default_signals,
+    dspark_argv,
+    dspark_env,
+    run_dspark,
+    wait_until,
+)
 from tests.doubles.fake_vllm import SCRIPT
 from tests.smoke_support import fake_pid, port_free
 

@@ -88,7 +88,9 @@ def lm_eval_version(python: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as e:
         raise UsageError(f"validate.accuracy.python={python} cannot be run ({e}).") from None
     if done.returncode != 0:
-        raise MissingExtra("lm_eval", "validate's accuracy stage", python=python)
+        raise MissingExtra("lm_eval", "validate's accuracy stage", python=python,
+                           elsewhere="name an interpreter that has it with "
+                                     "validate.accuracy.python or DSPARK_EVAL_PYTHON")
     return done.stdout.strip()
 
 
