@@ -9,10 +9,10 @@ BIN := $(VENV)/bin
 LOCK := requirements/dev.lock
 LOCK_EXTRAS := cpu test k8s plot dev
 # lm-evaluation-harness (the eval extra) in a venv of its own, which `validate`'s accuracy stage
-# runs (`validate.accuracy.python`; the tests point it there): in vLLM's venv its scikit-learn,
-# SciPy, pandas and datasets, which transformers and `vllm bench serve` import whenever they find
-# them, cost every vLLM process about 2 s more at start on two cores. Pinned with dev's versions
-# of what the two share.
+# runs (DSPARK_EVAL_PYTHON; the tests set it): in vLLM's venv its scikit-learn, SciPy and
+# datasets, which transformers and `vllm bench serve` import whenever they find them, cost a
+# server's import about 4 s more CPU and a load generator's about 8 s here
+# (benchmarks/eval_venv_imports.py). Pinned with dev's versions of what the two share.
 EVAL_LOCK := requirements/eval.lock
 EVAL_EXTRAS := eval
 EVAL_VENV := .venv-eval

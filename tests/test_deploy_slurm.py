@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -68,8 +69,6 @@ def test_tp_across_nodes_gives_each_task_its_node_rank_and_the_head_as_master():
 @pytest.mark.slurm
 @pytest.mark.vllm
 def test_serve_on_slurm_answers_and_sigint_cancels_the_job(slurm_cluster, tmp_path):
-    from tests.dp_engines import complete
-
     argv = dspark_argv("serve", "+hw=cpu", "deploy=slurm", f"server.port={free_port()}",
                        "deploy.slurm.poll_s=0.5", "server.ready_timeout_s=600",
                        f"hydra.run.dir={tmp_path / 'run'}")
@@ -79,7 +78,10 @@ def test_serve_on_slurm_answers_and_sigint_cancels_the_job(slurm_cluster, tmp_pa
         url = serve.wait_ready(900)
         job = next(ln for ln in serve.lines if "submitted Slurm job" in ln).split()[4].rstrip(";")
         assert slurm_cluster.jobs() == [job]
-        assert complete(url, "tiny") == 8
+        reply = httpx.post(f"{url}/v1/completions", timeout=120, json={
+            "model": "tiny", "prompt": "one two three", "max_tokens": 8, "temperature": 0,
+            "ignore_eos": True})
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 8
     finally:
         serve.proc.send_signal(signal.SIGINT)
         code = serve.proc.wait(timeout=120)
