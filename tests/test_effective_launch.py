@@ -173,16 +173,13 @@ def test_resolve_follows_argparse() -> None:
 @pytest.mark.vllm
 def test_the_option_table_is_the_installed_vllms() -> None:
     """The shipped table is what the installed vLLM's parser gives, read as every plan reads it
-    (derived in a subprocess, once per session in the session's cache, never the shipped
-    fallback: installed_options raises when the parser cannot be read)."""
-    from dspark_cli.launch.runtime import installed_vllm
-    from dspark_cli.vllm.options_cache import installed_options
+    (derived in a subprocess, once per session in the session's cache; never the shipped
+    fallback, which would make this compare the shipped table with itself)."""
+    from dspark_cli.launch.vllm_options import source, table
     from dspark_cli.vllm.options_table import SHIPPED, checked
 
-    vllm = installed_vllm()
-    assert vllm is not None
-    derived = installed_options({"dist": vllm.dist, "version": vllm.version,
-                                 "commit": vllm.commit})
+    assert source().kind == "installed", source().note
+    derived = table()
     shipped = json.loads(SHIPPED.read_text())
     assert checked(shipped) == derived, (
         "the installed vLLM's options changed: run "

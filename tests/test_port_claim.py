@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,12 @@ def test_blocks_of_ports_never_overlap():
         port = busy.getsockname()[1]
         with claimed_port("127.0.0.1", port - 1, width=2) as c:
             assert c == port + 1  # the block port-1..port holds a listener
+
+
+def test_free_port_is_below_the_kernels_ephemeral_range_and_free():
+    start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(10000 <= p < start for p in ports), ports
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # nobody holds it
