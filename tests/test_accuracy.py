@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dspark_cli.accuracy import lm_eval_entry
 from dspark_cli.accuracy.plan import ANSWER_PATTERN, TASK, accuracy_spec, eval_argv, task_yaml
 from dspark_cli.accuracy.records import SCORED, AccuracyRecord, ArmScore
 from dspark_cli.accuracy.verdict import (
@@ -180,17 +181,28 @@ def test_the_task_yaml_reads_the_local_file_with_gsm8ks_filter_and_metric(
 def test_the_lm_eval_command_scores_the_servers_completions_endpoint(tmp_path: Path) -> None:
     s = spec(limit=4, num_concurrent=2, python="/opt/eval/bin/python")
     argv = eval_argv(s, tmp_path / "task", "tiny", "http://127.0.0.1:8000", tmp_path / "out")
-    assert argv[:3] == ["/opt/eval/bin/python", "-m", "lm_eval"]
-    assert argv[argv.index("--model") + 1] == "local-completions"
+    # lm_eval_entry run by its path in lm_eval's interpreter, not `-m lm_eval` (which indexes
+    # every task lm_eval ships first)
+    assert argv[:4] == ["/opt/eval/bin/python", "-c", lm_eval_entry.BOOT, lm_eval_entry.__file__]
+    assert argv[argv.index("--tasks") + 1] == TASK
     assert argv[argv.index("--model_args") + 1] == (
         "model=tiny,base_url=http://127.0.0.1:8000/v1/completions,tokenizer_backend=None,"
         "tokenized_requests=False,num_concurrent=2")
     assert argv[argv.index("--include_path") + 1] == str(tmp_path / "task")
     assert argv[argv.index("--output_path") + 1] == str(tmp_path / "out")
-    assert "--log_samples" in argv and argv[argv.index("--limit") + 1] == "4"
+    assert argv[argv.index("--limit") + 1] == "4"
     assert "--limit" not in eval_argv(spec(), tmp_path, "tiny", "http://h:1", tmp_path)
     with pytest.raises(UsageError, match="served model name"):
         eval_argv(s, tmp_path, "a,b", "http://h:1", tmp_path)
+
+
+def test_the_entry_runs_by_its_path(tmp_path: Path) -> None:
+    """What `eval_argv` starts runs in an interpreter without dspark: the entry's arguments
+    are parsed before lm_eval is imported, and `BOOT` runs the file by its path."""
+    done = subprocess.run([sys.executable, "-c", lm_eval_entry.BOOT, lm_eval_entry.__file__,
+                           "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: lm_eval_entry ") and "--include_path" in done.stdout
 
 
 def test_the_settings_are_checked() -> None:

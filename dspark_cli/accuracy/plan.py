@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from dspark_cli.accuracy import lm_eval_entry
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 
@@ -130,15 +131,15 @@ def task_yaml(spec: AccuracySpec, data_file: Path) -> str:
 
 def eval_argv(spec: AccuracySpec, task_dir: Path, model: str, base_url: str,
               out_dir: Path) -> list[str]:
-    """lm_eval against `base_url`'s /v1/completions, the prompts sent as text (no tokenizer
-    here), every sample logged under `out_dir`. UsageError for a served name lm_eval's
-    comma-separated model_args cannot carry."""
+    """lm_eval (`lm_eval_entry`, in `spec.python`) against `base_url`'s /v1/completions, the
+    prompts sent as text (no tokenizer here), every sample logged under `out_dir`. UsageError
+    for a served name lm_eval's comma-separated model_args cannot carry."""
     if "," in model or "=" in model:
         raise UsageError(f"the served model name {model!r} holds ',' or '=', which lm_eval's "
                          "--model_args cannot carry; set model.args.served_model_name.")
     args = (f"model={model},base_url={base_url}/v1/completions,tokenizer_backend=None,"
             f"tokenized_requests=False,num_concurrent={spec.num_concurrent}")
-    argv = [spec.python, "-m", "lm_eval", "--model", "local-completions", "--model_args", args,
-            "--tasks", TASK, "--include_path", str(task_dir), "--output_path", str(out_dir),
-            "--log_samples"]
+    argv = [spec.python, "-c", lm_eval_entry.BOOT, str(Path(lm_eval_entry.__file__)),
+            "--model_args", args, "--tasks", TASK, "--include_path", str(task_dir),
+            "--output_path", str(out_dir)]
     return argv + (["--limit", str(spec.limit)] if spec.limit is not None else [])
