@@ -117,39 +117,42 @@ def test_client_server_token_mismatch_is_invalid(tmp_path: Path) -> None:
     assert "stopping at the first invalid cell" in err
 
 
-def test_preemptions_are_invalid_and_do_not_stop_the_other_cells(tmp_path: Path) -> None:
-    code, out, _ = bench(tmp_path, "preemption", "bench.arm=draft_model")
-    assert code == 1
-    assert [(c["concurrency"], c["valid"]) for c in out["cells"]] == [(8, False), (2, False)]
-    assert cell_record(tmp_path, "draft_model-c2")["reasons"] == [
-        "6 preemptions (vllm:num_preemptions_total delta)"]
+def test_each_broken_server_makes_its_own_cell_invalid_and_the_others_still_run(
+        tmp_path: Path) -> None:
+    """One bench run, each cell's server broken its own way (the fake's --per-boot list, in
+    the cells' order: c8 none, draft_model, then c2): a fatal log line, preemptions, requests
+    refused. Each cell is invalid for its own reason and none stops the cells after it."""
+    boots = tmp_path / "boots.json"
+    boots.write_text(json.dumps([["--scenario", "gpu_fault"], ["--scenario", "preemption"],
+                                 ["--model", "other"], ["--scenario", "preemption"]]))
+    code, out, err = bench(tmp_path, "healthy", fake_args=("--per-boot", str(boots)))
+    assert code == 1, err[-3000:]
+    assert [(c["cell_id"], c["valid"]) for c in out["cells"]] == [
+        ("none-c8", False), ("draft_model-c8", False), ("none-c2", False),
+        ("draft_model-c2", False)]
     assert out["mean_speedup"] == {"draft_model": None}
 
-
-def test_failed_requests_are_invalid(tmp_path: Path) -> None:
-    # The fake serves another model name, so every request is refused (404): nothing is
-    # generated on either side, and only the failed-requests rule can catch it.
-    code, _, _ = bench(tmp_path, "healthy", "bench.arm=none", "bench.concurrency=2",
-                       model="other")
-    assert code == 1
-    rec = cell_record(tmp_path, "none-c2")
-    # the lossless probe's prompts are refused too, and said so in one line
-    assert rec["reasons"] == ["6 of 6 requests failed", "0 of 6 requests completed",
-                              "lossless probe failed: prompt 0: HTTP 404"]
-    assert rec["metrics_delta"]["generation_tokens"] == 0 and rec["fatal_lines"] == []
-
-
-def test_a_fatal_log_line_is_invalid_and_ends_the_cell_early(tmp_path: Path) -> None:
     # The fake prints a GPU memory fault and hangs the request: the cell must not wait out
     # the phase timeout (120 s here).
-    code, out, err = bench(tmp_path, "gpu_fault", "bench.arm=none", "bench.concurrency=2")
-    assert code == 1, err[-3000:]
-    rec = cell_record(tmp_path, "none-c2")
+    rec = cell_record(tmp_path, "none-c8")
     assert any(r.startswith("fatal server log line: rocm_memory_fault: Memory access fault")
                for r in rec["reasons"]), rec["reasons"]
     assert rec["phases"][0]["duration_s"] < 60
     assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
-    assert out["cells"][0]["valid"] is False
+
+    # Preemptions, in either concurrency's cell
+    for cell in ("draft_model-c8", "draft_model-c2"):
+        assert cell_record(tmp_path, cell)["reasons"] == [
+            "6 preemptions (vllm:num_preemptions_total delta)"], cell
+
+    # The fake serves another model name, so every request is refused (404): nothing is
+    # generated on either side, and only the failed-requests rule can catch it; the lossless
+    # probe's prompts are refused too, and said so in one line.
+    rec = cell_record(tmp_path, "none-c2")
+    assert rec["reasons"] == ["6 of 6 requests failed", "0 of 6 requests completed",
+                              "lossless probe failed: prompt 0: HTTP 404"]
+    assert rec["metrics_delta"]["generation_tokens"] == 0 and rec["fatal_lines"] == []
+    assert len((tmp_path / "boots.json.boots").read_text().splitlines()) == 4
 
 
 def test_multirun_jobs_through_submitit_merge_into_one_report(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ A real process speaking real HTTP on localhost, printing vLLM-like log lines to 
     python tests/doubles/fake_vllm.py --port P [--host 127.0.0.1] [--scenario NAME] [--k 3]
         [--model tiny] [--speculative NAME] [--boot-delay S] [--print-line TEXT ...]
         [--fault-line TEXT] [--event-file F] [--ignore-sigterm] [--adaptive]
-        [--per-request-spec-decode-metrics {none,summary,detailed}]
+        [--per-request-spec-decode-metrics {none,summary,detailed}] [--per-boot F]
 
 Endpoints: GET /health, GET /metrics (vLLM's Prometheus exposition, written by
 prometheus_client like vLLM's own, `_created` samples included), GET /version, GET /v1/models,
@@ -30,6 +30,10 @@ Scenarios (what a broken vLLM does; `healthy` is the reference):
 
 With `"stream": true` (what `vllm bench serve` sends) a completion is answered as server-sent
 events: one chunk per token, then a usage chunk, then `data: [DONE]`.
+
+--per-boot F: F holds a JSON list, one entry per start of this command (the arguments that start
+adds, e.g. ["--scenario", "preemption"]): the n-th start takes entry n (F.boots counts them), so
+one bench run's cells can each meet a scenario of their own.
 
 --event-file F: the Unix time at which the scenario's fault line was flushed is written to F
 (benchmarks measure fault-line-to-verdict from it). --print-line adds startup lines (e.g.
@@ -245,7 +249,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="some verify steps propose fewer than K (adaptive verification)")
     p.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"),
                    default="none", help="answer each completion's verify steps (vLLM 0.32)")
+    p.add_argument("--per-boot", help="a JSON list: each start's own arguments, in order")
     return p.parse_args(argv)
+
+
+def per_boot(argv: list[str], path: str) -> list[str]:
+    """This start's own arguments from `path`'s list (the n-th start: entry n)."""
+    counter = Path(f"{path}.boots")
+    n = len(counter.read_text().splitlines()) if counter.exists() else 0
+    with counter.open("a") as f:
+        f.write(f"{os.getpid()}\n")
+    extra = [str(a) for a in json.loads(Path(path).read_text())[n]]
+    log(f"start {n + 1}: per-boot arguments {' '.join(extra)}")
+    return [*argv, *extra]
 
 
 class QuietDisconnects(ThreadingHTTPServer):
@@ -260,7 +276,10 @@ class QuietDisconnects(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.per_boot:
+        args = parse_args(per_boot(argv, args.per_boot))
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log(f"vLLM API server version {VERSION}")
