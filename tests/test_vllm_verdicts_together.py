@@ -1,5 +1,6 @@
 """vLLM's verdicts asked together: a bench's arms are judged in one vLLM import
-(`deploy/start.ask_vllm_first`), and a command already judged in this process (the smoke's, then
+(`deploy/start.ask_vllm_together`), taken when the first arm's verdict is needed (after its
+preflight, its model there), and a command already judged in this process (the smoke's, then
 the same arm's in the bench) is not judged again. The real installed vLLM's parser; the count of
 its subprocesses is read from a spy that runs the real `subprocess.run`."""
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dspark_cli.deploy.start import ask_vllm_first
+from dspark_cli.deploy.start import ask_vllm_together
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.prepare import ensure_model
 from dspark_cli.launch.vllm_verdict import node_verdicts
@@ -34,6 +35,7 @@ def validator_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 
     monkeypatch.setattr(accepts.subprocess, "run", spy)
     monkeypatch.setattr(accepts, "_ANSWERS", {})
+    monkeypatch.setattr(accepts, "_DEFERRED", {})
     yield runs
 
 
@@ -43,25 +45,28 @@ def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs) 
             compose_config(["+hw=cpu", "speculative=draft_model", "server.port=9301",
                             "+speculative.extra.no_such_key=1"])]
     plans = [build_plan(cfg) for cfg in arms]
+    ask_vllm_together(list(zip(arms, plans, strict=True)))
+    assert validator_runs == []  # nothing is asked before a verdict is needed
     ensure_model(arms[0])  # a local config.json: vLLM builds the engine config too
-    ask_vllm_first(list(zip(arms, plans, strict=True)))
-    assert len(validator_runs) == 1 and validator_runs[0].count("--port") == 3
     verdicts = [node_verdicts(plan, 300.0) for plan in plans]
-    assert len(validator_runs) == 1  # every arm's verdict was already there
+    # the first arm's question took the others along; each verdict was then already there
+    assert len(validator_runs) == 1 and validator_runs[0].count("--port") == 3
     assert [v[0].status.value for v in verdicts] == ["passed", "passed", "failed"]
     assert "no_such_key" in verdicts[2][0].message
     # A command of one's own is not vLLM's to judge: nothing is asked for it.
     custom = compose_config(["+hw=cpu", "server.port=9302", "server.command=[sleep,1]"])
-    ask_vllm_first([(custom, build_plan(custom))])
-    assert len(validator_runs) == 1
+    ask_vllm_together([(custom, build_plan(custom))])
+    assert accepts._DEFERRED == {} and len(validator_runs) == 1
 
 
 def test_an_answer_without_the_models_config_is_asked_again(validator_runs, tmp_path) -> None:
-    """Asked before the model is there (vLLM could not build the engine config), the answer is
-    not kept: `ready()` asks again once the model is made, and gets the whole check."""
+    """Asked while the model is not there (vLLM could not build the engine config), the answer
+    is not kept: asked again (once the model is made, `ready()` gets the whole check)."""
     cfg = compose_config(["+hw=cpu", "model=local", f"model.path={tmp_path / 'model'}",
                           "server.port=9303"])
     plan = build_plan(cfg)
-    ask_vllm_first([(cfg, plan)])
+    ask_vllm_together([(cfg, plan)])
     assert "engine config not checked" in node_verdicts(plan, 300.0)[0].message
+    assert len(validator_runs) == 1
+    node_verdicts(plan, 300.0)
     assert len(validator_runs) == 2

@@ -69,7 +69,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.lossless import load_prompts
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
-    from dspark_cli.deploy.start import ask_vllm_first
+    from dspark_cli.deploy.start import ask_vllm_together
     from dspark_cli.server.log_patterns import degraded_patterns, fatal_patterns
     from dspark_cli.server.process import stop_signals_as_interrupt
 
@@ -79,7 +79,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     print(f"dspark: run directory {directory}", file=sys.stderr)
 
     def prepare_arms(pending: list[Arm]) -> dict[str, ArmLaunch]:
-        ask_vllm_first([(arm.cfg, arm.plan) for arm in pending])
+        ask_vllm_together([(arm.cfg, arm.plan) for arm in pending])
         return {arm.name: arm_launch(arm, directory / ARMS_DIR / arm.name) for arm in pending}
 
     with stop_signals_as_interrupt(), LoadgenForks() as forks:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from dspark_cli.compat import StrEnum
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
 from dspark_cli.deploy.targets import deploy_target
-from dspark_cli.errors import CheckFailed, MissingEngine, UsageError
+from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout_render import layout_script
 from dspark_cli.launch.plan import LaunchPlan
@@ -59,18 +59,13 @@ def vllm_check(target: DeployTarget, custom: bool, nodes: int, *, asked: bool = 
     return VllmCheck.beside if beside and target.here and nodes == 1 else VllmCheck.before
 
 
-def ask_vllm_first(starts: Sequence[tuple[DictConfig, LaunchPlan]]) -> None:
-    """vLLM's verdicts on those of `starts` that `ready()` will have judged before they start,
-    asked together (a bench's arms: one vLLM import, not one per arm). Without vLLM here nothing
-    is asked: `ready()` says so in its own order, after the preflight."""
-    try:
-        ask_together([plan for cfg, plan in starts
-                      if vllm_check(deploy_target(cfg), cfg.server.command is not None,
-                                    plan.layout.nodes) is VllmCheck.before],
-                     max((float(cfg.server.validate_timeout_s) for cfg, _ in starts),
-                         default=0.0))
-    except MissingEngine:
-        return
+def ask_vllm_together(starts: Sequence[tuple[DictConfig, LaunchPlan]]) -> None:
+    """Those of `starts` that `ready()` judges before they start are judged together (a bench's
+    arms: one vLLM import, not one per arm), when the first `ready()` asks, after its preflight
+    and with its model there."""
+    ask_together([plan for cfg, plan in starts
+                  if vllm_check(deploy_target(cfg), cfg.server.command is not None,
+                                plan.layout.nodes) is VllmCheck.before])
 
 
 @dataclass(frozen=True)

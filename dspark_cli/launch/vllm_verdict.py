@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.status import Finding
-from dspark_cli.vllm.accepts import vllm_accepts_command, vllm_accepts_commands
+from dspark_cli.vllm.accepts import defer, vllm_accepts_command, vllm_accepts_commands
 
 LOCAL_HEAD = "127.0.0.1"  # where a layout's head is when nothing else says
 
@@ -39,15 +39,13 @@ def _commands(plan: LaunchPlan) -> list[tuple[list[str], dict[str, str]]]:
     return [(list(plan.argv), dict(plan.env_map))]
 
 
-def ask_together(plans: Sequence[LaunchPlan], timeout_s: float) -> None:
-    """Ask vLLM about every plan's commands now, in one vLLM import per environment (a bench's
-    arms); the `node_verdicts` that follow find their answers (vllm/accepts.py keeps them)."""
-    by_env: dict[tuple[tuple[str, str], ...], list[list[str]]] = {}
+def ask_together(plans: Sequence[LaunchPlan]) -> None:
+    """Have vLLM asked about every plan's commands with the first of them that `node_verdicts`
+    asks about, in one vLLM import per environment (a bench's arms); the `node_verdicts` that
+    follow find their answers (vllm/accepts.py keeps them)."""
     for plan in plans:
         for argv, env in _commands(plan):
-            by_env.setdefault(tuple(sorted(env.items())), []).append(argv)
-    for env_items, argvs in by_env.items():
-        vllm_accepts_commands(argvs, dict(env_items), [""] * len(argvs), timeout_s)
+            defer([argv], env)
 
 
 def node_verdicts(plan: LaunchPlan, timeout_s: float) -> tuple[Finding, ...]:

@@ -24,22 +24,34 @@ def vllm_accepts_command(argv: Sequence[str], env: Mapping[str, str], label: str
     return vllm_accepts_commands([argv], env, [label], timeout_s)[0]
 
 
+_Key = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]  # (argv, env)
 # vLLM's answers in this process, by (argv, env): a command asked about again (the smoke's, then
 # the same arm's in the bench; several arms asked at once) costs no second vLLM import.
-_ANSWERS: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], dict] = {}
+_ANSWERS: dict[_Key, dict] = {}
+# Commands to be asked about with the next question in their environment (`defer`).
+_DEFERRED: dict[tuple[tuple[str, str], ...], list[tuple[str, ...]]] = {}
+
+
+def defer(argvs: Sequence[Sequence[str]], env: Mapping[str, str]) -> None:
+    """Ask about `argvs` (in `env`) together with the next command asked about in `env`: a
+    bench's arms in one vLLM import, taken when the first arm's preflight has passed and its
+    model is there (so a failing preflight costs no import, and vLLM builds the engine config)."""
+    _DEFERRED.setdefault(tuple(sorted(env.items())), []).extend(tuple(a) for a in argvs)
 
 
 def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
                           labels: Sequence[str],
                           timeout_s: float = ACCEPTS_TIMEOUT_S) -> tuple[Finding, ...]:
     """One finding per argv; those not answered before in this process are asked in one
-    subprocess (vLLM is imported once), which may take `timeout_s` seconds."""
+    subprocess (vLLM is imported once), with the commands deferred in `env`, which may take
+    `timeout_s` seconds."""
     from dspark_cli.vllm.shim import require_engine
 
     require_engine()  # not installed: neither validated nor run, say what to install
     env_key = tuple(sorted(env.items()))
     keys = [(tuple(a), env_key) for a in argvs]
-    missing = list(dict.fromkeys(k for k in keys if k not in _ANSWERS))
+    along = [(a, env_key) for a in _DEFERRED.pop(env_key, [])]
+    missing = list(dict.fromkeys(k for k in (*keys, *along) if k not in _ANSWERS))
     if missing:
         try:
             done = subprocess.run(
