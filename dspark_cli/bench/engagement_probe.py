@@ -17,6 +17,7 @@ import httpx
 from dspark_cli.bench.protocol import Sampling
 from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.server.spec_metrics import Engagement, RequestSteps, judge, parse
+from dspark_cli.server.tls import shared_context
 
 # The prompts when the protocol has no pinned greedy prompts to reuse.
 PROMPTS = ("Speculative decoding drafts tokens that the target model verifies.",)
@@ -44,7 +45,8 @@ def probe(base_url: str, model: str, prompts: Sequence[str], concurrency: int,
                "max_tokens": min(sampling.max_output_tokens, MAX_TOKENS),
                "temperature": sampling.temperature, "top_p": sampling.top_p}
               for i in range(count)]
-    with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(count) as pool:
+    with (httpx.Client(timeout=timeout_s, verify=shared_context()) as client,
+          ThreadPoolExecutor(count) as pool):
         answers = list(pool.map(lambda b: _one(client, f"{base_url}/v1/completions", b),
                                 bodies))
     problems = [a for a in answers if isinstance(a, str)]

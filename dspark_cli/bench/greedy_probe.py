@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from dspark_cli.bench.lossless import PromptSet
+from dspark_cli.server.tls import shared_context
 
 
 def answer(base_url: str, model: str, prompts: PromptSet, timeout_s: float) -> dict[str, Any]:
@@ -19,7 +20,7 @@ def answer(base_url: str, model: str, prompts: PromptSet, timeout_s: float) -> d
     texts: list[str] = []
     ids: list[list[int] | None] = []
     errors: list[str] = []
-    with httpx.Client(timeout=timeout_s) as client:
+    with httpx.Client(timeout=timeout_s, verify=shared_context()) as client:
         for i, prompt in enumerate(prompts.prompts):
             body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens,
                     "temperature": 0.0, "top_p": 1.0, "seed": 0, "return_token_ids": True}

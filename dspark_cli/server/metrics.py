@@ -131,9 +131,11 @@ def scrape(base_url: str, timeout_s: float = 5.0) -> Scrape:
     """GET `<base_url>/metrics` and parse it; ScrapeError on any HTTP or parse failure."""
     import httpx
 
+    from dspark_cli.server.tls import shared_context
+
     url = base_url.rstrip("/") + "/metrics"
     try:
-        response = httpx.get(url, timeout=timeout_s)
+        response = httpx.get(url, timeout=timeout_s, verify=shared_context())
         response.raise_for_status()
     except httpx.HTTPError as exc:
         raise ScrapeError(f"could not read {url}: {exc}") from exc

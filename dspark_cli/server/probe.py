@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import httpx
 
+from dspark_cli.server.tls import shared_context
+
 PROBE_TIMEOUT_S = 2.0
 
 
@@ -22,7 +24,8 @@ def health(base_url: str) -> int | None:
     """`/health`'s status code now; REFUSED when no connection could be made, None when a
     connection was made but gave no answer in time."""
     try:
-        return httpx.get(base_url + "/health", timeout=PROBE_TIMEOUT_S).status_code
+        return httpx.get(base_url + "/health", timeout=PROBE_TIMEOUT_S,
+                         verify=shared_context()).status_code
     except (httpx.ConnectError, httpx.ConnectTimeout):
         return REFUSED
     except httpx.HTTPError:
@@ -43,6 +46,7 @@ def url_problem(url: str) -> str | None:
 def version(base_url: str) -> str | None:
     """The server's `/version`, or None when it does not say."""
     try:
-        return str(httpx.get(base_url + "/version", timeout=PROBE_TIMEOUT_S).json()["version"])
+        return str(httpx.get(base_url + "/version", timeout=PROBE_TIMEOUT_S,
+                             verify=shared_context()).json()["version"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None

@@ -20,6 +20,7 @@ from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.process import Teardown
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import parse
+from dspark_cli.server.tls import shared_context
 from dspark_cli.smoke.background import BackgroundCheck, race
 from dspark_cli.smoke.checks import evaluate
 from dspark_cli.smoke.expectations import Expectations
@@ -70,7 +71,8 @@ def complete(base_url: str, model: str, prompt: str, max_tokens: int,
     start = time.monotonic()
     try:
         r = httpx.post(base_url + "/v1/completions", json=body,
-                       timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S))
+                       timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
+                       verify=shared_context())
     except httpx.TimeoutException:
         return RequestOutcome(RequestState.timeout, detail="no response")
     except httpx.HTTPError as exc:
