@@ -3,7 +3,7 @@
 It does what `python -m lm_eval run` does for the task (the same `simple_evaluate` with the
 CLI's defaults, the same results and samples files under --output_path, the same table printed)
 but indexes only the task directory: lm_eval's CLI always indexes the thousands of tasks it
-ships first, about 12 s of CPU per arm here (benchmarks/accuracy_entry.py). Only lm_eval and
+ships first, most of its 10 s of CPU per arm here (benchmarks/accuracy_entry.py). Only lm_eval and
 the standard library are imported: dspark is not installed in that interpreter. `eval_argv`
 (accuracy/plan.py) starts it through `BOOT`, which runs this file by its path without putting
 its directory on sys.path.
