@@ -12,6 +12,7 @@ import httpx
 import psutil
 import pytest
 
+from dspark_cli.server import probe
 from dspark_cli.server.process import free_port, port_in_use
 from tests.conftest import SHIPPED_ENGINE, start_dspark, wait_until
 
@@ -24,10 +25,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
         if proc.poll() is not None:
             tail = proc.stdout.read()[-3000:]
             raise AssertionError(f"dspark serve exited {proc.poll()}:\n{tail}")
-        try:
-            return httpx.get(url + "/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return probe.healthy(url)  # dspark's probe: one TLS context, not one per poll
 
     wait_until(healthy, timeout, "the server to become healthy", poll_s=0.5)
 
