@@ -1,9 +1,9 @@
 """The one TLS context that every HTTP request dspark makes shares (health polls, /metrics,
 probes, the smoke's completions), passed to httpx as `verify=`.
 
-Without it httpx builds a context per call and loads the CA bundle each time: about 50 ms of CPU
-per call here against under 1 ms with the shared one (benchmarks/http_polls.py), paid by every
-health poll of a boot. And a thread still loading a bundle while the process exits crashes in
+Without it httpx builds a context per call and loads the CA bundle each time: 57 ms of CPU per
+health poll here against 2 ms with the shared one (benchmarks/http_polls.py), paid by every poll
+of a boot (one every 0.1 s). And a thread still loading a bundle while the process exits crashes in
 OpenSSL's exit handlers (seen as SIGSEGV after `dspark: cancelled.`, in the lowest-versions
 lane); the shared context is built once, by the first request (a start's first health poll).
 """
