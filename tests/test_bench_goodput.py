@@ -15,9 +15,10 @@ from dspark_cli.bench import schema as bench_schema
 from dspark_cli.bench.protocol import build_protocol
 from dspark_cli.bench.records import collect
 from dspark_cli.config.plain import plain
-from dspark_cli.errors import UsageError
+from dspark_cli.errors import ExitCode, UsageError
 from tests.conftest import compose_config, run_dspark
 from tests.report_factory import CONCURRENCIES, bench_run
+from tests.test_missing_engine import broken_install
 
 OBJ = goodput.Objectives(ttft_ms=2000, tpot_ms=80, percentile=99)
 
@@ -130,9 +131,14 @@ def test_ranges_follow_the_crossover() -> None:
     assert winners.ranges(found) == [(1, 8, "fixed"), (9, 256, "adaptive")]
 
 
-def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(tmp_path: Path) -> None:
+def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proposal's preflight runs where vLLM cannot be imported (a real broken install,
+    tests/test_missing_engine.py), so its failure is what the report must say; the preflight
+    that vLLM's own parser passes is test_bench_proposal's (the vllm lane)."""
     from dspark_cli.bench.merge import merge
 
+    monkeypatch.setenv("PYTHONPATH", broken_install(tmp_path, "hidden")["PYTHONPATH"])
     run = bench_run(tmp_path / "run", repeats=3, objectives=OBJ)
     merged = merge(run)
     assert merged.proposal_json is not None
@@ -141,6 +147,8 @@ def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(tmp_pat
     assert found["kind"] == "per_load" and found["ranges"] == [
         {"first": 1, "last": 256, "arm": "dspark_adaptive"}]
     assert [p["command"] for p in found["preflight"]] == found["commands"]
+    assert [(p["exit"], p["passed"]) for p in found["preflight"]] == [
+        (ExitCode.MISSING_ENGINE, False)] * len(found["commands"])
     for name in ("decisions.png", "pareto.png"):
         assert (run / name).stat().st_size > 10_000
     done = run_dspark("report", str(run), cwd=tmp_path)
@@ -151,4 +159,9 @@ def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(tmp_pat
     assert "| 256 | dspark\\_adaptive | faster than dspark\\_fixed" in md.replace("_", "\\_") \
         or "| 256 | dspark_adaptive | faster than" in md
     assert "**Proposal (per_load):**" in md and "A proposal to validate" in md
+    assert "did NOT pass the dry-run preflight" in md
+    found["preflight"] = [{**p, "exit": 0, "passed": True} for p in found["preflight"]]
+    merged.proposal_json.write_text(json.dumps(found))
+    done = run_dspark("report", str(run), cwd=tmp_path)
+    assert "It passed `dspark serve --dry-run --validate`." in done.stdout, done.stderr
     assert "![Pareto: per-user vs total output tokens/s](pareto.png)" in md

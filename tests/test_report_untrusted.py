@@ -320,7 +320,7 @@ def test_bench_report_replaces_planted_links_instead_of_writing_through_them(
     """summary.json, .csv and .png each a link to a file of someone's: one `bench --report`
     replaces every link, and no file linked to changes. Every speculative cell is marked
     invalid, so no load has a winner and no proposal is preflighted (a vLLM import;
-    test_bench_goodput's report test preflights one)."""
+    test_bench_proposal preflights one)."""
     for cell in (records / "bench" / "cells").glob("*/cell.json"):
         if not cell.parent.name.startswith("none-"):
             edit_json(cell, lambda d: d.update(valid=False, reasons=["edited"]))
