@@ -39,34 +39,32 @@ def validator_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     yield runs
 
 
-def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs) -> None:
+def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs,
+                                                                tmp_path) -> None:
+    """Three arms and one whose model is not there are asked in one import; an answer given
+    without the model's config (vLLM could not build the engine config) is not kept, so that
+    arm is asked again (once its model is made, `ready()` gets the whole check)."""
     arms = [compose_config(["+hw=cpu", "speculative=none", "server.port=9301"]),
             compose_config(["+hw=cpu", "speculative=draft_model", "server.port=9301"]),
             compose_config(["+hw=cpu", "speculative=draft_model", "server.port=9301",
-                            "+speculative.extra.no_such_key=1"])]
+                            "+speculative.extra.no_such_key=1"]),
+            # the tiny model's environment (HF_HUB_OFFLINE), so it is asked in the same import
+            compose_config(["+hw=cpu", "model=local", f"model.path={tmp_path / 'model'}",
+                            "server.port=9301", "+hw.env.HF_HUB_OFFLINE='1'"])]
     plans = [build_plan(cfg) for cfg in arms]
+    assert len({tuple(sorted(plan.env_map.items())) for plan in plans}) == 1
     ask_vllm_together(list(zip(arms, plans, strict=True)))
     assert validator_runs == []  # nothing is asked before a verdict is needed
     ensure_model(arms[0])  # a local config.json: vLLM builds the engine config too
-    verdicts = [node_verdicts(plan, 300.0) for plan in plans]
+    verdicts = [node_verdicts(plan, 300.0) for plan in plans[:3]]
     # the first arm's question took the others along; each verdict was then already there
-    assert len(validator_runs) == 1 and validator_runs[0].count("--port") == 3
+    assert len(validator_runs) == 1 and validator_runs[0].count("--port") == 4
     assert [v[0].status.value for v in verdicts] == ["passed", "passed", "failed"]
     assert "no_such_key" in verdicts[2][0].message
+    (unchecked,) = node_verdicts(plans[3], 300.0)
+    assert "engine config not checked" in unchecked.message and unchecked.status.value == "passed"
+    assert len(validator_runs) == 2 and validator_runs[1].count("--port") == 1
     # A command of one's own is not vLLM's to judge: nothing is asked for it.
     custom = compose_config(["+hw=cpu", "server.port=9302", "server.command=[sleep,1]"])
     ask_vllm_together([(custom, build_plan(custom))])
-    assert accepts._DEFERRED == {} and len(validator_runs) == 1
-
-
-def test_an_answer_without_the_models_config_is_asked_again(validator_runs, tmp_path) -> None:
-    """Asked while the model is not there (vLLM could not build the engine config), the answer
-    is not kept: asked again (once the model is made, `ready()` gets the whole check)."""
-    cfg = compose_config(["+hw=cpu", "model=local", f"model.path={tmp_path / 'model'}",
-                          "server.port=9303"])
-    plan = build_plan(cfg)
-    ask_vllm_together([(cfg, plan)])
-    assert "engine config not checked" in node_verdicts(plan, 300.0)[0].message
-    assert len(validator_runs) == 1
-    node_verdicts(plan, 300.0)
-    assert len(validator_runs) == 2
+    assert accepts._DEFERRED == {} and len(validator_runs) == 2
