@@ -63,10 +63,14 @@ def test_a_crossover_of_draft_counts_is_a_schedule(tmp_path: Path) -> None:
                          config="bench")
     arm = arm_config(cfg, "proposed")
     assert arm.speculative.extra[proposal.SCHEDULE_KEY] == [[1, 2, 3], [3, 8, 0]]
-    # The proposal passes the same preflight as any `dspark serve --dry-run --validate`.
-    done = run_dspark(*shlex.split(cmd)[1:], cwd=tmp_path)
+    # The proposal passes the same preflight as any `dspark serve --dry-run --validate`
+    # (--json: the same run, machine-readable), vLLM's own parser included.
+    done = run_dspark(*shlex.split(cmd)[1:], "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "num_speculative_tokens_per_batch_size" in done.stdout
+    plan = json.loads(done.stdout)
+    assert "num_speculative_tokens_per_batch_size" in " ".join(plan["argv"])
+    (verdict,) = [f for f in plan["preflight"] if f["rule"] == "vllm-accepts-command"]
+    assert verdict["status"] == "passed", verdict
 
 
 def test_without_the_schedule_or_across_drafters_it_is_the_arm_per_load(tmp_path: Path) -> None:

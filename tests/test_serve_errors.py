@@ -5,8 +5,6 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import run_dspark
 
 
@@ -16,14 +14,6 @@ def test_an_option_vllm_does_not_have_is_refused_before_validation() -> None:
     assert done.returncode == 2, done.stderr
     assert "`serving.extra_args.no_such_option` is not an option of " in done.stderr
     assert "Traceback" not in done.stderr
-
-
-@pytest.mark.vllm
-def test_validate_accepts_the_cpu_default_with_its_engine_config() -> None:
-    done = run_dspark("serve", "+hw=cpu", "speculative=draft_model", "--dry-run", "--validate",
-                      "--json")
-    assert done.returncode == 0, done.stderr
-    assert '"rule": "vllm-accepts-command"' in done.stdout
 
 
 def test_a_taken_port_is_a_server_error_and_starts_nothing(tmp_path: Path) -> None:
