@@ -46,7 +46,8 @@ def broken_install(tmp_path: Path, kind: str) -> dict[str, str]:
     ["serve", "+hw=cpu"],
     ["smoke", "+hw=cpu", "server.ready_timeout_s=20"],
     ["bench", "+hw=cpu"],
-    ["serve", "+hw=cpu", "--dry-run", "--validate"],
+    # two nodes: every node's command is asked about (test_smoke_nodes has vLLM answer)
+    ["serve", "+hw=cpu", "hw.nodes=2", "--dry-run", "--validate"],
 ], ids=["serve", "smoke", "bench", "serve-validate"])
 def test_no_engine_says_what_to_install(tmp_path: Path, kind: str, args: list[str]) -> None:
     port = free_port()  # not 8000: a server of someone else's may hold it

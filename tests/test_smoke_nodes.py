@@ -39,8 +39,10 @@ def test_two_node_smoke_passes_and_both_engines_generate(short_dir: Path) -> Non
     assert sum(by_engine.values()) == report["counters"]["generation_tokens"] == 4 * 48
     assert checks(report)["generation"]["data"] == {
         "requested": 4 * 48, "usage": 4 * 48, "server_counter_delta": 4 * 48}
+    # vLLM's own parser judged every node's command, the engine config built for each
     evidence = checks(report)["vllm_accepts_command"]["evidence"]
-    assert "node 0: vLLM accepts" in evidence and "node 1: vLLM accepts" in evidence
+    assert "node 0: vLLM accepts the command (engine-config)" in evidence, evidence
+    assert "node 1: vLLM accepts the command (engine-config)" in evidence, evidence
 
     run = Path(report["log"]).parent
     nodes_sh = (run / "nodes.sh").read_text()
