@@ -160,8 +160,10 @@ def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(
         or "| 256 | dspark_adaptive | faster than" in md
     assert "**Proposal (per_load):**" in md and "A proposal to validate" in md
     assert "did NOT pass the dry-run preflight" in md
+    assert "![Pareto: per-user vs total output tokens/s](pareto.png)" in md
+    # A preflight that passed is said so.
     found["preflight"] = [{**p, "exit": 0, "passed": True} for p in found["preflight"]]
     merged.proposal_json.write_text(json.dumps(found))
     done = run_dspark("report", str(run), cwd=tmp_path)
-    assert "It passed `dspark serve --dry-run --validate`." in done.stdout, done.stderr
-    assert "![Pareto: per-user vs total output tokens/s](pareto.png)" in md
+    assert done.returncode == 0, done.stderr
+    assert "It passed `dspark serve --dry-run --validate`." in done.stdout
