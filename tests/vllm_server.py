@@ -3,13 +3,15 @@ several tests assert the same records (imported by conftest.py, so every test mo
 fixtures).
 
 - `cpu_validate_run`: the one `dspark validate` of the embedded default (hardware detected, the
-  smoke, then bench=cpu with the ngram arm beside its two, at concurrency 8, two repeats: seven
-  cold boots; the accuracy stage on four documents in each arm's first cell), asserted by
-  test_validate_vllm, test_smoke_vllm, test_bench_cpu and test_bench_repeats_cpu. One
-  concurrency, not bench=cpu's two: a second one is four more boots and asserts nothing a
-  concurrency of its own does not (the summary across concurrencies is test_bench_summary's
-  and test_bench_verdicts'; test_bench_slurm runs two for real). Under `--dist loadgroup`
-  (`make test`) its tests share one xdist worker (tests/worker_groups.py), so it runs once.
+  smoke, then bench=cpu's two arms at concurrency 8, two repeats: five cold boots; the accuracy
+  stage on four documents in each arm's first cell), asserted by test_validate_vllm,
+  test_smoke_vllm, test_bench_cpu and test_bench_repeats_cpu. One concurrency, not bench=cpu's
+  two: a second one is four more boots and asserts nothing a concurrency of its own does not
+  (the summary across concurrencies is test_bench_summary's and test_bench_verdicts', and
+  test_bench_rules' broken servers run two against the fake). The prompt-lookup drafter (ngram)
+  is test_bench_slurm's, whose sweep compares it with none's cell from the other job: here it
+  would be two more boots. Under `--dist loadgroup` (`make test`) its tests share one xdist
+  worker (tests/worker_groups.py), so it runs once.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import pytest
 from dspark_cli.server.process import free_port
 from tests.conftest import run_dspark
 
-# The validate run's grid: bench=cpu's two arms and the prompt-lookup drafter.
-ARMS = ("none", "draft_model", "ngram")
+# The validate run's grid: bench=cpu's two arms.
+ARMS = ("none", "draft_model")
 CONCURRENCY = 8
 REPEATS = 2
 CELLS = tuple(f"{arm}-c{CONCURRENCY}-r{r}" for arm in ARMS for r in range(1, REPEATS + 1))
@@ -33,8 +35,8 @@ CELLS = tuple(f"{arm}-c{CONCURRENCY}-r{r}" for arm in ARMS for r in range(1, REP
 
 @dataclass(frozen=True)
 class CpuValidateRun:
-    """The one `dspark validate` of the embedded default with bench=cpu's three arms at
-    concurrency 8, two repeats each: the smoke and six cold cells, each with bench=cpu's warmup
+    """The one `dspark validate` of the embedded default with bench=cpu's two arms at
+    concurrency 8, two repeats each: the smoke and four cold cells, each with bench=cpu's warmup
     phase before the measured one."""
 
     cwd: Path
