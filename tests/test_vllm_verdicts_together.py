@@ -68,3 +68,25 @@ def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs,
     custom = compose_config(["+hw=cpu", "server.port=9302", "server.command=[sleep,1]"])
     ask_vllm_together([(custom, build_plan(custom))])
     assert accepts._DEFERRED == {} and len(validator_runs) == 2
+
+
+def test_validates_smoke_question_takes_the_bench_arms_along(validator_runs) -> None:
+    """`dspark validate` asks vLLM once for its smoke and its bench: before the smoke, each
+    arm's command waits for the smoke's question in the same environment (how a waiting
+    command is asked along is the test above). A bench that does not plan is left for its
+    stage to report, with nothing asked ahead. Nothing here imports vLLM."""
+    from dspark_cli.bench.workflow import ask_vllm_ahead, compose_arms, protocol_of
+    from dspark_cli.validate import schema
+
+    schema.register()
+    cfg = compose_config(["+hw=cpu", "bench=cpu", "server.port=9303"], config="validate")
+    ask_vllm_ahead(cfg)
+    arms = compose_arms(cfg, protocol_of(cfg)[0])
+    assert sorted(arms) == ["draft_model", "none"]
+    smoke_env = tuple(sorted(build_plan(cfg).env_map.items()))
+    deferred = accepts._DEFERRED
+    assert deferred == {smoke_env: [tuple(arm.plan.argv) for arm in arms.values()]}
+    accepts._DEFERRED.clear()
+    ask_vllm_ahead(compose_config(["+hw=cpu", "bench=cpu", "bench.arms=[none,nope]"],
+                                  config="validate"))
+    assert accepts._DEFERRED == {} and validator_runs == []

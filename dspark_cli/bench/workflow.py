@@ -90,6 +90,21 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     return merge(directory)
 
 
+def ask_vllm_ahead(cfg: DictConfig) -> None:
+    """Have vLLM asked about the arms `bench_in(cfg, ...)` will start together with the next
+    command asked about in their environment (`validate`'s smoke, which boots first): one vLLM
+    import for both stages. A plan that fails here is left for the bench to report, and a port
+    claimed differently later is asked about again (answers are kept by exact command)."""
+    from dspark_cli.deploy.start import ask_vllm_together
+    from dspark_cli.errors import DsparkError
+
+    try:
+        arms = compose_arms(cfg, protocol_of(cfg)[0])
+    except DsparkError:
+        return
+    ask_vllm_together([(arm.cfg, arm.plan) for arm in arms.values()])
+
+
 def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool,
              after: CellHook | None = None) -> Any:
     """Run the protocol of `cfg.bench` into `directory` on the ports this job claims, and

@@ -146,8 +146,12 @@ def _revision_and_lint(cfg: DictConfig, tree: Path, directory: Path) -> str:
 
 
 def smoke(cfg: DictConfig, directory: Path) -> StageResult:
+    """The smoke; vLLM's verdict on its command also answers for the bench's arms."""
+    from dspark_cli.bench.workflow import ask_vllm_ahead
     from dspark_cli.smoke.workflow import smoke_in
 
+    if cfg.validate.bench is not None:
+        ask_vllm_ahead(cfg)
     doc = smoke_in(cfg, directory)
     code = int(doc.verdict.exit_code)
     return StageResult("smoke", Status.passed if code == 0 else Status.failed, code,
