@@ -118,14 +118,18 @@ LOWEST_SKIP ?= tests/test_config_profiles.py::test_every_hw_profile_composes_wit
 # so would each CLI the tests start (measured: a collection of 9.8 s against 2.6 s here).
 # Written only under __pycache__ (ignored by git).
 BYTECODE := env -u PYTHONDONTWRITEBYTECODE
+# The two sessions below derive the installed vLLM's option table once, not once each: the
+# folder keeps it between them (tests/conftest.py, DSPARK_TEST_OPTIONS), in the venv whose vLLM
+# it describes; each session still reads it only as a trusted entry for exactly that vLLM.
+SHARED_OPTIONS := DSPARK_TEST_OPTIONS=$(abspath $(VENV))/.test-vllm-options
 
 test-lowest: $(LOWEST)/.installed
 	$(BYTECODE) $(LOWEST)/bin/python -m pytest -q -n $(WORKERS) -m "$(FAST)" $(LOWEST_TESTS) \
 	  $(LOWEST_SKIP:%=--deselect %)
 
 test: setup slurm lint
-	$(BYTECODE) $(BIN)/pytest -q -n $(WORKERS) -m "$(FAST)"
-	$(BYTECODE) $(BIN)/pytest -q -n $(WORKERS) --dist loadgroup -m "not ($(FAST))"
+	$(BYTECODE) $(SHARED_OPTIONS) $(BIN)/pytest -q -n $(WORKERS) -m "$(FAST)"
+	$(BYTECODE) $(SHARED_OPTIONS) $(BIN)/pytest -q -n $(WORKERS) --dist loadgroup -m "not ($(FAST))"
 	$(MAKE) test-lowest
 
 clean:

@@ -74,6 +74,11 @@ EVAL_PYTHON = REPO / ".venv-eval" / "bin" / "python"
 # the session's state lives in the environment, where subprocesses see it too.
 _REAL_HOME_VAR = "DSPARK_TEST_REAL_HOME"
 _ROOT_VAR = "DSPARK_TEST_ROOT"
+# A folder that keeps the installed vLLM's option table between sessions (the Makefile: one in
+# the venv whose vLLM it is), so `make test`'s fast and slow parts derive it once, not once
+# each (about 9 s of a core here): a session copies a trusted entry in at its start and its own
+# out at its end, both through options_cache (read only when trusted, written atomically).
+_SHARED_OPTIONS_VAR = "DSPARK_TEST_OPTIONS"
 # Variables that may point a cache into the user's home whatever HOME says.
 _HOME_POINTERS = ("HF_HOME", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "TRITON_CACHE_DIR",
                   "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_RUNTIME_DIR")
@@ -124,6 +129,26 @@ def pytest_configure(config: pytest.Config) -> None:
         "DSPARK_EVAL_PYTHON": str(EVAL_PYTHON),
     })
     worker_groups.register(config, root / worker_groups.GROUPS_FILE)
+    if shared := os.environ.get(_SHARED_OPTIONS_VAR):
+        _copy_option_table(Path(shared), root / "cache")
+
+
+def _vllm_identity() -> options_cache.Identity | None:
+    vllm = installed_vllm()
+    return None if vllm is None else {"dist": vllm.dist, "version": vllm.version,
+                                      "commit": vllm.commit}
+
+
+def _copy_option_table(source: Path, dest: Path) -> None:
+    """The installed vLLM's option-table entry from the cache folder `source` to `dest`, when
+    `source` holds a trusted one for exactly this vLLM; nothing otherwise."""
+    identity = _vllm_identity()
+    if identity is None:
+        return
+    name = options_cache.entry_path(identity).name
+    options = options_cache.load(source / "vllm-options" / name, identity)
+    if options is not None:
+        options_cache.store(dest / "vllm-options" / name, identity, options)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -135,6 +160,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     root = os.environ.get(_ROOT_VAR)
     if root and Path(root).name.startswith(_PREFIX):
+        if shared := os.environ.get(_SHARED_OPTIONS_VAR):
+            _copy_option_table(Path(root) / "cache", Path(shared))
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -143,23 +170,17 @@ def seed_cache(cache: Path) -> Path:
     installed vLLM's option table (derived at most once per session, under options_cache's lock),
     so a run there plans without deriving it again; nothing else (the tiny model is not made).
     A test about deriving the table gives its runs an empty cache instead."""
-    vllm = installed_vllm()
-    if vllm is not None:
-        identity = {"dist": vllm.dist, "version": vllm.version, "commit": vllm.commit}
+    identity = _vllm_identity()
+    if identity is not None:
         session, os.environ["DSPARK_CACHE_DIR"] = os.environ["DSPARK_CACHE_DIR"], str(
             session_root() / "cache")
         try:
             options_cache.installed_options(identity)
-            entry = options_cache.entry_path(identity)
         except options_table.DeriveError:
-            entry = None
+            return cache
         finally:
             os.environ["DSPARK_CACHE_DIR"] = session
-        if entry is not None and entry.is_file():
-            (cache / entry.parent.name).mkdir(mode=0o700, parents=True, exist_ok=True)
-            copy = cache / entry.parent.name / entry.name
-            shutil.copyfile(entry, copy)
-            copy.chmod(0o644)  # an entry others may write is never read
+        _copy_option_table(session_root() / "cache", cache)
     return cache
 
 
