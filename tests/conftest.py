@@ -130,7 +130,7 @@ def pytest_configure(config: pytest.Config) -> None:
     })
     worker_groups.register(config, root / worker_groups.GROUPS_FILE)
     if shared := os.environ.get(_SHARED_OPTIONS_VAR):
-        _copy_option_table(Path(shared), root / "cache")
+        copy_option_table(Path(shared), root / "cache")
 
 
 def _vllm_identity() -> options_cache.Identity | None:
@@ -139,7 +139,7 @@ def _vllm_identity() -> options_cache.Identity | None:
                                       "commit": vllm.commit}
 
 
-def _copy_option_table(source: Path, dest: Path) -> None:
+def copy_option_table(source: Path, dest: Path) -> None:
     """The installed vLLM's option-table entry from the cache folder `source` to `dest`, when
     `source` holds a trusted one for exactly this vLLM; nothing otherwise."""
     identity = _vllm_identity()
@@ -161,7 +161,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     root = os.environ.get(_ROOT_VAR)
     if root and Path(root).name.startswith(_PREFIX):
         if shared := os.environ.get(_SHARED_OPTIONS_VAR):
-            _copy_option_table(Path(root) / "cache", Path(shared))
+            copy_option_table(Path(root) / "cache", Path(shared))
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -180,7 +180,7 @@ def seed_cache(cache: Path) -> Path:
             return cache
         finally:
             os.environ["DSPARK_CACHE_DIR"] = session
-        _copy_option_table(session_root() / "cache", cache)
+        copy_option_table(session_root() / "cache", cache)
     return cache
 
 

