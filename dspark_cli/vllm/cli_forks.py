@@ -109,4 +109,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from dspark_cli.vllm.quick_exit import quick_exit
+
     main()
+    quick_exit(0)

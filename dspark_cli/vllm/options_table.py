@@ -163,4 +163,6 @@ def _main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    from dspark_cli.vllm.quick_exit import quick_exit
+
+    quick_exit(_main())
