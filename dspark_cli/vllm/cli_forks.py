@@ -25,6 +25,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dspark_cli.vllm.quick_exit import quick_exit
+
 # What `vllm bench serve` imports at its start (vLLM's internals: one that is gone in another
 # vLLM version is left to the command to import, which is only slower).
 WARM_MODULES = ("vllm.entrypoints.cli.main", "vllm.entrypoints.cli.benchmark.main",
@@ -109,7 +111,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from dspark_cli.vllm.quick_exit import quick_exit
-
     main()
     quick_exit(0)
