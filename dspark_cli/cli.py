@@ -60,6 +60,8 @@ COMMANDS: dict[str, Command] = {
                       "render the validation report from existing run directories"),
     "compare": Command("dspark_cli.commands.compare", None,
                        "what changed between two runs, and which cells got slower"),
+    "env": Command("dspark_cli.commands.env", "serve",
+                   "this host as dspark sees it: GPUs, profile, vLLM, torch, pins, refusals"),
 }
 
 _HW_OVERRIDE = re.compile(r"^(\+{0,2})hw=")
