@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
