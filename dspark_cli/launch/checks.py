@@ -42,6 +42,9 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     return tuple(findings)
 
 
+_NOTED: set[str] = set()
+
+
 def print_findings(findings: Iterable[Finding], label: str = "") -> None:
     """Failures, then skips, to stderr, one line each; a failure names the key to change."""
     findings = list(findings)
@@ -55,7 +58,8 @@ def print_findings(findings: Iterable[Finding], label: str = "") -> None:
         if f.status is Status.skipped:
             print(f"dspark: preflight {f.rule} skipped: {f.message}", file=sys.stderr)
     for f in findings:
-        if f.note:
+        if f.note and f.note not in _NOTED:  # once per command, however many launches
+            _NOTED.add(f.note)
             print(f"dspark: note: {f.note}", file=sys.stderr)
 
 
