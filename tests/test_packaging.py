@@ -227,6 +227,11 @@ def test_every_install_command_names_something_installable(dist: Path) -> None:
             assert name.startswith(("dist/", "/tmp/dspark-dist/")), (where, name)
             assert next(dist.glob(Path(name).name), None), (where, name)
             continue
+        if name == "dspark[{extra}]":  # the missing-extra hint, for each extra it names
+            from dspark_cli.errors import EXTRAS
+
+            assert set(EXTRAS.values()) <= extras, where
+            continue
         m = re.fullmatch(r"dspark\[([a-z0-9,]+)\]", name)
         assert m, f"{where}: `pip install {target}` names nothing that can be installed"
         assert set(m.group(1).split(",")) <= extras, (where, name)
