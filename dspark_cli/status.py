@@ -25,6 +25,7 @@ class Finding:
     message: str
     key: str | None = None
     overridden: bool = False  # a check switched off on purpose by an explicit setting
+    note: str | None = None  # a fact worth a line whatever the verdict (printed once)
 
     @property
     def failed(self) -> bool:
@@ -32,4 +33,4 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "status": self.status.value, "message": self.message,
-                "key": self.key, "overridden": self.overridden}
+                "key": self.key, "overridden": self.overridden, "note": self.note}

@@ -49,7 +49,7 @@ def test_a_wrong_objective_is_a_usage_error(override: str, message: str) -> None
 
 def test_the_dry_run_passes_the_objectives_to_the_measured_phase_only(tmp_path: Path) -> None:
     done = run_dspark("bench", "bench=cpu", "+hw=cpu", "bench.concurrency=2",
-                      "bench.objectives.tpot_ms=40", "--dry-run", cwd=tmp_path)
+                      "bench.objectives.tpot_ms=40", "--dry-run", "--commands", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("--goodput tpot:40") == 2  # two arms, one measured phase each
 

@@ -147,11 +147,13 @@ def test_json_plan_matches_the_shell_plan() -> None:
     _, positional, _ = parse_script(SEED.read_text())
     assert data["argv"][:3] == positional
     assert data["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
-    # No hardware, no local checkpoint and not this machine's software in a dry run here:
-    # those checks are skipped.
+    # No hardware and no local checkpoint in a dry run here: those checks are skipped. The
+    # hardware profile pins no software (the image group does): nothing to refuse for it.
     machine_rules = {r.id for r in RULES if r.needs_machine}
     assert {f["rule"] for f in data["preflight"] if f["status"] == "skipped"} == {
-        *machine_rules, "checkpoint-structure", "checkpoint-confidence-head", "runtime-pins"}
+        *machine_rules, "checkpoint-structure", "checkpoint-confidence-head"}
+    pins = next(f for f in data["preflight"] if f["rule"] == "runtime-pins")
+    assert pins["status"] == "passed" and pins["message"] == "no runtime pins set"
     assert "aiter-importable" in machine_rules
 
 

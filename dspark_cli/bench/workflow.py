@@ -64,18 +64,16 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     """Run every pending cell into `directory` and summarize it (the bench Report); `after`:
     called in each cell once its load and probes are done (runner.CellHook)."""
     from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
-    from dspark_cli.bench.dataset import verify
+    from dspark_cli.bench.inputs import checked_inputs
     from dspark_cli.bench.loadgen_forks import LoadgenForks
-    from dspark_cli.bench.lossless import load_prompts
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.deploy.start import ask_vllm_together
     from dspark_cli.server.log_patterns import degraded_patterns, fatal_patterns
     from dspark_cli.server.process import stop_signals_as_interrupt
 
-    needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
-    checked = verify(dataset, needed)
-    prompts = None if protocol.lossless is None else load_prompts(protocol.lossless)
+    inputs = checked_inputs(protocol, dataset)
+    checked, prompts = inputs.dataset, inputs.prompts
     print(f"dspark: run directory {directory}", file=sys.stderr)
 
     def prepare_arms(pending: list[Arm]) -> dict[str, ArmLaunch]:

@@ -246,9 +246,15 @@ class ImageConf:
 
 @schema_class
 class RuntimeConf:
-    """The software a result is measured with: pinned versions and the image."""
+    """The software a result is measured with: pinned versions and the image.
 
-    expected: RuntimePins = field(default_factory=RuntimePins)
+    A hardware profile pins no software: an image group (`+image=seed_mi350x`) sets
+    `runtime.expected`, and `runtime.expected=null` switches every pin off at once.
+    `reference` names the image group a run without pins is compared with: the differences are
+    noted once, never refused."""
+
+    expected: RuntimePins | None = field(default_factory=RuntimePins)
+    reference: str | None = field(default=None, metadata=nonempty())
     image: ImageConf = field(default_factory=ImageConf)
 
 

@@ -32,7 +32,7 @@ def cache_dir() -> Path:
     return Path(root) / "vllm-options"
 
 
-def _enabled() -> bool:
+def cache_enabled() -> bool:
     return os.environ.get("DSPARK_NO_CACHE", "") in ("", "0")
 
 
@@ -94,7 +94,7 @@ def _deriving(path: Path) -> Iterator[None]:
 def installed_options(identity: Identity) -> dict[str, dict[str, Any]]:
     """The installed vLLM's options: the cached entry, else derived (seconds) and cached.
     Raises options_table.DeriveError when its parser cannot be read."""
-    if not _enabled():
+    if not cache_enabled():
         return options_table.derive()
     path = entry_path(identity)
     options = load(path, identity)
