@@ -16,6 +16,12 @@ from pathlib import Path
 from dspark_cli.errors import UsageError
 from dspark_cli.run_files import REPORT_MD
 
+EXAMPLES = (
+    ("dspark report runs/validate/<time>", "report.md and report.json of a validate run"),
+    ("dspark report runs/smoke/<time> runs/bench/<time> --out report/", "from separate runs"),
+    ("dspark report runs/validate/<time> --json", "report.json on stdout"),
+)
+
 
 def needs_machine(opts: argparse.Namespace) -> bool:
     """Reads records only: never detects hardware."""

@@ -31,6 +31,14 @@ if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
     from dspark_cli.validate.stages import StageResult
 
 
+EXAMPLES = (
+    ("dspark validate +hw=mi350x --dry-run", "every stage's plan on the seed's machine"),
+    ("dspark validate +hw=mi350x", "checkpoint, tests, smoke, bench, accuracy, report"),
+    ("dspark validate +hw=mi350x validate.bench=null", "without the bench stage"),
+    ("dspark validate", "no +hw: detected (no GPU: tiny model, smoke, bench=cpu)"),
+)
+
+
 def needs_machine(opts: argparse.Namespace) -> bool:
     """Plans a launch on this machine: with no `+hw`, the profile is detected."""
     return True
@@ -44,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print report.json instead of report.md on stdout (with "
                         "--dry-run: the plan of every stage as JSON)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="say why for each preflight rule not checked here")
 
 
 def register() -> None:
