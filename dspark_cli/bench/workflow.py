@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,7 +77,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
     checked = verify(dataset, needed)
     prompts = None if protocol.lossless is None else load_prompts(protocol.lossless)
-    print(f"dspark: run directory {directory}", file=sys.stderr)
+    print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
 
     def prepare_arms(pending: list[Arm]) -> dict[str, ArmLaunch]:
         ask_vllm_together([(arm.cfg, arm.plan) for arm in pending])

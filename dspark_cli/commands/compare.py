@@ -20,6 +20,8 @@ EXAMPLES = (
     ("dspark compare runs/validate/<old> runs/validate/<new>",
      "what changed, which cells got slower"),
     ("dspark compare runs/bench/a runs/bench/b --json --out compare/", "as JSON, files there"),
+    ("dspark compare runs/validate/<old> runs/validate/<new> || exit 1",
+     "a CI gate: 1 when a cell got slower"),
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -50,5 +51,5 @@ def run(cfg: None, opts: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         sys.stdout.write(text)
-    print(f"dspark: report: {out.resolve() / REPORT_MD}", file=sys.stderr)
+    print(f"dspark: report: {shlex.quote(str(out.resolve() / REPORT_MD))}", file=sys.stderr)
     return 0

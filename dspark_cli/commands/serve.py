@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from omegaconf import DictConfig
@@ -85,6 +86,6 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
     directory = run_dir()
     started = ready(cfg, plan, directory, asked=opts.validate)
-    print(f"dspark: run directory {directory}", file=sys.stderr)
+    print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
     return foreground.serve(started.deployment(directory),
                             Watch(float(cfg.server.ready_timeout_s)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 from omegaconf import DictConfig
 
@@ -58,5 +59,5 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         from dspark_cli.smoke.render import render
 
         output().print(render(doc))
-    progress(f"report: {directory / SMOKE_JSON}")
+    progress(f"report: {shlex.quote(str(directory / SMOKE_JSON))}")
     return int(doc.verdict.exit_code)

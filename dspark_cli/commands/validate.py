@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -134,7 +135,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     prepared = prepare(cfg)  # the accuracy stage's dataset and lm_eval, before anything boots
     scorer = None if prepared is None else Scorer(prepared, directory / "accuracy")
     write_config(directory, cfg)
-    progress(f"run directory {directory}")
+    progress(f"run directory {shlex.quote(str(directory))}")
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends it as Ctrl-C does
         results = _stages(cfg, directory, scorer, keep_going=opts.keep_going)
     code = worst(r.exit_code for r in results)
@@ -145,7 +146,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         sys.stdout.write(text)
-    progress(f"report: {directory / REPORT_MD}")
+    progress(f"report: {shlex.quote(str(directory / REPORT_MD))}")
     return code
 
 
