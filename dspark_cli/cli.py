@@ -163,7 +163,21 @@ def split_hydra_args(name: str, rest: list[str],
         for at, word in enumerate(rest):
             if word.startswith("-") and word.split("=")[0] not in known:
                 raise unknown_flag(name, rest, at, [*own_flags(parser), *HYDRA_FLAGS])
+        _check_hydra_flags(name, flags)
     return plain, flags
+
+
+def _check_hydra_flags(name: str, flags: list[str]) -> None:
+    """Hydra's flags read by Hydra's own parser, a mistake said in one line (`--cfg` without
+    its value) rather than as Hydra's usage block."""
+    from hydra._internal.utils import get_args_parser
+
+    hydra = get_args_parser()
+    hydra.exit_on_error = False
+    try:
+        hydra.parse_args(flags)
+    except argparse.ArgumentError as e:
+        raise UsageError(f"{e}; `dspark {name} --help` lists the flags.") from None
 
 
 def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str],

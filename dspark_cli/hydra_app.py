@@ -112,7 +112,8 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
         if sweep is not None and sweep.is_dir():
             state["code"] = worst((state["code"], multirun.print_failures(sweep)))
     except (HydraException, OmegaConfBaseException) as e:
-        raise usage_error(e, [a for a in argv if not a.startswith("-")], config) from None
+        raise usage_error(e, [a for a in argv if not a.startswith("-")], config,
+                          sweeping=bool(SWEEP & set(argv))) from None
     except SystemExit as e:
         if isinstance(e.__context__, BrokenPipeError):  # Hydra printed into a closed pipe
             raise e.__context__ from None

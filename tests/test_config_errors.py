@@ -104,3 +104,24 @@ def test_the_other_commands_say_it_the_same_way(capsys: pytest.CaptureFixture[st
     assert "did you mean `bench=speed_bench_throughput_1k`?" in said
     assert main(["compare", "--jsn", "a", "b"]) == 2
     assert "did you mean --json?" in capsys.readouterr().err
+
+
+def test_a_comma_outside_a_sweep_says_how_to_write_each_meaning(
+        capsys: pytest.CaptureFixture[str], here: Path) -> None:
+    said = refused(capsys, here, "serve", "+hw=mi350x", "serving=throughput,cpu")
+    assert "only a sweep (-m) runs" in said and "serving=[throughput,cpu]" in said
+
+
+def test_a_mistake_in_one_job_of_a_sweep_names_that_job_s_value(
+        capsys: pytest.CaptureFixture[str], here: Path) -> None:
+    assert main(["serve", "-m", "+hw=mi350x", "speculative=none,dspark_fixd", "--dry-run"]) == 2
+    said = capsys.readouterr().err
+    assert "`speculative=dspark_fixd`: speculative has no option 'dspark_fixd'" in said
+    assert list(here.iterdir()) == []
+
+
+def test_a_hydra_flag_without_its_value(capsys: pytest.CaptureFixture[str], here: Path) -> None:
+    assert main(["serve", "+hw=mi350x", "--cfg"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("dspark: argument --cfg/-c: expected one argument; "
+                            "`dspark serve --help` lists the flags.\n")

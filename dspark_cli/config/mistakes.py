@@ -110,12 +110,22 @@ def _wrong_value(error: Exception, overrides: Sequence[str]) -> UsageError:
     return UsageError(f"`{typed}`: {key} takes {takes}, and {value!r} is not one.{_NOTHING}")
 
 
-def usage_error(error: Exception, overrides: Sequence[str], command: str) -> UsageError:
+def usage_error(error: Exception, overrides: Sequence[str], command: str,
+                sweeping: bool = False) -> UsageError:
     """The paragraph for a Hydra or OmegaConf error raised while `dspark <command>` composed
-    `overrides`."""
+    `overrides` (`sweeping`: as one job of a sweep, which has its own value of each swept key)."""
     from hydra.errors import MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
+    swept = _sweep(overrides)
+    if sweeping:
+        overrides = [o for o in overrides if _sweep([o]) is None]
+    elif swept is not None:
+        key, _, value = swept.partition("=")
+        return UsageError(f"`{swept}`: a comma makes several values, one run each, which only "
+                          f"a sweep (-m) runs; for one value that is a list write "
+                          f"{key}=[{value}], for a string with a comma quote it: "
+                          f"{key}='{value}'.{_NOTHING}")
     if isinstance(error, MissingConfigException):
         group, _, option = str(error.missing_cfg_file or "").rpartition("/")
         if group:
@@ -126,6 +136,21 @@ def usage_error(error: Exception, overrides: Sequence[str], command: str) -> Usa
     if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
         return _wrong_value(cause, overrides)
     return UsageError(_plain(str(error)) + _NOTHING)
+
+
+def _sweep(overrides: Sequence[str]) -> str | None:
+    """The first override that is a sweep (`a=1,2`), as Hydra's grammar reads it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for line in overrides:
+        try:
+            if parser.parse_override(line).is_sweep_override():
+                return line
+        except HydraException:
+            continue  # unreadable: check_syntax says so
+    return None
 
 
 def _plain(text: str) -> str:
