@@ -128,10 +128,11 @@ def hydra_flags() -> set[str]:
     return {s for action in get_args_parser()._actions for s in action.option_strings}
 
 
-def unknown_flag(name: str, words: list[str], at: int, known: list[str]) -> UsageError:
-    """The refusal of `words[at]`, a flag `dspark <name>` lacks: the close flag it has, else the
-    override that sets the `vllm serve` option of that name (`--max-num-seqs 512` ->
-    `serving.args.max_num_seqs=512`)."""
+def unknown_flag(name: str, words: list[str], at: int, known: list[str],
+                 composes: bool = True) -> UsageError:
+    """The refusal of `words[at]`, a flag `dspark <name>` lacks: the close flag it has, else
+    (for a command that `composes` a config) the override that sets the `vllm serve` option of
+    that name (`--max-num-seqs 512` -> `serving.args.max_num_seqs=512`)."""
     import difflib
 
     flag, eq, value = words[at].partition("=")
@@ -144,7 +145,7 @@ def unknown_flag(name: str, words: list[str], at: int, known: list[str]) -> Usag
                           f"{close[0]}? `dspark {name} --help` lists its flags.")
     from dspark_cli.launch.vllm_options import override_for
 
-    setting = override_for(flag, value or None)
+    setting = override_for(flag, value or None) if composes else None
     if setting:
         return UsageError(f"{flag!r} is a `vllm serve` flag, not one of `dspark {name}`'s: "
                           f"dspark sets vLLM's options through its config; write {setting} "
@@ -185,7 +186,7 @@ def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str],
     """A command without config: its own flags only."""
     if rest:
         if rest[0].startswith("-"):
-            raise unknown_flag(name, rest, 0, own_flags(parser))
+            raise unknown_flag(name, rest, 0, own_flags(parser), composes=False)
         raise UsageError(f"unexpected argument {rest[0]!r} for `dspark {name}`; "
                          f"`dspark {name} --help` says what it takes.")
     return int(module.run(None, opts) or 0)

@@ -150,7 +150,7 @@ def scratch_sweep(dry_run: bool) -> Iterator[list[str]]:
 
 def _sweeps(argv: list[str]) -> bool:
     """Whether this command line runs a multirun's jobs (not only prints or completes it)."""
-    shown = {"--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", *COMPLETION}
+    shown = {"--cfg", "-c", "--info", "-i", "--hydra-help", *COMPLETION}
     return bool(SWEEP & set(argv)) and not shown & set(argv)
 
 
