@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli import __version__
+from dspark_cli.command_help import HYDRA_FLAGS, command_help
+from dspark_cli.console import set_verbose
 from dspark_cli.errors import (
     EXTRAS,
     DsparkError,
@@ -29,11 +31,14 @@ from dspark_cli.errors import (
 )
 from dspark_cli.hydra_app import (
     COMPLETION,
+    SWEEP,
     compose_plan,
     hydra_settings,
     redact_hydra_files,
     register_schemas,
     run_hydra_app,
+    scratch_sweep,
+    settle_run_dir,
     shell_completion,
 )
 
@@ -76,7 +81,8 @@ def top_help() -> str:
         "usage: dspark <command> [hydra overrides ...] [--flags]\n\n"
         "DSpark speculative decoding on vLLM: from checkpoint to verified, benchmarked "
         "serving.\n\ncommands:\n" + "\n".join(lines) + "\n\n"
-        "`dspark <command> --help` lists its flags, config groups and options.\n"
+        "`dspark <command> --help` (or `dspark help <command>`) shows its examples, flags, "
+        "config groups\nand options. `dspark -V` prints the version.\n"
         + exit_codes_help() + "\n"
     )
 
@@ -97,18 +103,26 @@ def with_hardware(overrides: list[str], detect: bool) -> list[str]:
                 item = "+" + item
         out.append(item)
     if detect and not has_hw:
-        from dspark_cli.machine.profiles import detected_profile
+        from dspark_cli.machine.profiles import detection
 
-        out.append(f"+hw={detected_profile()}")
+        profile, why = detection()
+        err(f"hardware: no +hw given; detected +hw={profile} ({why})")
+        out.append(f"+hw={profile}")
     return out
 
 
 def _parser(name: str, add_arguments: Callable[[argparse.ArgumentParser], None]) -> Any:
     parser = argparse.ArgumentParser(prog=f"dspark {name}", add_help=False, allow_abbrev=False)
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     parser.add_argument("--debug", action="store_true",
                         help="show Python tracebacks for errors")
     add_arguments(parser)
     return parser
+
+
+def own_flags(parser: argparse.ArgumentParser) -> list[str]:
+    """The long flags of a command's parser (`--dry-run`, `--json`, ...)."""
+    return [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
 
 
 def hydra_flags() -> set[str]:
@@ -118,27 +132,87 @@ def hydra_flags() -> set[str]:
     return {s for action in get_args_parser()._actions for s in action.option_strings}
 
 
-def split_hydra_args(name: str, rest: list[str]) -> tuple[list[str], list[str]]:
+def unknown_flag(name: str, words: list[str], at: int, known: list[str],
+                 composes: bool = True) -> UsageError:
+    """The refusal of `words[at]`, a flag `dspark <name>` lacks: the close flag it has, else
+    (for a command that `composes` a config) the override that sets the `vllm serve` option of
+    that name (`--max-num-seqs 512` -> `serving.args.max_num_seqs=512`)."""
+    import difflib
+
+    flag, eq, value = words[at].partition("=")
+    following = words[at + 1] if at + 1 < len(words) else None
+    if not eq and following and not following.startswith("-") and "=" not in following:
+        value = following
+    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+    if close:
+        return UsageError(f"unknown flag {flag!r} for `dspark {name}`; did you mean "
+                          f"{close[0]}? `dspark {name} --help` lists its flags.")
+    from dspark_cli.launch.vllm_options import override_for
+
+    setting = override_for(flag, value or None) if composes else None
+    if setting:
+        return UsageError(f"{flag!r} is a `vllm serve` flag, not one of `dspark {name}`'s: "
+                          f"dspark sets vLLM's options through its config; write {setting} "
+                          "instead (docs/configuration.md).")
+    return UsageError(f"unknown flag {flag!r} for `dspark {name}`; `dspark {name} --help` "
+                      "lists its flags.")
+
+
+def split_hydra_args(name: str, rest: list[str],
+                     parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
     """(overrides, Hydra flags with their values), refusing a flag Hydra does not know."""
     plain = [o for o in rest if not o.startswith("-") and ("=" in o or o[:1] in "+~")]
     flags = [o for o in rest if o not in plain]
-    dashed = [o for o in flags if o.startswith("-")]
-    unknown = [o for o in dashed if o.split("=")[0] not in hydra_flags()] if dashed else []
-    if unknown:
-        raise UsageError(f"unknown flag {unknown[0]!r} for `dspark {name}`; "
-                         f"`dspark {name} --help` lists them")
+    if any(o.startswith("-") for o in flags):
+        known = hydra_flags()
+        for at, word in enumerate(rest):
+            if word.startswith("-") and word.split("=")[0] not in known:
+                raise unknown_flag(name, rest, at, [*own_flags(parser), *HYDRA_FLAGS])
+        _check_hydra_flags(name, flags)
     return plain, flags
 
 
-def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str]) -> int:
+def _check_hydra_flags(name: str, flags: list[str]) -> None:
+    """Hydra's flags read by Hydra's own parser, a mistake said in one line (`--cfg` without
+    its value) rather than as Hydra's usage block."""
+    from hydra._internal.utils import get_args_parser
+
+    hydra = get_args_parser()
+    hydra.exit_on_error = False
+    try:
+        hydra.parse_args(flags)
+    except argparse.ArgumentError as e:
+        raise UsageError(f"{e}; `dspark {name} --help` lists the flags.") from None
+
+
+def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str],
+              parser: argparse.ArgumentParser) -> int:
     """A command without config: its own flags only."""
-    if {"--help", "-h"} & set(rest):
-        print(_parser(name, module.add_arguments).format_help() + "\n" + exit_codes_help())
-        return 0
     if rest:
-        raise UsageError(f"unknown argument {rest[0]!r} for `dspark {name}`; "
-                         f"`dspark {name} --help` lists them")
+        if rest[0].startswith("-"):
+            raise unknown_flag(name, rest, 0, own_flags(parser), composes=False)
+        raise UsageError(f"unexpected argument {rest[0]!r} for `dspark {name}`; "
+                         f"`dspark {name} --help` says what it takes.")
     return int(module.run(None, opts) or 0)
+
+
+def complete(name: str, command: Command, module: Any, parser: argparse.ArgumentParser,
+             argv: list[str]) -> int:
+    """Shell completion: a flag being typed (or any word of a command without config) gets the
+    command's own flags; the rest is Hydra's completion of groups, options and keys. Nothing
+    goes to stderr, which the shell would print onto the command line."""
+    words = [a for a in argv if a in COMPLETION
+             or a.partition("=")[0] in ("query", "install", "uninstall")]
+    plain = [w for w in words if "=" in w]
+    line = os.environ.get("COMP_LINE", "")
+    current = "" if line.endswith(" ") else (line.split() or [""])[-1]
+    if any(w.startswith("query=") for w in plain) and (command.config is None
+                                                       or current.startswith("-")):
+        hydra = list(HYDRA_FLAGS) if command.config is not None else []
+        print(" ".join([*own_flags(parser), *hydra]))
+        return 0
+    flags = [w for w in words if w not in plain]
+    return shell_completion(name, command.config or "launch", module, plain, flags)
 
 
 def hide_secrets(overrides: list[str], flags: list[str]) -> list[str]:
@@ -170,12 +244,17 @@ def _bare_words(flags: list[str]) -> list[str]:
 def run_command(name: str, argv: list[str]) -> int:
     command = COMMANDS[name]
     module = importlib.import_module(command.module)
-    opts, rest = _parser(name, module.add_arguments).parse_known_args(argv)
+    parser = _parser(name, module.add_arguments)
+    if COMPLETION & set(argv):
+        return complete(name, command, module, parser, argv)
+    if {"-h", "--help"} & set(argv):
+        print(command_help(name, command.help, parser, module, command.config), end="")
+        return 0
+    opts, rest = parser.parse_known_args(argv)
+    set_verbose(getattr(opts, "verbose", False))
     if command.config is None:  # composes no config (`report`): no Hydra at all
-        return run_plain(name, module, opts, rest)
-    plain, flags = split_hydra_args(name, rest)
-    if COMPLETION & set(flags):
-        return shell_completion(name, command.config, module, plain, flags)
+        return run_plain(name, module, opts, rest, parser)
+    plain, flags = split_hydra_args(name, rest, parser)
     from dspark_cli.config.overrides import check_syntax, expand_home
 
     plain = expand_home(plain)
@@ -196,9 +275,11 @@ def run_command(name: str, argv: list[str]) -> int:
             redact_hydra_files(cfg)
             check_known_keys(cfg)
             check_ranges(cfg)
-            return int(module.run(cfg, opts) or 0)
+            code = int(module.run(cfg, opts) or 0)
         except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
-            return exit_code_for(e, opts.debug)
+            code = exit_code_for(e, opts.debug)
+        settle_run_dir(code)
+        return code
 
     settings = hydra_settings(name, opts)
     if getattr(opts, "dry_run", False) and not flags:
@@ -208,14 +289,11 @@ def run_command(name: str, argv: list[str]) -> int:
     # Here, not in a dry run: Hydra's parser costs a second to load.
     check_syntax([*plain, *_bare_words(flags)])
     register_schemas(module)
-    if {"--help", "-h"} & set(flags):
-        print(_parser(name, module.add_arguments).format_help())
-        settings += [f"hydra.help.header='dspark {name}: {command.help}'",
-                     "hydra.help.footer='Overrides: group=option, key=value, +key=value adds a "
-                     f"key to a free-form map. {exit_codes_help()}'"]
-    # Overrides first (dspark's settings, then the user's, which win), flags last: a flag with
-    # an optional value (`--info`) must not take an override for its value.
-    return run_hydra_app(f"dspark {name}", command.config, task, [*settings, *plain, *flags])
+    with scratch_sweep(getattr(opts, "dry_run", False) and bool(SWEEP & set(flags))) as sweep:
+        # Overrides first (dspark's settings, then the user's, which win), flags last: a flag
+        # with an optional value (`--info`) must not take an override for its value.
+        return run_hydra_app(f"dspark {name}", command.config, task,
+                             [*settings, *sweep, *plain, *flags])
 
 
 # What `serve`, `smoke` and `bench` import to run vLLM: missing, it is an install to make.
@@ -258,10 +336,12 @@ def _missing_value(error: BaseException) -> BaseException:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["help"] and argv[1:]:  # `dspark help serve` is `dspark serve --help`
+        argv = [argv[1], "--help"]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(top_help(), end="")
         return 0 if argv else int(ExitCode.USAGE)
-    if argv[0] == "--version":
+    if argv[0] in ("-V", "--version"):
         print(f"dspark {__version__}")
         return 0
     name, rest = argv[0], argv[1:]

@@ -1,9 +1,19 @@
-"""Progress for people: one line to stderr, flushed, so it interleaves with server output."""
+"""Output for people: progress lines on stderr, flushed, so they interleave with server output;
+how much a command says (`-v`); and rich tables that stay whole in a log."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is imported where a table is printed
+    from rich.console import Console
+
+_VERBOSE = [False]
+# Outside a terminal (a file, a pipe, CI) a table is as wide as its longest cell needs, up to
+# this: a code or key cut in two at 80 columns cannot be searched for in a log.
+LOG_WIDTH = 4096
 
 
 def progress(message: str) -> None:
@@ -11,3 +21,24 @@ def progress(message: str) -> None:
     follows must not fail on a write)."""
     with contextlib.suppress(OSError):
         print(f"dspark: {message}", file=sys.stderr, flush=True)
+
+
+def set_verbose(on: bool) -> None:
+    """The command line's `-v`, set once at the command's edge."""
+    _VERBOSE[0] = bool(on)
+
+
+def verbose() -> bool:
+    """Whether to say the details a plain run leaves out (each preflight rule not checked)."""
+    return _VERBOSE[0]
+
+
+def output(stderr: bool = False) -> Console:
+    """A rich console for results: a terminal's width in a terminal; elsewhere wide enough that
+    no cell is wrapped, so every code and key stays on one line."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr, soft_wrap=False)
+    if console.is_terminal:
+        return console
+    return Console(stderr=stderr, soft_wrap=False, width=LOG_WIDTH)

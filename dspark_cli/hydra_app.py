@@ -8,7 +8,7 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ def compose_plan(module: Any, config: str, overrides: list[str]) -> tuple[Any, P
     from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
 
+    from dspark_cli.config.mistakes import usage_error
     from dspark_cli.config.overrides import check_syntax
     from dspark_cli.paths import conf_dir
 
@@ -47,8 +48,7 @@ def compose_plan(module: Any, config: str, overrides: list[str]) -> tuple[Any, P
         check_syntax(overrides)  # says which override and how to quote it
         raise
     except (HydraException, OmegaConfBaseException) as e:
-        cause = f"\n{e.__cause__}" if e.__cause__ and str(e.__cause__) not in str(e) else ""
-        raise UsageError(f"{e}{cause}") from None
+        raise usage_error(e, overrides, config) from None
     try:
         run_dir = Path.cwd() / Path(str(cfg.hydra.run.dir)).expanduser()
     except OmegaConfBaseException as e:  # `${hydra:...}` needs Hydra's app, which a plan skips
@@ -59,12 +59,38 @@ def compose_plan(module: Any, config: str, overrides: list[str]) -> tuple[Any, P
     return cfg, Path(os.path.normpath(run_dir))
 
 
+# Hydra's switch that makes `@hydra.main` raise a composition error instead of printing it.
+_RAISE = "HYDRA_FULL_ERROR"
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str | None) -> Iterator[None]:
+    """`name` set to `value` (None: unset) inside the block, as it was after."""
+    saved = os.environ.get(name)
+    _setenv(name, value)
+    try:
+        yield
+    finally:
+        _setenv(name, saved)
+
+
+def _setenv(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
-    """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --help, completion); the worst
-    exit code of its jobs, or USAGE when Hydra rejects the config before any job runs."""
+    """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --info, completion); the worst
+    exit code of its jobs. A config Hydra rejects is a UsageError (config/mistakes.py), said as
+    a plain dry run says it."""
     import hydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     from dspark_cli import multirun
+    from dspark_cli.config.mistakes import usage_error
     from dspark_cli.paths import conf_dir
 
     state: dict[str, Any] = {"ran": False, "code": 0}
@@ -72,22 +98,26 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
     @hydra.main(config_path=str(conf_dir()), config_name=config, version_base="1.3")
     def app(cfg: Any) -> None:
         state["ran"] = True
-        with multirun.recorded(multirun.in_multirun_job()) as code:
-            code.append(task(cfg))
+        with _environ(_RAISE, None), multirun.recorded(multirun.in_multirun_job()) as code:
+            code.append(task(cfg))  # the job's own processes never see Hydra's switch
         state["code"] = worst((state["code"], code[-1]))
 
     saved = sys.argv
     sys.argv = [prog, *([multirun.CALLBACK] if _sweeps(argv) else []), *argv]
     try:
-        app()
+        with _environ(_RAISE, "1"):
+            app()
         # Jobs in other processes (submitit) report only through their outcome files.
         sweep = multirun.sweep_dir() if _sweeps(argv) else None
         if sweep is not None and sweep.is_dir():
             state["code"] = worst((state["code"], multirun.print_failures(sweep)))
+    except (HydraException, OmegaConfBaseException) as e:
+        raise usage_error(e, [a for a in argv if not a.startswith("-")], config,
+                          sweeping=bool(SWEEP & set(argv))) from None
     except SystemExit as e:
         if isinstance(e.__context__, BrokenPipeError):  # Hydra printed into a closed pipe
             raise e.__context__ from None
-        # Hydra exits 1 after printing a composition error; that is a config error to us.
+        # Hydra exits after printing an error of its own; that is a usage error to us.
         if not state["ran"] and e.code not in (0, None):
             return int(ExitCode.USAGE)
         raise
@@ -96,10 +126,32 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
     return state["code"]
 
 
+SWEEP = {"-m", "--multirun"}
+
+
+@contextlib.contextmanager
+def scratch_sweep(dry_run: bool) -> Iterator[list[str]]:
+    """The settings of a multirun dry run: Hydra writes a sweep directory for every multirun,
+    so a dry one writes it to a temporary directory, removed after; nothing for other runs."""
+    if not dry_run:
+        yield []
+        return
+    import shutil
+    import tempfile
+
+    from dspark_cli.config.overrides import hydra_value
+
+    scratch = tempfile.mkdtemp(prefix="dspark-dry-run-")
+    try:
+        yield [f"hydra.sweep.dir={hydra_value(scratch)}"]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _sweeps(argv: list[str]) -> bool:
     """Whether this command line runs a multirun's jobs (not only prints or completes it)."""
-    shown = {"--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", *COMPLETION}
-    return bool({"-m", "--multirun"} & set(argv)) and not shown & set(argv)
+    shown = {"--cfg", "-c", "--info", "-i", "--hydra-help", *COMPLETION}
+    return bool(SWEEP & set(argv)) and not shown & set(argv)
 
 
 # Hydra's logging stays quiet on the way to a plan (no log file; dspark's console format).
@@ -171,3 +223,38 @@ def redact_hydra_files(cfg: Any) -> None:
         if path.is_file():
             saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
             path.write_text(OmegaConf.to_yaml(secrets.redact(saved)))
+
+
+def settle_run_dir(code: int) -> None:
+    """After a failed run: its run directory removed when it holds only what Hydra wrote there
+    before the command ran (`.hydra/`: a preflight refused, a config was wrong), so no empty run
+    is left behind; otherwise its path said once, ready to paste."""
+    if code == ExitCode.OK or "hydra.core.hydra_config" not in sys.modules:
+        return
+    import shlex
+    import shutil
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    hydra = HydraConfig.get()
+    directory = Path(hydra.runtime.output_dir)
+    if str(hydra.mode) == "RunMode.MULTIRUN" or directory.resolve() == Path.cwd().resolve():
+        return  # a sweep's jobs are summed up by multirun.py; `.` is no run directory
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return
+    own = hydra.output_subdir
+    if own is not None and [e.name for e in entries] == [own] and not entries[0].is_symlink():
+        inside = list((directory / own).iterdir())
+        if all(f.is_file() and not f.is_symlink() for f in inside):
+            shutil.rmtree(directory)
+            here = Path.cwd().resolve()
+            for parent in directory.resolve().parents:  # runs/<command>/ left empty here
+                if parent == here or not parent.is_relative_to(here) or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+            return
+    print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)

@@ -292,9 +292,11 @@ def test_choosing_a_base_as_a_profile_is_refused(base: str) -> None:
 def test_serve_help_lists_the_profiles_and_no_base() -> None:
     done = run_dspark("serve", "+hw=cpu", "--help")
     assert done.returncode == 0, done.stderr
-    listed = {m.group(1): m.group(2).split(", ")
-              for m in re.finditer(r"^(hw|model): (.*)$", done.stdout, re.MULTILINE)}
+    listed = {m.group(1): re.findall(r"^    (\w+)  ", m.group(2), re.MULTILINE)
+              for m in re.finditer(r"^  \+?(hw|model)=NAME.*:\n((?:    .*\n)+)", done.stdout,
+                                   re.MULTILINE)}
     assert listed == {"hw": options("hw"), "model": options("model")}
+    assert "bases" not in done.stdout
 
 
 @pytest.mark.parametrize("option", [*(CONF / "hw").glob("*.yaml"), *(CONF / "model").glob(

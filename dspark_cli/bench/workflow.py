@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,7 +75,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
 
     inputs = checked_inputs(protocol, dataset)
     checked, prompts = inputs.dataset, inputs.prompts
-    print(f"dspark: run directory {directory}", file=sys.stderr)
+    print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
 
     def prepare_arms(pending: list[Arm]) -> dict[str, ArmLaunch]:
         ask_vllm_together([(arm.cfg, arm.plan) for arm in pending])

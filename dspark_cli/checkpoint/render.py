@@ -30,7 +30,10 @@ def _detail(result: CheckpointResult, check: Check) -> str:
 
 
 def render(result: CheckpointResult, console: Console | None = None) -> None:
-    console = console or Console(soft_wrap=False)
+    if console is None:
+        from dspark_cli.console import output
+
+        console = output()
     summary = Table(title=f"dspark verify-checkpoint {result.path}", title_justify="left")
     summary.add_column("check")
     summary.add_column("result")

@@ -20,6 +20,14 @@ from omegaconf import DictConfig
 
 from dspark_cli.errors import ExitCode, worst
 
+EXAMPLES = (
+    ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run", "the seed's, planned"),
+    ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x", "run it: fixed vs adaptive K"),
+    ("dspark bench bench=cpu", "a protocol sized for a CPU machine (minutes)"),
+    ("dspark bench bench=cpu hydra.run.dir=runs/b1", "run again: resumes runs/b1"),
+    ("dspark bench --report runs/bench/multirun-<time>", "merge a sweep's cells"),
+)
+
 
 def needs_machine(opts: argparse.Namespace) -> bool:
     """Cells launch on this machine; `--report` only merges files and needs no hardware."""
@@ -38,8 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-on-failure", action="store_true",
                         help="stop at the first invalid cell (default: run the others)")
     parser.add_argument("--report", metavar="DIR", type=Path, action=_Report,
-                        help="merge the cell records under DIR (a run or a multirun sweep) "
-                        "into summary.json/csv/png; runs nothing")  # fmt: skip
+                        help="merge the cells under DIR (a run or a sweep) into summary files; "
+                        "runs nothing")  # fmt: skip
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="say why for each preflight rule not checked here")
 
 
 class _Report(argparse.Action):
@@ -131,7 +141,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
 
 
 def _print_findings(findings: dict[str, Any]) -> None:
-    """Preflight failures per arm, to stderr; a skip that every arm shares, once."""
+    """Preflight failures per arm, to stderr; a skip that several arms share, once."""
     from dspark_cli.launch.checks import print_findings
     from dspark_cli.status import Status
 
@@ -141,7 +151,7 @@ def _print_findings(findings: dict[str, Any]) -> None:
         for f in found:
             if f.status is Status.skipped:
                 skipped.setdefault((f.rule, f.message), f)
-    print_findings(skipped.values())
+    print_findings(list(skipped.values()))
 
 
 def _report(directory: Path, opts: argparse.Namespace) -> int:
@@ -162,11 +172,10 @@ def _render(rep: Any, opts: argparse.Namespace) -> int:
             **summary.as_dict(),
         }, indent=2))
     else:
-        from rich.console import Console
-
         from dspark_cli.bench.render import table
+        from dspark_cli.console import output
 
-        Console(soft_wrap=True).print(table(summary))
+        output().print(table(summary))
         print(rep.directory)
     if rep.plot_png is None:
         print("dspark: summary.png not drawn: matplotlib is not installed (pip install "

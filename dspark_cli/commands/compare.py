@@ -16,6 +16,14 @@ from pathlib import Path
 
 from dspark_cli.errors import ExitCode
 
+EXAMPLES = (
+    ("dspark compare runs/validate/<old> runs/validate/<new>",
+     "what changed, which cells got slower"),
+    ("dspark compare runs/bench/a runs/bench/b --json --out compare/", "as JSON, files there"),
+    ("dspark compare runs/validate/<old> runs/validate/<new> || exit 1",
+     "a CI gate: 1 when a cell got slower"),
+)
+
 
 def needs_machine(opts: argparse.Namespace) -> bool:
     """Reads records only: never detects hardware."""

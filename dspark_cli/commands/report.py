@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 from dspark_cli.errors import UsageError
 from dspark_cli.run_files import REPORT_MD
+
+EXAMPLES = (
+    ("dspark report runs/validate/<time>", "report.md and report.json of a validate run"),
+    ("dspark report runs/smoke/<time> runs/bench/<time> --out report/", "from separate runs"),
+    ("dspark report runs/validate/<time> --json", "report.json on stdout"),
+)
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -44,5 +51,5 @@ def run(cfg: None, opts: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         sys.stdout.write(text)
-    print(f"dspark: report: {out.resolve() / REPORT_MD}", file=sys.stderr)
+    print(f"dspark: report: {shlex.quote(str(out.resolve() / REPORT_MD))}", file=sys.stderr)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 from omegaconf import DictConfig
@@ -13,6 +14,14 @@ from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
+
+EXAMPLES = (
+    ("dspark serve +hw=mi350x --dry-run", "the seed's deployment on 8 x MI350X, shell-ready"),
+    ("dspark serve +hw=mi350x", "check it, record it and run it (on that host)"),
+    ("dspark serve +hw=mi350x speculative=dspark_fixed", "the fixed-K arm"),
+    ("dspark serve +hw=h200 --dry-run --validate", "vLLM's own parser checks it too"),
+    ("dspark serve", "no +hw: detected (no GPU: a vLLM CPU demo server)"),
+)
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -27,8 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --dry-run: also check the command with vLLM's own parser")
     parser.add_argument("--json", action="store_true", help="print a machine-readable plan")
     parser.add_argument("--apply", action="store_true",
-                        help="deploy=k8s: apply the manifests with kubectl and follow the "
-                        "deployment until Ctrl-C, which deletes it (default: write them)")
+                        help="deploy=k8s: kubectl apply the manifests and follow them; "
+                        "Ctrl-C deletes them")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="say why for each preflight rule not checked here")
 
 
 def _dry_run(cfg: DictConfig, plan: LaunchPlan, target: DeployTarget,
@@ -75,6 +86,6 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
     directory = run_dir()
     started = ready(cfg, plan, directory, asked=opts.validate)
-    print(f"dspark: run directory {directory}", file=sys.stderr)
+    print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
     return foreground.serve(started.deployment(directory),
                             Watch(float(cfg.server.ready_timeout_s)))

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 from omegaconf import DictConfig
 
 from dspark_cli.run_files import SMOKE_JSON
+
+EXAMPLES = (
+    ("dspark smoke +hw=mi350x", "boot the seed's deployment, check it live, tear it down"),
+    ("dspark smoke +hw=mi350x speculative=dspark_fixed --json", "the fixed-K arm, as JSON"),
+    ("dspark smoke server.url=http://127.0.0.1:8000 server.log=server.log",
+     "attach to a running server"),
+    ("dspark smoke", "no +hw: detected (no GPU: the tiny model, draft_model K=3)"),
+)
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -26,6 +35,8 @@ def needs_machine(opts: argparse.Namespace) -> bool:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the JSON report to stdout instead of the table")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="say why for each preflight rule not checked here")
 
 
 def register() -> None:
@@ -44,10 +55,9 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     if opts.json:
         print(json.dumps(doc.to_dict(), indent=2))
     else:
-        from rich.console import Console
-
+        from dspark_cli.console import output
         from dspark_cli.smoke.render import render
 
-        Console().print(render(doc))
-    progress(f"report: {directory / SMOKE_JSON}")
+        output().print(render(doc))
+    progress(f"report: {shlex.quote(str(directory / SMOKE_JSON))}")
     return int(doc.verdict.exit_code)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,14 @@ from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
     from dspark_cli.accuracy.run import Scorer
     from dspark_cli.validate.stages import StageResult
+
+
+EXAMPLES = (
+    ("dspark validate +hw=mi350x --dry-run", "every stage's plan on the seed's machine"),
+    ("dspark validate +hw=mi350x", "checkpoint, tests, smoke, bench, accuracy, report"),
+    ("dspark validate +hw=mi350x validate.bench=null", "without the bench stage"),
+    ("dspark validate", "no +hw: detected (no GPU: tiny model, smoke, bench=cpu)"),
+)
 
 
 def needs_machine(opts: argparse.Namespace) -> bool:
@@ -46,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print report.json instead of report.md on stdout (with "
                         "--dry-run: the plan of every stage as JSON)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="say why for each preflight rule not checked here")
 
 
 def register() -> None:
@@ -138,7 +149,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
         checked_inputs(*protocol_of(cfg))
     scorer = None if prepared is None else Scorer(prepared, directory / "accuracy")
     write_config(directory, cfg)
-    progress(f"run directory {directory}")
+    progress(f"run directory {shlex.quote(str(directory))}")
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends it as Ctrl-C does
         results = _stages(cfg, directory, scorer, keep_going=opts.keep_going)
     code = worst(r.exit_code for r in results)
@@ -149,7 +160,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         sys.stdout.write(text)
-    progress(f"report: {directory / REPORT_MD}")
+    progress(f"report: {shlex.quote(str(directory / REPORT_MD))}")
     return code
 
 

@@ -16,6 +16,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from dspark_cli.errors import ExitCode, UsageError
 
+EXAMPLES = (
+    ("dspark verify-checkpoint model=deepseek_v4_flash_dspark", "the seed's checkpoint, its pins"),
+    ("dspark verify-checkpoint model=deepseek_v4_flash_dspark --hash", "and every file's SHA-256"),
+    ("dspark verify-checkpoint model.path=/path/to/checkpoint", "any checkpoint directory"),
+    ("dspark verify-checkpoint model.path=DIR --write-manifest ckpt.sha256",
+     "hash it, keep a manifest"),
+)
+# The one group a checkpoint is judged by (the others compose, and change nothing here).
+GROUPS = ("model",)
+
 
 def needs_machine(opts: argparse.Namespace) -> bool:
     """A checkpoint is judged the same on every host: never detect hardware."""

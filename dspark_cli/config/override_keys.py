@@ -1,6 +1,8 @@
 """A mistyped key set without `+` (`serving.extra_argz.x=1`): Hydra refuses it and suggests
 `+serving.extra_argz.x=1`, which would add the typo as a new key (and then be refused by the
-schema). Checked against the schema before composing, it gets a did-you-mean instead."""
+schema). Checked against the schema before composing, it gets a did-you-mean instead: the key
+where the schema has that name (`serving.max_num_seqs` -> `serving.args.max_num_seqs`), else
+the close names at that level."""
 
 from __future__ import annotations
 
@@ -38,8 +40,35 @@ def _unknown(key: str) -> tuple[str, list[str]] | None:
     return None
 
 
+def placements(leaf: str, kind: type = LaunchConf, prefix: str = "") -> list[str]:
+    """Every dotted key of the schema whose last part is `leaf` (`max_num_seqs` ->
+    `serving.args.max_num_seqs`)."""
+    found = []
+    hints = typing.get_type_hints(kind)
+    for f in dataclasses.fields(kind):
+        if f.name == leaf:
+            found.append(prefix + f.name)
+        inner = _dataclass_of(hints[f.name])
+        if inner is not None:
+            found += placements(leaf, inner, f"{prefix}{f.name}.")
+    return found
+
+
+def suggestion(key: str, value: str | None, close: Iterable[str]) -> str:
+    """`; did you mean ...?` for a key the schema lacks: the keys that carry its last name
+    (with the value, ready to paste), else the close names; empty when there is none."""
+    leaf = key.rsplit(".", 1)[-1]
+    moved = sorted(placements(leaf), key=lambda k: not k.startswith(key.split(".")[0] + "."))
+    if moved:
+        meant = [f"{k}={value}" if value is not None else k for k in moved[:2]]
+    else:
+        parent = key.rsplit(".", 1)[0] + "." if "." in key else ""
+        meant = [f"{parent}{c}" for c in close]
+    return f"; did you mean {' or '.join(f'`{m}`' for m in meant)}?" if meant else ""
+
+
 def check_override_keys(overrides: Iterable[str]) -> None:
-    """UsageError naming the close setting for a dotted key the schema lacks."""
+    """UsageError naming the setting meant by a dotted key the schema lacks."""
     for line in overrides:
         key, sep, value = line.partition("=")
         if key == "runtime.expected" and value.strip() == "{}":
@@ -52,9 +81,8 @@ def check_override_keys(overrides: Iterable[str]) -> None:
         found = _unknown(key)
         if found is not None:
             wrong, close = found
-            parent = wrong.rsplit(".", 1)[0]
-            meant = " or ".join(f"`{parent}.{c}`" for c in close)
             where = f" (in `{key}`)" if key != wrong else ""
-            raise UsageError(f"`{wrong}` is not a setting{where}"
-                             + (f"; did you mean {meant}?" if close else ".")
-                             + " Free-form settings live under env, extra and extra_args.")
+            meant = suggestion(wrong, value if key == wrong else None, close)
+            raise UsageError(f"`{wrong}` is not a setting{where}{meant or '.'}"
+                             " Free-form settings live under env, extra and extra_args; "
+                             "docs/configuration.md lists the groups and keys.")

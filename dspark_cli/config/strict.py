@@ -37,8 +37,13 @@ def check_known_keys(cfg: DictConfig) -> None:
     """Raise a UsageError naming every key the schema does not know (and what was meant)."""
     problems = unknown_keys(cfg)
     if problems:
-        parts = [f"`{k}`" + (f" (did you mean {' or '.join(m)}?)" if m else "")
-                 for k, m in problems]
+        from dspark_cli.config.override_keys import placements
+
+        parts = []
+        for key, close in problems:
+            moved = placements(key.rsplit(".", 1)[-1])
+            meant = [f"`{m}`" for m in moved[:2]] or close
+            parts.append(f"`{key}`" + (f" (did you mean {' or '.join(meant)}?)" if meant else ""))
         raise UsageError(f"unknown config key {', '.join(parts)}: the schema has no such "
                          "setting. Free-form settings live under env, extra and extra_args.")
 

@@ -57,7 +57,8 @@ def _head_finding(
     """The head verdict; `why` says why there is no report (the draft is not local)."""
     rule = "checkpoint-confidence-head"
     if method != "dspark":
-        return Finding(rule, Status.skipped, "no DSpark draft in use", "speculative")
+        return Finding(rule, Status.skipped, "no DSpark draft in use", "speculative",
+                       applies=False)
     if report is not None and not report.dspark:
         why = f"{report.path}/config.json declares no DSpark draft (no dspark_* key)"
     elif report is not None:

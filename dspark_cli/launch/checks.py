@@ -46,7 +46,11 @@ _NOTED: set[str] = set()
 
 
 def print_findings(findings: Iterable[Finding], label: str = "") -> None:
-    """Failures, then skips, to stderr, one line each; a failure names the key to change."""
+    """To stderr: each failure and each check switched off on purpose on a line of its own (a
+    failure names the key to change); the checks that could not run here (a dry run) named on
+    one line, each with its reason under `-v`; checks that do not apply, only under `-v`."""
+    from dspark_cli.console import verbose
+
     findings = list(findings)
     tag = f"[{label}] " if label else ""
     for f in findings:
@@ -54,9 +58,17 @@ def print_findings(findings: Iterable[Finding], label: str = "") -> None:
             change = f" (change `{f.key}`)" if f.key else ""
             print(f"dspark: preflight {tag}{f.rule} FAILED: {f.message}{change}",
                   file=sys.stderr)
-    for f in findings:
-        if f.status is Status.skipped:
-            print(f"dspark: preflight {f.rule} skipped: {f.message}", file=sys.stderr)
+    skipped = [f for f in findings if f.status is Status.skipped]
+    for f in skipped:
+        if f.overridden or (verbose() and f.applies):
+            print(f"dspark: preflight {tag}{f.rule} skipped: {f.message}", file=sys.stderr)
+        elif verbose():
+            print(f"dspark: preflight {tag}{f.rule} does not apply: {f.message}",
+                  file=sys.stderr)
+    unchecked = list(dict.fromkeys(f.rule for f in skipped if f.applies and not f.overridden))
+    if unchecked and not verbose():
+        print(f"dspark: preflight {tag}did not check {', '.join(unchecked)} "
+              "(-v says why for each)", file=sys.stderr)
     for f in findings:
         if f.note and f.note not in _NOTED:  # once per command, however many launches
             _NOTED.add(f.note)

@@ -73,6 +73,9 @@ class Rule:
     key: str
     check: Callable[[Context], str | None]
     needs_machine: bool = False
+    # Whether the rule concerns this plan at all: a dry run does not mention one that does not
+    # (a rule on the aiter backend, for a plan that uses marlin). None: it always does.
+    applies: Callable[[Context], bool] | None = None
 
 
 def _adaptive_method(c: Context) -> str | None:
@@ -256,11 +259,13 @@ RULES: tuple[Rule, ...] = (
     Rule("platform-matches-machine", "the profile's platform is this machine's",
          "+hw", _platform_matches, needs_machine=True),
     Rule("gpus-match-profile", "the GPUs detected are the profile's",
-         "+hw", _gpus_match, needs_machine=True),
+         "+hw", _gpus_match, needs_machine=True, applies=lambda c: bool(c.profile.detect)),
     Rule("parallel-fits-machine", "TP x DP x PP fits the GPUs detected",
-         "hw.args.tensor_parallel_size", _fits_machine, needs_machine=True),
+         "hw.args.tensor_parallel_size", _fits_machine, needs_machine=True,
+         applies=lambda c: c.profile.platform is not Platform.cpu),
     Rule("aiter-importable", "the aiter MoE backends need an importable aiter",
-         "hw.args.moe_backend", _aiter_importable, needs_machine=True),
+         "hw.args.moe_backend", _aiter_importable, needs_machine=True,
+         applies=lambda c: str(c.launch.arg("moe_backend") or "").startswith("aiter")),
 )
 
 
@@ -269,8 +274,12 @@ def run_rules(ctx: Context, rules: Iterable[Rule] = RULES) -> tuple[Finding, ...
     findings = []
     for rule in rules:
         if rule.needs_machine and ctx.machine is None:
-            findings.append(Finding(rule.id, Status.skipped,
-                                    f"{rule.summary}: not checked in a dry run", rule.key))
+            if rule.applies is not None and not rule.applies(ctx):
+                findings.append(Finding(rule.id, Status.skipped, rule.summary, rule.key,
+                                        applies=False))
+            else:
+                findings.append(Finding(rule.id, Status.skipped,
+                                        f"not checked in a dry run: {rule.summary}", rule.key))
             continue
         problem = rule.check(ctx)
         status = Status.failed if problem else Status.passed

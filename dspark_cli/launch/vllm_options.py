@@ -143,6 +143,27 @@ def owner(dest: str) -> str | None:
     return _schema_owned().get(dest) or OWNED.get(dest)
 
 
+def override_for(flag: str, value: str | None) -> str | None:
+    """The override that sets the `vllm serve` option `flag` names (`--max-num-seqs`, 512 ->
+    `serving.args.max_num_seqs=512`; one no group owns -> `+serving.extra_args.<dest>=...`),
+    or None when vLLM has no such option."""
+    try:
+        option = resolve(flag)
+    except UsageError:
+        return None  # an ambiguous abbreviation names no one option
+    if option is None:
+        return None
+    if option.kind in ("bool", "flag") and value is None:
+        value = "false" if option.negated else "true"
+    shown = value if value is not None else "VALUE"
+    key = owner(option.dest)
+    if key is None:
+        return f"`+serving.extra_args.{option.dest}={shown}`"
+    if re.fullmatch(r"[\w.]+", key):
+        return f"`{key}={shown}`"
+    return key  # a group or several keys own it: the words say which
+
+
 @cache
 def _domains() -> tuple[tuple[re.Pattern[str], Domain], ...]:
     """The domain of numeric vLLM options by name, for values set through a free-form map

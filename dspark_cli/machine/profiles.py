@@ -20,9 +20,19 @@ def profile_patterns() -> dict[str, tuple[Platform, tuple[str, ...]]]:
 
 def detected_profile() -> str:
     """The hw profile for this machine, or a usage error naming what was found."""
+    return detection()[0]
+
+
+def detection() -> tuple[str, str]:
+    """(the hw profile for this machine, what was found that picked it), or a usage error
+    naming what was found."""
     machine = detect()
     try:
-        return match_profile(machine, profile_patterns())
+        profile = match_profile(machine, profile_patterns())
     except LookupError as e:
         raise UsageError(f"{e}. Pick one explicitly with +hw=<profile> "
                          f"(profiles: {', '.join(profile_patterns())}).") from None
+    if not machine.gpus:
+        return profile, "no GPU found"
+    names = ", ".join(sorted({g.name for g in machine.gpus}))
+    return profile, f"{len(machine.gpus)} {machine.platform.value} GPUs: {names}"

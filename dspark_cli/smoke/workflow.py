@@ -4,6 +4,7 @@ record the verdict. Also `dspark validate`'s smoke stage."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
                       plan.arg("speculative_config"),
                       cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)))
     session, validation, provenance = _session(cfg, plan, exp, directory)
-    progress(f"run directory {directory}")
+    progress(f"run directory {shlex.quote(str(directory))}")
     with stop_signals_as_interrupt():
         smoke = run_smoke(exp, session, plan.served_model_name, validation)
     doc = result.build(smoke, mode="managed" if session.managed else "attached",

@@ -1,0 +1,82 @@
+"""`dspark <command> --help`: one screen that teaches the command. Usage, examples (each command
+module's `EXAMPLES`, the seed's job first), the command's own flags (its argparse parser), the
+config groups it composes with one line per option (read from conf/: config/catalog.py), and
+where to read more. Hydra's dump of the whole composed config stays behind `--cfg job`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+from dspark_cli.config import catalog
+from dspark_cli.errors import exit_codes_help
+
+# Hydra's flags dspark's help names (every one of Hydra's still works; completion offers these).
+HYDRA_FLAGS = ("--cfg", "--resolve", "--info", "--multirun", "--hydra-help")
+HELP_WIDTH = 100
+_EXAMPLE_WIDTH = 58  # an example's comment starts here, unless the command is longer
+
+
+def examples(lines: Iterable[tuple[str, str]]) -> list[str]:
+    """`  command   # why`, the comments aligned (a longer command keeps its comment close)."""
+    rows = list(lines)
+    width = max((len(c) for c, _ in rows if len(c) < _EXAMPLE_WIDTH), default=0) + 2
+    return [f"  {cmd:<{width}}# {why}" if len(cmd) < width else f"  {cmd}  # {why}"
+            for cmd, why in rows]
+
+
+def _option_lines(group: str, how: str) -> list[str]:
+    """The group's header and one line per option; options that say the same (aliases such as
+    the bench protocol named after each GPU profile) share a line."""
+    merged: dict[str, list[str]] = {}
+    for option in catalog.options(group):
+        merged.setdefault(option.help, []).append(option.name)
+    rows = [("|".join(names), text) for text, names in merged.items()]
+    if len(rows) == 1:
+        (names, text), = rows
+        return [f"  {how.replace('NAME', names)}  {text}"]
+    width = max(len(n) for n, _ in rows) + 2
+    return [f"  {how}:"] + [f"    {n:<{width}}{t}" for n, t in rows]
+
+
+def groups(config: str, plans_launch: bool, only: tuple[str, ...] | None) -> list[str]:
+    """The config groups section: hw first where the command plans a launch, then the groups
+    the command's config composes (or the `only` ones it reads)."""
+    names = list(only) if only is not None else catalog.groups_of(config)
+    lines = ["config groups (a +hw profile picks its own model, speculative, compilation and "
+             "serving):"]
+    if plans_launch:
+        lines += _option_lines("hw", "+hw=NAME (left out: detected on this machine)")
+    for name in names:
+        lines += _option_lines(name, f"{name}=NAME")
+    return lines
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's layout, the description and epilog kept as written, at up to 100 columns."""
+    return argparse.RawDescriptionHelpFormatter(prog, width=HELP_WIDTH)
+
+
+def command_help(name: str, summary: str, parser: argparse.ArgumentParser, module: Any,
+                 config: str | None) -> str:
+    """The whole help text of `dspark <name>`: argparse lays out the usage and the flags,
+    between the examples and the groups."""
+    parser.description = "\n".join([summary[:1].upper() + summary[1:] + ".", "", "examples:",
+                                     *examples(getattr(module, "EXAMPLES", ()))])
+    epilog = []
+    more = f"More: docs/{name}.md"
+    if config is not None:
+        opts, _ = parser.parse_known_args([])
+        plans_launch = bool(module.needs_machine(opts))
+        epilog += [*groups(config, plans_launch, getattr(module, "GROUPS", None)), "",
+                   "Any setting: KEY=VALUE (serving.args.max_num_seqs=512). `--cfg job` prints "
+                   "the whole composed config,",
+                   "`--info` how it was composed; `-m` sweeps (a=1,2)."]
+        parser.usage = f"dspark {name} [GROUP=NAME ...] [KEY=VALUE ...] [flags]"
+        more += ", docs/configuration.md (groups, keys, what an error means)"
+    epilog += [more + ".", exit_codes_help()]
+    parser.epilog = "\n".join(epilog)
+    parser.formatter_class = _formatter
+    return parser.format_help()
