@@ -78,6 +78,7 @@ def _plot(found: Comparison) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # names from records are no TeX
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
