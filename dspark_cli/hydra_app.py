@@ -83,7 +83,8 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
         # Jobs in other processes (submitit) report only through their outcome files.
         sweep = multirun.sweep_dir() if _sweeps(argv) else None
         if sweep is not None and sweep.is_dir():
-            state["code"] = worst((state["code"], multirun.print_failures(sweep)))
+            state["code"] = worst((state["code"], multirun.print_failures(
+                sweep, before=multirun.sweep_before())))
     except SystemExit as e:
         if isinstance(e.__context__, BrokenPipeError):  # Hydra printed into a closed pipe
             raise e.__context__ from None
