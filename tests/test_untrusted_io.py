@@ -236,17 +236,23 @@ def test_outputs_replace_planted_links_and_never_write_through_them(runs: Path,
     replaced by the output, each target left as it was; a link planted where bench --report
     makes a directory of its own is refused, not followed."""
     b, outside = runs / "b", tmp_path / "outside"
-    names = ["report.md", "report.json", "compare.json", "compare.png", "summary.json",
-             "summary.csv", "summary.png", "decisions.png", "pareto.png", "proposal.json"]
-    for name in names:
-        (outside / name).write_text("theirs\n")
-        (b / name).unlink(missing_ok=True)
-        (b / name).symlink_to(outside / name)
+
+    def plant(names: list[str]) -> None:
+        for name in names:
+            (outside / name).write_text("theirs\n")
+            (b / name).unlink(missing_ok=True)
+            (b / name).symlink_to(outside / name)
+
+    # report refuses a summary.png linked out of the run (it would link to it): planted after
+    names = ["report.md", "report.json", "compare.json", "compare.png"]
+    plant(names)
     ended_cleanly(run_dspark("report", str(b), timeout=TIMEOUT_S))
     ended_cleanly(run_dspark("compare", str(runs / "a"), str(b), timeout=TIMEOUT_S))
-    done = run_dspark("bench", "--report", str(b), timeout=600)
-    ended_cleanly(done)
-    for name in names:
+    bench = ["summary.json", "summary.csv", "summary.png", "decisions.png", "pareto.png",
+             "proposal.json"]
+    plant(bench)
+    ended_cleanly(run_dspark("bench", "--report", str(b), timeout=600))
+    for name in names + bench:
         assert (outside / name).read_text() == "theirs\n", name
         assert not (b / name).is_symlink() and (b / name).stat().st_size > 0, name
 
@@ -354,3 +360,22 @@ def test_the_reader_bounds_and_types(tmp_path: Path) -> None:
             untrusted.check(record, "r.json", spec)
     assert untrusted.printable("a\x1b[31mb\r\u202ec\nd") == "a\\x1b[31mb\\x0d\\u202ec\\x0ad"
     assert untrusted.printable("a\tb\nc", newlines=True) == "a\tb\nc"
+
+
+def test_bench_report_shows_record_names_as_text(runs: Path) -> None:
+    """An arm named like rich markup and terminal escapes (`[/x]`, ESC, CR): `bench --report`
+    prints it as text (not a tag, not an escape sequence), on stdout and stderr alike."""
+    b, bad = runs / "b", "[/x]\x1b[31mEVIL\r"
+    for path in sorted((b / "cells").glob("*/cell.json")):
+        data = json.loads(path.read_text())
+        data["protocol"]["arms"] = [bad if a == "none" else a for a in data["protocol"]["arms"]]
+        if data["arm"] == "none":
+            data["arm"] = bad
+            if data["concurrency"] == 4:
+                data["valid"], data["reasons"] = False, ["[bold]\x1b[32mplanted"]
+        path.write_text(json.dumps(data))
+    done = run_dspark("bench", "--report", str(b), timeout=600)
+    ended_cleanly(done)
+    assert done.returncode == 1, done.stderr  # the two invalid cells
+    assert "\x1b" not in done.stdout + done.stderr and "\r" not in done.stdout + done.stderr
+    assert "[/x]\\x1b[31mEVIL\\x0d" in done.stdout

@@ -104,7 +104,10 @@ def merge(directory: Path) -> Merged:
     json_path, csv_path = write(summary, directory)
     png = None
     if importlib.util.find_spec("matplotlib"):
-        png = plot(summary, directory)
-        decision_plot.plot(summary, directory)
+        from dspark_cli.bench.render import for_terminal
+
+        shown = for_terminal(summary, markup=False)  # record text as a picture may show it
+        png = plot(shown, directory)
+        decision_plot.plot(shown, directory)
     return Merged(directory, summary, json_path, csv_path, png,
                   write_proposal(summary, directory))
