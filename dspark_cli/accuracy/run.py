@@ -46,6 +46,7 @@ from dspark_cli.server.groups import descendants, stop_group
 from dspark_cli.server.log_patterns import fatal_patterns
 from dspark_cli.server.session import ServerSession
 from dspark_cli.status import Finding, Status
+from dspark_cli.untrusted import write_atomic
 
 DATASET_RULE, PYTHON_RULE = "accuracy-dataset", "accuracy-lm-eval"
 
@@ -295,8 +296,8 @@ def accuracy_in(cfg: DictConfig, scorer: Scorer) -> AccuracyRecord:
             scores = tuple(scorer.scores[n] for n in arms if n in scorer.scores)
             record = _record(cfg, prepared, model, scores)
             scorer.directory.mkdir(parents=True, exist_ok=True)
-            (scorer.directory / ACCURACY_JSON).write_text(
-                SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+            write_atomic(scorer.directory / ACCURACY_JSON,
+                         SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
 
 

@@ -14,7 +14,7 @@ from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.server import metrics
 from dspark_cli.server.process import Teardown
-from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, INT, LIST, MAP, TEXT
+from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, FRACTION, INT, LIST, MAP, TEXT
 
 # The fields of cell.json that are read back, and their JSON types (`untrusted.check`).
 FIELDS = {
@@ -37,6 +37,12 @@ FIELDS = {
     "engagement.steps": COUNT, "engagement.short_steps": COUNT, "engagement.k": COUNT,
     "engagement.trimmed_tokens": INT, "draft_params": MAP, "draft_params.params": INT,
     "draft_params.expected": INT, "draft_params.ok": BOOL, "draft_params.sentence": TEXT,
+    "protocol.objectives": MAP, "protocol.objectives.ttft_ms": AMOUNT,
+    "protocol.objectives.tpot_ms": AMOUNT, "protocol.objectives.e2el_ms": AMOUNT,
+    "protocol.objectives.percentile": AMOUNT, "goodput": MAP, "goodput.requests": COUNT,
+    "goodput.good": COUNT, "goodput.share": FRACTION, "goodput.request_goodput": AMOUNT,
+    "goodput.output_goodput": AMOUNT, "goodput.vllm_request_goodput": AMOUNT,
+    "goodput.met": BOOL, "completed": COUNT, "failed": COUNT,
 }
 REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protocol.arms",
             "protocol.baseline", "protocol.concurrencies")

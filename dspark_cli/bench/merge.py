@@ -17,6 +17,7 @@ from dspark_cli.bench.proposal_files import write_proposal
 from dspark_cli.bench.summary import Summary, summarize
 from dspark_cli.bench.summary_files import write
 from dspark_cli.errors import UsageError
+from dspark_cli.untrusted import shown_path, text_path
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,8 @@ def _belong_together(records: Sequence[CellRecord]) -> None:
 
 def merge(directory: Path) -> Merged:
     """Collect, summarize, and write summary.json/csv/png into `directory`."""
-    if not directory.is_dir():
-        raise UsageError(f"{directory} is not a directory.")
+    if not text_path(directory).is_dir():
+        raise UsageError(f"{shown_path(directory)} is not a directory.")
     records = rec.collect(directory)
     if not records:
         raise UsageError(
@@ -103,7 +104,10 @@ def merge(directory: Path) -> Merged:
     json_path, csv_path = write(summary, directory)
     png = None
     if importlib.util.find_spec("matplotlib"):
-        png = plot(summary, directory)
-        decision_plot.plot(summary, directory)
+        from dspark_cli.bench.render import for_terminal
+
+        shown = for_terminal(summary, markup=False)  # record text as a picture may show it
+        png = plot(shown, directory)
+        decision_plot.plot(shown, directory)
     return Merged(directory, summary, json_path, csv_path, png,
                   write_proposal(summary, directory))

@@ -20,6 +20,7 @@ import yaml
 from dspark_cli.bench import winners
 from dspark_cli.run_files import PROPOSAL_DIR as PROFILES_DIR
 from dspark_cli.run_files import PROPOSAL_JSON
+from dspark_cli.untrusted import write_atomic
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 PROPOSED = "proposed"
@@ -105,13 +106,10 @@ def propose(found: Sequence[winners.Winner], profiles: Mapping[str, Mapping[str,
 
 def write(proposal: Proposal, directory: Path) -> Path:
     """proposal.json, and the proposed profile as `proposal/speculative/proposed.yaml` (what
-    `bench.profiles` makes an arm)."""
+    `bench.profiles` makes an arm), each replaced atomically, never through a planted link."""
     if proposal.profile is not None:
-        folder = directory / PROFILES_DIR / "speculative"
-        folder.mkdir(parents=True, exist_ok=True)
         plain = json.loads(json.dumps(proposal.profile, default=list))
-        (folder / f"{PROPOSED}.yaml").write_text(
-            f"# {STATEMENT}\n" + yaml.safe_dump(plain, sort_keys=False))
-    path = directory / PROPOSAL_JSON
-    path.write_text(json.dumps(proposal.to_dict(), indent=2) + "\n")
-    return path
+        write_atomic(directory / PROFILES_DIR / "speculative" / f"{PROPOSED}.yaml",
+                     f"# {STATEMENT}\n" + yaml.safe_dump(plain, sort_keys=False), directory)
+    return write_atomic(directory / PROPOSAL_JSON, json.dumps(proposal.to_dict(), indent=2)
+                        + "\n", directory)

@@ -6,19 +6,22 @@ and every proposed `dspark serve` command put through the same dry-run preflight
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dspark_cli.bench import proposal
 from dspark_cli.bench.summary import Summary
+from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.run_files import ARMS_DIR, CONFIG_YAML
+from dspark_cli.untrusted import load_json, load_yaml, walk, write_atomic
 from dspark_cli.vllm.speculative_fields import has_field
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # a config group option's name
 
 # Overrides of the run that are not the launch a proposal keeps: the protocol, the run's own
 # directory and ports, and the drafter the proposal replaces.
@@ -26,20 +29,28 @@ _NOT_LAUNCH = ("bench", "+bench", "hydra", "validate", "+validate", "speculative
 PREFLIGHT_TIMEOUT_S = 300.0
 
 
-def _yaml(path: Path) -> Any:
+def _yaml(path: Path, root: Path) -> Any:
+    """A YAML file inside `root` through the one reader; None when absent or unreadable (a
+    proposal is advice: a bad record leaves the arm's profile unknown, not the run)."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, yaml.YAMLError):
+        return load_yaml(path, root)
+    except UsageError:
         return None
 
 
 def _profile(directory: Path, arm: str) -> dict[str, Any]:
-    """The arm's profile as the config group holds it, else as its run record resolved it."""
-    own = _yaml(conf_dir() / "speculative" / f"{arm}.yaml")
+    """The arm's profile as the config group holds it, else as its run record resolved it.
+    `arm` comes from the records: a name that is no plain file name names no profile."""
+    if not _NAME.fullmatch(arm):
+        return {"name": arm}
+    own = _yaml(conf_dir() / "speculative" / f"{arm}.yaml", conf_dir())
     if isinstance(own, dict):
         return own
-    for path in sorted(directory.rglob(f"{ARMS_DIR}/{arm}/{CONFIG_YAML}")):
-        spec = (_yaml(path) or {}).get("speculative")
+    for path in walk(directory, [CONFIG_YAML])[CONFIG_YAML]:
+        if path.parent.name != arm or path.parent.parent.name != ARMS_DIR:
+            continue
+        spec = _yaml(path, directory)
+        spec = spec.get("speculative") if isinstance(spec, dict) else None
         if isinstance(spec, dict):
             return spec
     return {"name": arm}
@@ -49,7 +60,7 @@ def launch_overrides(directory: Path) -> list[str]:
     """The run's command-line overrides (Hydra's .hydra/overrides.yaml, of the run or of the
     validate run above a bench stage) that describe the launch."""
     for where in (directory, directory.parent):
-        found = _yaml(where / ".hydra" / "overrides.yaml")
+        found = _yaml(where / ".hydra" / "overrides.yaml", where)
         if isinstance(found, list):
             return [str(o) for o in found
                     if not str(o).lstrip("~").startswith(_NOT_LAUNCH)]
@@ -77,16 +88,14 @@ def write_proposal(summary: Summary, directory: Path) -> Path:
                              directory, summary.arms)
     path = proposal.write(found, directory)
     if found.commands:
-        data = json.loads(path.read_text())
+        data = found.to_dict()
         data["preflight"] = [_preflight(c) for c in found.commands]
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        write_atomic(path, json.dumps(data, indent=2) + "\n", directory)
     return path
 
 
 def read(directory: Path) -> dict[str, Any] | None:
-    """A run's proposal.json, None when absent or not a JSON object."""
-    try:
-        data = json.loads((directory / proposal.PROPOSAL_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    """A run's proposal.json through the one reader, None when absent or not a JSON object;
+    RecordError (exit 2) when it is unreadable (a FIFO, a link out, bad bytes)."""
+    data = load_json(directory / proposal.PROPOSAL_JSON, directory)
     return data if isinstance(data, dict) else None

@@ -40,6 +40,7 @@ from dspark_cli.server.logscan import degraded_lines
 from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import Engagement
+from dspark_cli.untrusted import write_atomic
 
 
 def _now() -> str:
@@ -210,7 +211,7 @@ def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> CellR
         progress(f"{cell.id}: earlier attempt kept in {moved}")
     record = _CellRun(cell, arm, launch, ctx).run()
     path = records.cell_dir(ctx.run_dir, cell.id) / records.CELL_JSON
-    path.write_text(SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+    write_atomic(path, SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
 
 

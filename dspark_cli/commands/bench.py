@@ -172,17 +172,19 @@ def _render(rep: Any, opts: argparse.Namespace) -> int:
             **summary.as_dict(),
         }, indent=2))
     else:
-        from dspark_cli.bench.render import table
+        from dspark_cli.bench.render import for_terminal, table
         from dspark_cli.console import output
 
-        output().print(table(summary))
+        output().print(table(for_terminal(summary)))
         print(rep.directory)
     if rep.plot_png is None:
         print("dspark: summary.png not drawn: matplotlib is not installed (pip install "
               "'dspark[plot]')", file=sys.stderr)
     invalid = [c for c in summary.cells if not c.valid]
     if invalid:
-        names = ", ".join(c.cell_id for c in invalid)
+        from dspark_cli.untrusted import printable
+
+        names = printable(", ".join(c.cell_id for c in invalid))
         print(f"dspark: {len(invalid)} of {len(summary.cells)} cells invalid ({names}); their "
               "reasons are in summary.json and excluded from every speedup", file=sys.stderr)
         return int(ExitCode.CHECK_FAILED)

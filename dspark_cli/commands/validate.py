@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from dspark_cli.errors import DsparkError, ExitCode, worst
 from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
+from dspark_cli.untrusted import write_atomic
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
     from dspark_cli.accuracy.run import Scorer
@@ -153,7 +154,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends it as Ctrl-C does
         results = _stages(cfg, directory, scorer, keep_going=opts.keep_going)
     code = worst(r.exit_code for r in results)
-    (directory / VALIDATE_JSON).write_text(redact_text(json.dumps(  # a stage's detail may
+    write_atomic(directory / VALIDATE_JSON, redact_text(json.dumps(  # a stage's detail may
         {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n"))
     report, text = write_report([directory], directory)
     if opts.json:
