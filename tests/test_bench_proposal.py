@@ -15,7 +15,7 @@ import yaml
 from dspark_cli.bench import proposal, winners
 from dspark_cli.bench import schema as bench_schema
 from dspark_cli.bench.arms import arm_config
-from dspark_cli.bench.proposal_files import launch_overrides
+from dspark_cli.bench.proposal_files import this_launch
 from dspark_cli.paths import conf_dir
 from dspark_cli.vllm.speculative_fields import has_field
 from tests.conftest import compose_config, run_dspark
@@ -48,7 +48,7 @@ def test_a_crossover_of_draft_counts_is_a_schedule(tmp_path: Path) -> None:
     assert found.schedule == ((1, 2, 3), (3, 8, 0))
     (cmd,) = found.commands
     assert shlex.split(cmd) == ["dspark", "serve", "+hw=cpu", "speculative=draft_model",
-                                "+speculative.extra.num_speculative_tokens_per_batch_size="
+                                "++speculative.extra.num_speculative_tokens_per_batch_size="
                                 "[[1,2,3],[3,8,0]]", "--dry-run", "--validate"]
     assert "bench.arms=[none,draft_model,proposed]" in found.validate_command
     proposal.write(found, tmp_path)
@@ -81,15 +81,18 @@ def test_without_the_schedule_or_across_drafters_it_is_the_arm_per_load(tmp_path
     found = proposal.propose(adaptive, PROFILES, True, [], tmp_path,
                              ["dspark_fixed", "dspark_adaptive"])
     assert found.kind == "per_load" and "differ in more than their draft count" in found.note
-    assert "loads [32] have no clear winner" in found.note
+    assert "load 32 without a clear winner" not in found.note  # w(): nothing kept
     assert [shlex.split(c)[2] for c in found.commands] == ["speculative=dspark_fixed",
                                                           "speculative=dspark_adaptive"]
     assert proposal.propose([w(2, None)], PROFILES, True, [], tmp_path, ["none"]).kind == "none"
 
 
-def test_the_runs_launch_overrides_are_kept_and_the_protocols_dropped(tmp_path: Path) -> None:
+def test_a_runs_overrides_file_is_never_read_back(tmp_path: Path) -> None:
+    """The launch overrides are this process's own (Hydra's record of its command line), never
+    the run's `.hydra/overrides.yaml` or its parent's: outside a Hydra job there are none."""
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
-        ["bench=cpu", "bench.repeats=2", "+hw=cpu", "server.port=8391", "speculative=ngram",
-         "serving.args.max_num_seqs=16"]))
-    assert launch_overrides(tmp_path) == ["+hw=cpu", "serving.args.max_num_seqs=16"]
+        ["bench=cpu", "+hw=cpu", "+hw.env.PYTHONPATH=/planted"]))
+    bench_schema.register()
+    launch = this_launch(compose_config(["+hw=cpu"], config="bench"))
+    assert launch.overrides == () and launch.profiles_dir is None
