@@ -110,10 +110,10 @@ NOT_KNOWN = ("not known (an attached server: dspark did not start it, and the sm
 
 
 def _attached(src: Sources, where: str) -> bool:
-    """The facts would come from an attached smoke: its config is dspark's defaults, not the
-    server's."""
+    """The facts would come from an attached smoke (no launch record of its own): its config
+    is dspark's defaults, not the server's."""
     return (src.smoke is not None and where == str(src.smoke.directory)
-            and src.smoke.smoke.get("mode") != "managed")
+            and (not src.smoke.provenance or src.smoke.smoke.get("mode") == "attached"))
 
 
 def _attached_sections(src: Sources, prov: Mapping[str, Any], where: str
