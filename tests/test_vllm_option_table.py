@@ -262,8 +262,8 @@ def test_the_suites_shared_table_carries_only_a_trusted_entry(tmp_path: Path) ->
 
 
 def test_the_spec_metrics_flag_is_asked_only_of_a_vllm_that_has_it(tmp_path: Path) -> None:
-    """A vLLM without --per-request-spec-decode-metrics gets a launch without it (and the
-    installed 0.32, which has it, gets it: test_spec_metrics.py); nothing is assumed."""
+    """A vLLM without --per-request-spec-decode-metrics gets a launch without it (as every
+    vLLM does: the measured launch is serve's, test_one_launch.py); nothing is assumed."""
     lacking = {k: v for k, v in other_options().items()
                if k != "per_request_spec_decode_metrics"}
     done = run_dspark("bench", "bench=cpu", "+hw=cpu", "hw.args.dtype=null", "--dry-run",

@@ -158,11 +158,11 @@ class CellRecord:
                "acceptance_length", "accepted_per_draft", "latency_ms", "boot_s", "teardown",
                "finished_at", "lossless", "degraded", "goodput", "engagement", "draft_params"}
         latency = data.get("latency_ms")
+        info = ProtocolInfo.from_dict(data["protocol"])
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
             valid=bool(data["valid"]), reasons=tuple(data.get("reasons") or ()),
-            protocol=ProtocolInfo.from_dict(data["protocol"]),
-            repeat=int(data.get("repeat", 1)),
+            protocol=info, repeat=int(data.get("repeat", 1)),
             accepted_per_draft=data["accepted_per_draft"] if "accepted_per_draft" in data
             else _per_draft(data.get("spec_decode")),
             latency_ms={str(k): {str(p): float(v) for p, v in ps.items()}
@@ -176,7 +176,8 @@ class CellRecord:
             teardown=Teardown.from_dict(td) if td else None,
             lossless=data.get("lossless") if isinstance(data.get("lossless"), Mapping) else None,
             degraded=tuple(str(x) for x in data.get("degraded") or ()),
-            goodput=gp.Goodput.from_dict(data["goodput"]) if data.get("goodput") else None,
+            goodput=gp.Goodput.from_dict(data["goodput"], info.objectives)
+            if data.get("goodput") else None,
             engagement=_section(data, "engagement"), draft_params=_section(data, "draft_params"),
             evidence={k: v for k, v in data.items() if k not in own},
         )

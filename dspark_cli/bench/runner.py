@@ -124,7 +124,7 @@ class _CellRun:
             CellTimings(self.boot_s or 0.0, sum(p.duration_s for p in self.phases), teardown_s,
                         time.monotonic() - start), started_at, _now(), self._compared(), degraded,
             None if self.arm.expected_steps is None else engagement_record(
-                self.engaged, self.arm.metrics, self.arm.expected_steps), params)
+                self.engaged, self.arm.expected_steps), params)
         return build(seen, ProtocolInfo.of(self.ctx.protocol), {
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
@@ -165,7 +165,9 @@ class _CellRun:
             self.engaged = probe(session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
                                  self.cell.concurrency, self.ctx.protocol.sampling,
-                                 self.ctx.protocol.phase_timeout_s, self.arm.metrics)
+                                 self.ctx.protocol.phase_timeout_s,
+                                 self.arm.cfg.speculative.num_speculative_tokens,
+                                 lambda: _quiet(session.scrape))
         if self.ctx.after is not None:
             self.ctx.after(self.cell.id, self.arm, self.launch, session)
 
@@ -202,6 +204,14 @@ class _CellRun:
         except ScrapeError as exc:
             self.errors.append(f"/metrics {when} the measured phase: {exc}")
             return None
+
+
+def _quiet(read: Callable[[], Scrape]) -> Scrape | None:
+    """/metrics for the engagement probe: unreadable is no counters, not an invalid cell."""
+    try:
+        return read()
+    except ScrapeError:
+        return None
 
 
 def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> CellRecord:

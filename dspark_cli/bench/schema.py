@@ -105,10 +105,6 @@ class BenchConf:
     repeat: int | None = None
     phase_timeout_s: float = 7200.0
     metrics_timeout_s: float = 10.0
-    # vLLM's --per-request-spec-decode-metrics level each speculating arm's launch asks for
-    # (where the installed vLLM has the flag; null: not asked); every such cell then probes at
-    # its concurrency whether verification trimmed (cell.json `engagement`).
-    spec_metrics: str | None = "detailed"
     estimate: EstimateConf = field(default_factory=EstimateConf)
 
 

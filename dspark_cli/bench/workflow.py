@@ -68,6 +68,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.inputs import checked_inputs
     from dspark_cli.bench.loadgen_forks import LoadgenForks
     from dspark_cli.bench.merge import merge
+    from dspark_cli.bench.proposal_files import this_launch
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.deploy.start import ask_vllm_together
     from dspark_cli.server.log_patterns import degraded_patterns, fatal_patterns
@@ -86,7 +87,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
                           fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
                           prompts=prompts, after=after, forks=forks)
         run_cells(protocol.cells, arms, prepare_arms, ctx, stop_on_failure)
-    return merge(directory)
+    return merge(directory, this_launch(cfg))
 
 
 def ask_vllm_ahead(cfg: DictConfig) -> None:

@@ -216,11 +216,8 @@ def _decisions(d: Decisions | None) -> list[str]:
     lines.append("")
     p = d.proposal
     if p and p["kind"] != "none":
-        checked = ("passed `dspark serve --dry-run --validate`" if p["preflight"]
-                   and all(p["preflight"]) else "did NOT pass the dry-run preflight"
-                   if p["preflight"] else "was not preflighted")
         lines += [f"**Proposal ({text(p['kind'])}):** {text(p['note'])}. "
-                  f"{text(p['statement'])} It {checked}.", ""]
+                  f"{text(p['statement'])} Preflight: {text(p['preflight'])}.", ""]
         lines += block(p["commands"], "bash")
         if p["validate_command"]:
             lines += ["", "Validate it as one more arm:", "", *block([p["validate_command"]],

@@ -20,6 +20,7 @@ from dspark_cli.accuracy import records as accuracy_records
 from dspark_cli.accuracy.records import AccuracyRecord
 from dspark_cli.bench import records
 from dspark_cli.bench.merge import summarize_records
+from dspark_cli.bench.proposal_files import recompute
 from dspark_cli.errors import UsageError
 from dspark_cli.report import record_specs as specs
 from dspark_cli.run_files import (
@@ -68,6 +69,9 @@ class BenchRecords:
     arm_launches: Mapping[str, str]  # arms/<arm>/launch.sh
     arm_provenance: Mapping[str, Mapping[str, Any]]
     plot: Path | None
+    # The proposal the recomputed winners make (never the run's proposal.json: a planted
+    # one would be shown as found); its preflight is not checked here.
+    proposal: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,14 +138,15 @@ def _bench(root: Path | None) -> BenchRecords | None:
     plot = root / SUMMARY_PNG
     if plot.is_file() or plot.is_symlink():
         contained(plot, root)
+    summary = summarize_records(list(read.values()))
     return BenchRecords(
-        root, summarize_records(list(read.values())).as_dict(),
+        root, summary.as_dict(),
         tuple(r.to_dict() for p, r in read.items() if ".attempt" not in p.parent.name),
         {a.name: read_yaml(a / CONFIG_YAML, root) for a in arms},
         {a.name: t for a in arms if (t := read_text(a / LAUNCH_SH, root)) is not None},
         {a.name: prov for a in arms
          if (prov := load_record(a / PROVENANCE_JSON, root, specs.PROVENANCE)) is not None},
-        plot if plot.is_file() else None)
+        plot if plot.is_file() else None, recompute(summary, root, None).to_dict())
 
 
 def _bench_root(cell: Path, given: Path) -> Path:

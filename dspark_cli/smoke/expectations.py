@@ -15,7 +15,6 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.server.draft_params import DraftParams, draft_params_spec
 from dspark_cli.server.log_patterns import (
     Pattern,
@@ -40,10 +39,9 @@ class SpecRule:
 
 @dataclass(frozen=True)
 class StepsExpect:
-    """What the launch asked vLLM to report per request, and what its steps must show
-    (`server/spec_metrics.py`: adaptive trims, fixed K proposes K every step)."""
+    """What the launch's verify steps must show (`server/spec_metrics.py`: adaptive trims,
+    fixed K proposes K every step)."""
 
-    ask: MetricsAsk
     expected: str | None
 
 
@@ -63,7 +61,7 @@ class Expectations:
     engines: int = 1
     # Lines where vLLM overrode what was asked (`logs.degraded`): reported, never a failure.
     degraded: tuple[Pattern, ...] = ()
-    # Per-request spec-decode metrics: set by the smoke once the launch is planned.
+    # What the verify steps must show: set by the smoke once the launch is planned.
     steps: StepsExpect | None = None
     # Lines that show a feature ran (`logs.evidence`, by family), and the families this
     # configuration's required lines name (the profile expects them).
