@@ -35,6 +35,7 @@ from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.draft_params import seen_params
+from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.log_patterns import Pattern
 from dspark_cli.server.logscan import degraded_lines
 from dspark_cli.server.metrics import Scrape, ScrapeError
@@ -61,6 +62,7 @@ class CellContext:  # what every cell of one run shares
     degraded: tuple[Pattern, ...] = ()  # vLLM overrode what was asked: the cell is degraded
     after: CellHook | None = None
     forks: LoadgenForks | None = None  # the run's warm load generators (None: each cold)
+    stall: StallSettings | None = None  # the stall watch (`watch.stall_s`); None: off
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -91,13 +93,14 @@ class _CellRun:
         watch = Watch(self.launch.ready_timeout_s, self.ctx.fatal,
                       (*self.ctx.degraded, *((draft.pattern,) if draft else ())),
                       metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
-                      metrics_settle_s=self.launch.metrics_settle_s)
+                      metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
         if self.ctx.forks is not None:  # its import beside the boot
             self.ctx.forks.prepare(self.launch.env)
         session = ServerSession(self.launch.deployment(self.dir), watch)
         fatal_lines: tuple[str, ...] = ()
         degraded: tuple[str, ...] = ()
         params: dict[str, Any] | None = None
+        stall: dict[str, Any] | None = None
         teardown_s = 0.0
         try:
             with session:
@@ -111,12 +114,15 @@ class _CellRun:
                     degraded = degraded_lines(snapshot, self.ctx.degraded)
                     if draft is not None and snapshot is not None:
                         params = seen_params(draft, snapshot)
+                    stall = session.stall_evidence()  # the log's tail before the teardown's
                     t0 = time.monotonic()
                     session.close()
                     teardown_s = time.monotonic() - t0
         except ServerError as exc:  # the session could not start (a busy port, no binary,
             # a job the engine refused)
             self.errors.append(exc.reason)
+        if stall is not None and not any(e.startswith("stalled") for e in self.errors):
+            self.errors.insert(0, str(stall["sentence"]))  # it tripped outside a phase
         seen = Observed(
             self.cell, tuple(self.phases), self.before, self.after, self.boot_s, fatal_lines,
             tuple(self.errors), session.teardown,
@@ -128,7 +134,7 @@ class _CellRun:
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
                        "base_url": session.base_url},
-            "server_log": str(session.log_path)})
+            "server_log": str(session.log_path), "stall": stall})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:
@@ -150,7 +156,9 @@ class _CellRun:
                                forks=self.ctx.forks)
             self.phases.append(result)
             if result.error:
-                self.errors.append(result.error)
+                stalled = session.stalled
+                self.errors.append(f"{stalled.reason} (in {phase.name}, after "
+                                   f"{result.duration_s:.0f} s)" if stalled else result.error)
                 return
             if phase.measured:
                 self.after = self._settled(session, (result.result or {}).get(

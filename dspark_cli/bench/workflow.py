@@ -70,6 +70,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.deploy.start import ask_vllm_together
+    from dspark_cli.server.liveness import settings_of
     from dspark_cli.server.log_patterns import degraded_patterns, fatal_patterns
     from dspark_cli.server.process import stop_signals_as_interrupt
 
@@ -85,7 +86,8 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     with stop_signals_as_interrupt(), LoadgenForks() as forks:
         ctx = CellContext(protocol=protocol, dataset=checked, run_dir=directory,
                           fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
-                          prompts=prompts, after=after, forks=forks)
+                          prompts=prompts, after=after, forks=forks,
+                          stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s))
         run_cells(protocol.cells, arms, prepare_arms, ctx, stop_on_failure)
     return merge(directory)
 

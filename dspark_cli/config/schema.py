@@ -24,6 +24,7 @@ from dspark_cli.config.domain import (
     regexes,
     schema_class,
 )
+from dspark_cli.config.watch import WatchConf
 from dspark_cli.deploy.schema import K8sConf, SlurmConf
 
 
@@ -266,6 +267,7 @@ class LaunchConf:
     logs: LogsConf = field(default_factory=LogsConf)
     deploy: DeployConf = field(default_factory=DeployConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
+    watch: WatchConf = field(default_factory=WatchConf)  # config/watch.py
 
 
 def store_schema(name: str, node: type) -> None:

@@ -69,6 +69,8 @@ class Expectations:
     # configuration's required lines name (the profile expects them).
     evidence: tuple[Pattern, ...] = ()
     expected_evidence: tuple[str, ...] = ()
+    # The stall watch's threshold (`watch.stall_s`; None: off).
+    stall_s: float | None = None
 
     @property
     def requests(self) -> int:
@@ -138,4 +140,5 @@ def expectations(cfg: DictConfig) -> Expectations:
         context_lines=int(cfg.logs.context_lines),
         evidence=evidence,
         expected_evidence=tuple(p.name for p in evidence if p.regex.pattern in lines),
+        stall_s=float(stall) if (stall := OmegaConf.select(cfg, "watch.stall_s")) else None,
     )

@@ -19,6 +19,7 @@ from dspark_cli.launch.provenance import collect
 from dspark_cli.launch.spec_metrics_flag import as_started, ask_spec_metrics
 from dspark_cli.run_files import SMOKE_JSON
 from dspark_cli.server.deployment import Watch
+from dspark_cli.server.liveness import settings_of
 from dspark_cli.server.process import stop_signals_as_interrupt
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import expected_of
@@ -43,7 +44,8 @@ def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations,
     the provenance."""
     watch = Watch(float(cfg.server.ready_timeout_s), exp.fatal, exp.watch, exp.context_lines,
                   exp.metrics_timeout_s, float(cfg.server.attach_refused_s),
-                  float(cfg.server.metrics_settle_s))
+                  float(cfg.server.metrics_settle_s),
+                  stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s))
     if cfg.server.url:
         return ServerSession(attach(cfg, plan), watch), None, collect(plan.model_path, None)
     start = ready(cfg, plan, directory, beside=True)
