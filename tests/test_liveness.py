@@ -6,18 +6,21 @@ the fake vLLM (a real HTTP process) whose engine stops producing tokens."""
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from dspark_cli.server.liveness import EngineSample, StallSettings, StallTracker, StallWatch
 from dspark_cli.server.process import free_port
 from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import command
 from tests.smoke_support import checks, run_smoke
+from tests.test_bench_rules import bench, cell_record
 
 FAST = ("watch.stall_s=1.5", "watch.poll_s=0.2")
 
@@ -135,3 +138,27 @@ def test_serve_watches_in_the_foreground_and_exits_3_when_asked(tmp_path: Path) 
     assert len(lines) == 1, err
     assert "watch.stall_s=1.5" in lines[0]
     assert _status(url) is None
+
+
+@pytest.mark.vllm  # the cells' load generator is vLLM's own `vllm bench serve`
+def test_a_stalled_bench_cell_ends_at_once_and_the_next_cell_runs(tmp_path: Path) -> None:
+    """Two cells (none-c2, then draft_model-c2): the first one's engine stalls mid-phase, the
+    second one's serves. The first ends within seconds (not at bench.phase_timeout_s=120) as
+    invalid with reason `stalled` and the evidence; the second still runs and is valid."""
+    boots = tmp_path / "boots.json"
+    boots.write_text(json.dumps([["--scenario", "stalled", "--stall-after", "2"],
+                                 ["--scenario", "healthy"]]))
+    code, out, err = bench(tmp_path, "healthy", "bench.concurrency=2",
+                           "bench.lossless.enabled=false", *FAST,
+                           fake_args=("--per-boot", str(boots)))
+    assert [(c["cell_id"], c["valid"]) for c in out["cells"]] == [
+        ("none-c2", False), ("draft_model-c2", True)], err[-3000:]
+    rec = cell_record(tmp_path, "none-c2")
+    assert rec["reasons"][0].startswith("stalled: no token generated for "), rec["reasons"]
+    assert "(in measured, after " in rec["reasons"][0]
+    assert rec["stall"]["reason"] == "stalled" and rec["stall"]["running"] >= 1
+    assert rec["stall"]["log_tail"], rec["stall"]
+    assert rec["phases"][0]["duration_s"] < 60
+    assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
+    assert cell_record(tmp_path, "draft_model-c2")["stall"] is None
+    assert code == 1
