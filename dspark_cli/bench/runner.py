@@ -24,13 +24,16 @@ from dspark_cli.bench.cell import CellRecord, CellTimings, Observed, ProtocolInf
 from dspark_cli.bench.dataset import VerifiedDataset
 from dspark_cli.bench.engagement_probe import PROMPTS, probe
 from dspark_cli.bench.engagement_probe import record as engagement_record
+from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
 from dspark_cli.bench.greedy_probe import answer
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
 from dspark_cli.bench.loadgen_forks import LoadgenForks
 from dspark_cli.bench.lossless import PromptSet, compare, reference_record
 from dspark_cli.bench.protocol import Cell, Protocol
+from dspark_cli.bench.request_set import describe
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
+from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.deployment import Watch
@@ -38,7 +41,7 @@ from dspark_cli.server.draft_params import seen_params
 from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.log_patterns import Pattern
 from dspark_cli.server.logscan import degraded_lines
-from dspark_cli.server.metrics import Scrape, ScrapeError
+from dspark_cli.server.metrics import Scrape, ScrapeError, spec_decode
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import Engagement
 
@@ -63,6 +66,7 @@ class CellContext:  # what every cell of one run shares
     after: CellHook | None = None
     forks: LoadgenForks | None = None  # the run's warm load generators (None: each cold)
     stall: StallSettings | None = None  # the stall watch (`watch.stall_s`); None: off
+    min_acceptance: float | None = 0.0  # `watch.min_acceptance`: at or below it, flagged
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -85,6 +89,7 @@ class _CellRun:
         self.boot_s: float | None = None
         self.greedy: dict[str, Any] | None = None  # the lossless probe's answers
         self.engaged: Engagement | None = None  # the engagement probe's steps
+        self.measured_argv: list[str] = []  # the measured phase's load generator command
 
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
@@ -121,6 +126,8 @@ class _CellRun:
         except ServerError as exc:  # the session could not start (a busy port, no binary,
             # a job the engine refused)
             self.errors.append(exc.reason)
+        asked = EffectiveLaunch.of(self.arm.plan).adaptive
+        self.errors.extend(adaptive_reasons(asked, degraded, params))
         if stall is not None and not any(e.startswith("stalled") for e in self.errors):
             self.errors.insert(0, str(stall["sentence"]))  # it tripped outside a phase
         seen = Observed(
@@ -134,7 +141,10 @@ class _CellRun:
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
                        "base_url": session.base_url},
-            "server_log": str(session.log_path), "stall": stall})
+            "server_log": str(session.log_path), "stall": stall,
+            "request_set": describe(self.ctx.dataset, self.measured_argv),
+            "adaptive_asked": asked, "acceptance_check": acceptance_flag(
+                self._spec(), self.ctx.min_acceptance)})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:
@@ -149,6 +159,8 @@ class _CellRun:
             argv = phase_argv(phase, self.ctx.protocol.sampling, self.ctx.dataset.spec,
                               self.arm.plan, self.dir, base_url=session.base_url,
                               objectives=self.ctx.protocol.objectives)
+            if phase.measured:
+                self.measured_argv = argv
             progress(f"{self.cell.id}: {phase.name}: {phase.num_prompts} requests at "
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
             result = run_phase(argv, phase, self.dir, self.launch.env,
@@ -175,6 +187,13 @@ class _CellRun:
                                  self.ctx.protocol.phase_timeout_s, self.arm.metrics)
         if self.ctx.after is not None:
             self.ctx.after(self.cell.id, self.arm, self.launch, session)
+
+    def _spec(self) -> dict[str, Any] | None:
+        """The measured phase's spec-decode counters (None: no drafter, or unread)."""
+        if self.before is None or self.after is None:
+            return None
+        spec = spec_decode(self.after.delta(self.before))
+        return None if spec is None else spec.as_dict()
 
     def _compared(self) -> dict[str, Any] | None:
         """The probe's answers with their comparison against the reference arm's earliest

@@ -87,7 +87,8 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
         ctx = CellContext(protocol=protocol, dataset=checked, run_dir=directory,
                           fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
                           prompts=prompts, after=after, forks=forks,
-                          stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s))
+                          stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s),
+                          min_acceptance=cfg.watch.min_acceptance)
         run_cells(protocol.cells, arms, prepare_arms, ctx, stop_on_failure)
     return merge(directory)
 
