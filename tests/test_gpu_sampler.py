@@ -78,3 +78,29 @@ def test_no_tool_says_so(tmp_path: Path) -> None:
     done = sample_cli(tmp_path, {"PATH": str(tmp_path)}, "--duration", "0.1")
     assert done.returncode == 1
     assert "no vendor tool (nvidia-smi, amd-smi, rocm-smi)" in done.stderr
+
+
+@pytest.mark.vllm  # the cell's load generator is vLLM's own `vllm bench serve`
+def test_every_cell_records_its_gpus_under_load(tmp_path: Path) -> None:
+    """A bench cell against the fake vLLM on a host whose nvidia-smi (the double, detected as
+    no GPU so the cpu profile still fits) samples 8 GPUs, GPU 5 idle: cell.json `gpus` holds
+    the per-GPU means over the measured phase and the idle flag; every sample is in gpus.json."""
+    from dspark_cli.server.process import free_port
+    from tests.test_bench_rules import bench_argv, cell_record
+
+    env = fake_sampling_host(tmp_path / "bin", "h200x8", "--util", "5=1", "--detect-as",
+                             "no-gpu")
+    done = subprocess.run(
+        [*bench_argv(free_port(), "healthy", "bench.arm=none", "bench.concurrency=2",
+                     "bench.lossless.enabled=false", "watch.gpu_interval_s=0.1"),
+         f"hydra.run.dir={tmp_path / 'run'}", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=dspark_env(env))
+    assert done.returncode == 0, done.stderr[-3000:]
+    gpus = cell_record(tmp_path, "none-c2")["gpus"]
+    assert gpus["tool"] == "nvidia-smi" and gpus["error"] is None
+    assert gpus["window_s"][1] > gpus["window_s"][0]
+    measured = {g["gpu"]: g for g in gpus["measured"]}
+    assert len(measured) == 8 and measured["0"]["means"]["power_w"] == 612.5
+    assert gpus["flags"] == ["GPU 5 sat idle in the measured phase (mean utilisation 1.0% < 10%)"]
+    rows = json.loads((tmp_path / "run/cells/none-c2/gpus.json").read_text())["rows"]
+    assert len(rows) == gpus["samples"] > len(gpus["measured"])

@@ -36,6 +36,8 @@ from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
+from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
+from dspark_cli.machine.gpu_sampler import record as gpu_record
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.draft_params import seen_params
 from dspark_cli.server.liveness import StallSettings
@@ -44,6 +46,8 @@ from dspark_cli.server.logscan import degraded_lines
 from dspark_cli.server.metrics import Scrape, ScrapeError, spec_decode
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import Engagement
+
+GPU_SAMPLES = "gpus.json"  # a cell's every GPU sample, beside its cell.json
 
 
 def _now() -> str:
@@ -67,6 +71,9 @@ class CellContext:  # what every cell of one run shares
     forks: LoadgenForks | None = None  # the run's warm load generators (None: each cold)
     stall: StallSettings | None = None  # the stall watch (`watch.stall_s`); None: off
     min_acceptance: float | None = 0.0  # `watch.min_acceptance`: at or below it, flagged
+    gpu_tool: str | None = None  # the GPU vendor tool that samples every cell (None: none)
+    gpu_interval_s: float = 1.0  # `watch.gpu_interval_s`
+    gpu_idle_below: float = 10.0  # `watch.gpu_idle_below`
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -90,6 +97,8 @@ class _CellRun:
         self.greedy: dict[str, Any] | None = None  # the lossless probe's answers
         self.engaged: Engagement | None = None  # the engagement probe's steps
         self.measured_argv: list[str] = []  # the measured phase's load generator command
+        self.sampler = GpuSampler(ctx.gpu_interval_s, ctx.gpu_tool)
+        self.window: tuple[float, float] | None = None  # the measured phase, sampler's clock
 
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
@@ -102,6 +111,9 @@ class _CellRun:
         if self.ctx.forks is not None:  # its import beside the boot
             self.ctx.forks.prepare(self.launch.env)
         session = ServerSession(self.launch.deployment(self.dir), watch)
+        local = not session.deployment.queued  # a cluster's nodes have GPUs of their own
+        if local:
+            self.sampler.start()
         fatal_lines: tuple[str, ...] = ()
         degraded: tuple[str, ...] = ()
         params: dict[str, Any] | None = None
@@ -126,6 +138,9 @@ class _CellRun:
         except ServerError as exc:  # the session could not start (a busy port, no binary,
             # a job the engine refused)
             self.errors.append(exc.reason)
+        finally:
+            samples = self.sampler.stop()
+        gpus = self._gpus(samples) if local else None
         asked = EffectiveLaunch.of(self.arm.plan).adaptive
         self.errors.extend(adaptive_reasons(asked, degraded, params))
         if stall is not None and not any(e.startswith("stalled") for e in self.errors):
@@ -143,7 +158,7 @@ class _CellRun:
                        "base_url": session.base_url},
             "server_log": str(session.log_path), "stall": stall,
             "request_set": describe(self.ctx.dataset, self.measured_argv),
-            "adaptive_asked": asked, "acceptance_check": acceptance_flag(
+            "gpus": gpus, "adaptive_asked": asked, "acceptance_check": acceptance_flag(
                 self._spec(), self.ctx.min_acceptance)})
 
     def _boot_and_load(self, session: ServerSession) -> None:
@@ -163,9 +178,12 @@ class _CellRun:
                 self.measured_argv = argv
             progress(f"{self.cell.id}: {phase.name}: {phase.num_prompts} requests at "
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
+            began = self.sampler.now()
             result = run_phase(argv, phase, self.dir, self.launch.env,
                                self.ctx.protocol.phase_timeout_s, session.stop_reason,
                                forks=self.ctx.forks)
+            if phase.measured:
+                self.window = (began, self.sampler.now())
             self.phases.append(result)
             if result.error:
                 stalled = session.stalled
@@ -187,6 +205,15 @@ class _CellRun:
                                  self.ctx.protocol.phase_timeout_s, self.arm.metrics)
         if self.ctx.after is not None:
             self.ctx.after(self.cell.id, self.arm, self.launch, session)
+
+    def _gpus(self, samples: list[Sample]) -> dict[str, Any] | None:
+        """The cell's `gpus` section (every sample in its own gpus.json); None: not sampled."""
+        if self.ctx.gpu_tool is None:
+            return None
+        (self.dir / GPU_SAMPLES).write_text(json.dumps(samples_dict(samples)) + "\n")
+        return {**gpu_record(self.ctx.gpu_tool, self.ctx.gpu_interval_s, samples, self.window,
+                             self.ctx.gpu_idle_below, self.sampler.error),
+                "file": GPU_SAMPLES}
 
     def _spec(self) -> dict[str, Any] | None:
         """The measured phase's spec-decode counters (None: no drafter, or unread)."""

@@ -88,9 +88,27 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
                           fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
                           prompts=prompts, after=after, forks=forks,
                           stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s),
-                          min_acceptance=cfg.watch.min_acceptance)
+                          min_acceptance=cfg.watch.min_acceptance,
+                          gpu_tool=gpu_tool(cfg.watch.gpu_interval_s),
+                          gpu_interval_s=float(cfg.watch.gpu_interval_s or 0.0),
+                          gpu_idle_below=float(cfg.watch.gpu_idle_below))
         run_cells(protocol.cells, arms, prepare_arms, ctx, stop_on_failure)
     return merge(directory)
+
+
+def gpu_tool(interval_s: float | None) -> str | None:
+    """The vendor tool every cell samples its GPUs with (`watch.gpu_interval_s`); None, said
+    once, where there is none (a CPU machine) or sampling is off."""
+    from dspark_cli.console import progress
+    from dspark_cli.machine.gpu_sampler import TOOLS, find_tool
+
+    if not interval_s:
+        return None
+    tool = find_tool()
+    if tool is None:
+        progress(f"GPU sampling: none of {', '.join(TOOLS)} on PATH (a CPU machine?): the "
+                 "cells record no GPU samples")
+    return tool
 
 
 def ask_vllm_ahead(cfg: DictConfig) -> None:

@@ -7,7 +7,8 @@ real one does (one CSV line per GPU per loop, flushed) until it is terminated.
 
 --util: per-GPU utilisation (default 90 %); --throttle: per-GPU active throttle reasons;
 --no-throttle-field: answer the query that asks for clocks_throttle_reasons.active the way a
-driver without that field does (an error, exit 2).
+driver without that field does (an error, exit 2). --detect-as HOST: answer the detection query
+as HOST does (no-gpu: a CPU machine to dspark's detection, whose GPUs are still sampled).
 """
 
 from __future__ import annotations
@@ -36,14 +37,17 @@ def main() -> int:
     p.add_argument("--util", default="")
     p.add_argument("--throttle", default="")
     p.add_argument("--no-throttle-field", action="store_true")
+    p.add_argument("--detect-as")
     opts = p.parse_args(own.split())
     args = smi.split()
     query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), "")
     output = HOSTS[opts.host]
+    if query.startswith("index,name") and opts.detect_as:
+        output = HOSTS[opts.detect_as]
     if output is None:
         print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
         return 9
-    gpus = [line.split(",")[0].strip() for line in output.splitlines()]
+    gpus = [line.split(",")[0].strip() for line in (HOSTS[opts.host] or "").splitlines()]
     if query.startswith("index,name"):
         sys.stdout.write(output)
         return 0
