@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -17,18 +18,25 @@ from hydra import compose, initialize_config_dir
 from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.log_patterns import Pattern, compile_patterns
-from dspark_cli.server.logscan import degraded_lines, scan_lines
+from dspark_cli.server.logscan import scan_lines
+from dspark_cli.smoke.checks import check_overrides
+from dspark_cli.smoke.expectations import expectations
+from dspark_cli.smoke.fallback_check import check_fallbacks
+from dspark_cli.smoke.observations import Boot, Observations
+from dspark_cli.status import Status
 from tests.test_fatal_patterns import families, source_message
+from tests.test_smoke_checks import smoke_cfg
 
 PREFIX = "(EngineCore_DP0 pid=4242) WARNING 12-01 09:00:00 [vllm.py:2521] "
 
 
 @cache
-def logs() -> tuple[tuple[Pattern, ...], tuple[Pattern, ...]]:
+def logs() -> tuple[Pattern, ...]:
+    """The degraded, fallback and evidence families, which must not overlap."""
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = compose("logs/vllm")
-    return (compile_patterns({k: v for k, v in cfg.logs.degraded.items() if v}),
-            compile_patterns({k: v for k, v in cfg.logs.evidence.items() if v}))
+    return tuple(p for group in ("degraded", "fallbacks", "evidence")
+                 for p in compile_patterns({k: v for k, v in cfg.logs[group].items() if v}))
 
 
 # (family, vLLM source file, a piece of the message, logger arguments)
@@ -61,8 +69,7 @@ EVIDENCE = [("model_runner_v2", "v1/worker/gpu_worker.py", "Using V2 Model Runne
 def test_each_family_matches_the_installed_vllms_words_and_is_not_fatal(
         family: str, path: str, needle: str, args: list[str]) -> None:
     line = PREFIX + source_message(path, needle, *args)
-    degraded, evidence = logs()
-    assert [p.name for p in (*degraded, *evidence) if p.search(line)] == [family], line
+    assert [p.name for p in logs() if p.search(line)] == [family], line
     assert not [p.name for p in families() if p.search(line)]
 
 
@@ -85,19 +92,31 @@ def test_the_online_estimator_and_the_adaptive_profile_log_nothing() -> None:
     assert not [s for s in said if "estimat" in s.lower() or "profil" in s.lower()], said
 
 
-def test_the_smoke_and_cells_report_them_as_degraded_lines() -> None:
-    degraded, _ = logs()
-    line = PREFIX + "Truncating max_cudagraph_capture_size to 1536"
-    snapshot = scan_lines(["INFO ready", line], (), degraded)
-    assert degraded_lines(snapshot, degraded) == (f"cudagraph_truncated: {line}",)
+def test_the_smoke_reports_them_and_fails_only_an_adaptive_launch() -> None:
+    """A truncated capture ceiling is a degraded line (`overrides`); the V1 runner a fallback,
+    reported, failing the smoke only where adaptive verification was asked for."""
+    exp = expectations(smoke_cfg("+hw=cpu"))
+    truncated = PREFIX + "Truncating max_cudagraph_capture_size to 1536"
+    v1 = PREFIX + "Model Runner V2 requires Triton; using the V1 model runner instead."
+    obs = Observations(managed=True, boot=Boot(True, 1.0),
+                       log=scan_lines(["INFO ready", truncated, v1], exp.fatal, exp.watch))
+    assert check_overrides(exp, obs).data["lines"] == [f"cudagraph_truncated: {truncated}"]
+    result = check_fallbacks(exp, obs)
+    assert result.status is Status.passed and result.evidence.startswith("FALLBACK: ")
+    assert result.data["lines"] == [f"model_runner_v1: {v1}"]
+    failed = check_fallbacks(replace(exp, adaptive=True), obs)
+    assert failed.status is Status.failed and "adaptive verification was asked for" in (
+        failed.evidence)
+    clean = Observations(managed=True, boot=Boot(True, 1.0),
+                         log=scan_lines(["INFO ready"], exp.fatal, exp.watch))
+    assert check_fallbacks(replace(exp, adaptive=True), clean).status is Status.passed
 
 
 def test_an_adaptive_arm_that_ran_without_it_is_invalid() -> None:
     v1 = "model_runner_v1: WARNING Model Runner V2 requires Triton; using the V1 model runner"
-    truncated = "cudagraph_truncated: Truncating max_cudagraph_capture_size to 1536"
-    assert adaptive_reasons(True, [truncated], None) == ()
+    assert adaptive_reasons(True, [], None) == ()
     assert adaptive_reasons(False, [v1], None) == ()
-    (reason,) = adaptive_reasons(True, [truncated, v1], None)
+    (reason,) = adaptive_reasons(True, [v1], None)
     assert reason.startswith("adaptive verification asked for, but the log shows model_runner_v1")
     short = {"params": 96, "expected": 97, "ok": False,
              "sentence": "DSpark draft loaded 96 params, pinned 97"}

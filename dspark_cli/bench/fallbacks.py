@@ -5,8 +5,8 @@ vLLM does not fail closed on either. Adaptive verification is refused at startup
 of its own, or the V1 model runner is chosen (it refuses DSpark), or the confidence head is
 missing and vLLM silently switches to its online acceptance estimator (the DSpark draft's
 load line then counts one parameter fewer: `draft_params`); the first two are log families
-(`logs.degraded.adaptive_refused`, `model_runner_v1`), the last the draft's pin. A cell whose
-arm asked for adaptive verification and shows any of them is invalid. An acceptance rate at or
+(`logs.fallbacks`), the last the draft's pin. A cell whose arm asked for adaptive verification
+and shows any of them is invalid. An acceptance rate at or
 below `watch.min_acceptance` (0.0: none accepted) is flagged, not invalid: the number is real,
 the speculation is useless (0% acceptance was seen on ROCm in more than one engine).
 """
@@ -16,17 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-ADAPTIVE_OFF_FAMILIES = ("adaptive_refused", "model_runner_v1")
 
-
-def adaptive_reasons(asked: bool, degraded: Sequence[str],
+def adaptive_reasons(asked: bool, fallbacks: Sequence[str],
                      draft_params: Mapping[str, Any] | None) -> tuple[str, ...]:
     """Why a cell that asked for adaptive verification ran without it (empty: no sign);
-    `degraded` are the cell's "family: line" entries."""
+    `fallbacks` are the cell's `logs.fallbacks` lines ("family: line")."""
     if not asked:
         return ()
     reasons = [f"adaptive verification asked for, but the log shows {line.strip()}"
-               for line in degraded if line.split(":", 1)[0] in ADAPTIVE_OFF_FAMILIES]
+               for line in fallbacks]
     if draft_params is not None and draft_params.get("params") is not None and (
             draft_params.get("ok") is False):
         reasons.append("adaptive verification asked for, but "

@@ -71,6 +71,7 @@ class CellContext:  # what every cell of one run shares
     forks: LoadgenForks | None = None  # the run's warm load generators (None: each cold)
     stall: StallSettings | None = None  # the stall watch (`watch.stall_s`); None: off
     min_acceptance: float | None = 0.0  # `watch.min_acceptance`: at or below it, flagged
+    fallbacks: tuple[Pattern, ...] = ()  # `logs.fallbacks`: speculation ran other than asked
     gpu_tool: str | None = None  # the GPU vendor tool that samples every cell (None: none)
     gpu_interval_s: float = 1.0  # `watch.gpu_interval_s`
     gpu_idle_below: float = 10.0  # `watch.gpu_idle_below`
@@ -105,7 +106,8 @@ class _CellRun:
         started_at, start = _now(), time.monotonic()
         draft = self.arm.draft_params
         watch = Watch(self.launch.ready_timeout_s, self.ctx.fatal,
-                      (*self.ctx.degraded, *((draft.pattern,) if draft else ())),
+                      (*self.ctx.degraded, *self.ctx.fallbacks,
+                       *((draft.pattern,) if draft else ())),
                       metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
                       metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
         if self.ctx.forks is not None:  # its import beside the boot
@@ -116,6 +118,7 @@ class _CellRun:
             self.sampler.start()
         fatal_lines: tuple[str, ...] = ()
         degraded: tuple[str, ...] = ()
+        fallbacks: tuple[str, ...] = ()
         params: dict[str, Any] | None = None
         stall: dict[str, Any] | None = None
         teardown_s = 0.0
@@ -129,6 +132,7 @@ class _CellRun:
                     fatal_lines = tuple(f"{e.pattern}: {e.line}"
                                         for e in (snapshot.fatal if snapshot else ()))
                     degraded = degraded_lines(snapshot, self.ctx.degraded)
+                    fallbacks = degraded_lines(snapshot, self.ctx.fallbacks)
                     if draft is not None and snapshot is not None:
                         params = seen_params(draft, snapshot)
                     stall = session.stall_evidence()  # the log's tail before the teardown's
@@ -142,7 +146,7 @@ class _CellRun:
             samples = self.sampler.stop()
         gpus = self._gpus(samples) if local else None
         asked = EffectiveLaunch.of(self.arm.plan).adaptive
-        self.errors.extend(adaptive_reasons(asked, degraded, params))
+        self.errors.extend(adaptive_reasons(asked, fallbacks, params))
         if stall is not None and not any(e.startswith("stalled") for e in self.errors):
             self.errors.insert(0, str(stall["sentence"]))  # it tripped outside a phase
         seen = Observed(
@@ -158,8 +162,8 @@ class _CellRun:
                        "base_url": session.base_url},
             "server_log": str(session.log_path), "stall": stall,
             "request_set": describe(self.ctx.dataset, self.measured_argv),
-            "gpus": gpus, "adaptive_asked": asked, "acceptance_check": acceptance_flag(
-                self._spec(), self.ctx.min_acceptance)})
+            "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(fallbacks),
+            "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance)})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:

@@ -71,7 +71,11 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.deploy.start import ask_vllm_together
     from dspark_cli.server.liveness import settings_of
-    from dspark_cli.server.log_patterns import degraded_patterns, fatal_patterns
+    from dspark_cli.server.log_patterns import (
+        degraded_patterns,
+        fallback_patterns,
+        fatal_patterns,
+    )
     from dspark_cli.server.process import stop_signals_as_interrupt
 
     needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
@@ -89,6 +93,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
                           prompts=prompts, after=after, forks=forks,
                           stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s),
                           min_acceptance=cfg.watch.min_acceptance,
+                          fallbacks=fallback_patterns(cfg.logs),
                           gpu_tool=gpu_tool(cfg.watch.gpu_interval_s),
                           gpu_interval_s=float(cfg.watch.gpu_interval_s or 0.0),
                           gpu_idle_below=float(cfg.watch.gpu_idle_below))

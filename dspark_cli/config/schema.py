@@ -204,6 +204,9 @@ class LogsConf:
     # Lines that show an asked-for feature ran (the report's evidence); a profile expects one
     # by naming it in its expected lines (`${logs.evidence.<name>}`).
     evidence: dict[str, str | None] = field(default_factory=dict)
+    # Speculative decoding ran other than asked (V1 runner, adaptive refused): reported; with
+    # adaptive verification asked for, the smoke fails and the cell is invalid.
+    fallbacks: dict[str, str | None] = field(default_factory=dict)
     context_lines: int = field(default=10, metadata=between(0))
 
 

@@ -14,6 +14,7 @@ from dspark_cli.server.metrics import GENERATION_TOKENS, engine_tokens, spec_dec
 from dspark_cli.smoke.engagement_check import check_engagement
 from dspark_cli.smoke.evidence import log_evidence
 from dspark_cli.smoke.expectations import Expectations
+from dspark_cli.smoke.fallback_check import check_fallbacks
 from dspark_cli.smoke.observations import (
     CheckResult,
     Observations,
@@ -238,8 +239,8 @@ def check_spec_decode(exp: Expectations, obs: Observations) -> CheckResult:
 
 
 CHECKS = (check_health, check_alive, check_liveness, check_startup_lines, check_draft_params,
-          check_no_fatal, check_overrides, check_log_evidence, check_request, check_generation,
-          check_engines, check_spec_decode, check_engagement)
+          check_no_fatal, check_overrides, check_fallbacks, check_log_evidence, check_request,
+          check_generation, check_engines, check_spec_decode, check_engagement)
 
 
 def evaluate(exp: Expectations, obs: Observations) -> tuple[CheckResult, ...]:

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.console import progress
 from dspark_cli.deploy.start import attach, ready
+from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.provenance import collect
@@ -80,6 +81,7 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
                   steps=StepsExpect(as_started(cfg, ask), expected_of(
                       plan.arg("speculative_config"),
                       cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)))
+    exp = replace(exp, adaptive=EffectiveLaunch.of(plan).adaptive)
     session, validation, provenance = _session(cfg, plan, exp, directory)
     progress(f"run directory {directory}")
     with stop_signals_as_interrupt():
