@@ -38,6 +38,7 @@ from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
 from dspark_cli.machine.gpu_sampler import record as gpu_record
+from dspark_cli.server.cold_start import read_cold_start
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.draft_params import seen_params
 from dspark_cli.server.liveness import StallSettings
@@ -163,7 +164,8 @@ class _CellRun:
             "server_log": str(session.log_path), "stall": stall,
             "request_set": describe(self.ctx.dataset, self.measured_argv),
             "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(fallbacks),
-            "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance)})
+            "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance),
+            "cold_start": self._cold_start(session.log_path)})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:
@@ -218,6 +220,15 @@ class _CellRun:
         return {**gpu_record(self.ctx.gpu_tool, self.ctx.gpu_interval_s, samples, self.window,
                              self.ctx.gpu_idle_below, self.sampler.error),
                 "file": GPU_SAMPLES}
+
+    def _cold_start(self, log: Path | None) -> dict[str, Any] | None:
+        """The boot's phases from its log (cold_start.py), with what came before the first
+        line (vLLM's imports) from the measured boot-to-health time."""
+        found = read_cold_start(log) if log is not None else None
+        if found is not None and self.boot_s is not None and found["total_s"] is not None:
+            found["boot_s"] = round(self.boot_s, 1)
+            found["before_first_line_s"] = round(max(self.boot_s - found["total_s"], 0.0), 1)
+        return found
 
     def _spec(self) -> dict[str, Any] | None:
         """The measured phase's spec-decode counters (None: no drafter, or unread)."""
