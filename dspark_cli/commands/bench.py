@@ -63,7 +63,8 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
     if opts.dry_run:
         protocol, dataset = protocol_of(cfg)
-        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts)
+        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts,
+                        _watches(cfg))
     return _render(bench_in(cfg, _run_dir(opts), opts.stop_on_failure), opts)
 
 
@@ -97,8 +98,9 @@ def _run_dir(opts: argparse.Namespace) -> Path:
 
 
 def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
-             opts: argparse.Namespace) -> int:
+             opts: argparse.Namespace, watches: Any) -> int:
     from dspark_cli.bench.dry_run import plan_dict, plan_text
+    from dspark_cli.bench.watch_plan import watch_dicts, watch_text
     from dspark_cli.deploy.preflight import dry_preflight
     from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch import checks
@@ -106,11 +108,25 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
     findings = {name: dry_preflight(arm.cfg, arm.plan, deploy_target(arm.cfg))
                 for name, arm in arms.items()}
     if opts.json:
-        print(json.dumps(plan_dict(protocol, dataset, arms, directory, findings), indent=2))
+        print(json.dumps({**plan_dict(protocol, dataset, arms, directory, findings),
+                          "watches": watch_dicts(watches)}, indent=2))
     else:
         sys.stdout.write(plan_text(protocol, dataset, arms, directory))
+        sys.stdout.write(watch_text(watches))
     _print_findings(findings)
     return worst(checks.exit_code(f) for f in findings.values())
+
+
+def _watches(cfg: DictConfig) -> Any:
+    """The watches every cell runs (`watch.*`, `logs.fallbacks`, `logs.degraded`)."""
+    from dspark_cli.bench.watch_plan import watch_plan
+    from dspark_cli.machine.gpu_sampler import find_tool
+
+    w = cfg.watch
+    return watch_plan(w.stall_s, w.poll_s, w.min_acceptance, w.gpu_interval_s,
+                      w.gpu_idle_below, find_tool() if w.gpu_interval_s else None,
+                      [k for k, v in cfg.logs.fallbacks.items() if v is not None],
+                      [k for k, v in cfg.logs.degraded.items() if v is not None])
 
 
 def _print_findings(findings: dict[str, Any]) -> None:

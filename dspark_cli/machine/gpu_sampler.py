@@ -96,8 +96,22 @@ def parse_amd_smi(text: str) -> list[tuple[str, tuple[float | None, ...]]]:
 
 
 def find_tool() -> str | None:
-    """The first vendor tool on PATH (nvidia-smi, amd-smi, rocm-smi), or None."""
-    return next((t for t in TOOLS if shutil.which(t)), None)
+    """The first vendor tool on PATH that answers (nvidia-smi: it lists a GPU; a tool without
+    its driver does not), or None."""
+    for tool in TOOLS:
+        if not shutil.which(tool):
+            continue
+        if tool != "nvidia-smi":
+            return tool
+        try:
+            done = subprocess.run([tool, "--query-gpu=index", "--format=csv,noheader,nounits"],
+                                  capture_output=True, text=True, timeout=15,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0 and done.stdout.strip():
+            return tool
+    return None
 
 
 class GpuSampler:
