@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -162,3 +163,33 @@ def test_a_stalled_bench_cell_ends_at_once_and_the_next_cell_runs(tmp_path: Path
     assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
     assert cell_record(tmp_path, "draft_model-c2")["stall"] is None
     assert code == 1
+
+
+def test_serve_without_exit_says_it_once_and_keeps_serving(tmp_path: Path) -> None:
+    """`watch.serve=true` alone: the stall prints its one line (once, while it lasts), the
+    server keeps answering, and Ctrl-C still stops it (exit 130)."""
+    port = free_port()
+    fake = ",".join(command(port, "stalled"))
+    proc = subprocess.Popen(
+        dspark_argv("serve", "+hw=cpu", f"server.port={port}", f"server.command=[{fake}]",
+                    "model.synthetic=null", "watch.serve=true", *FAST),
+        cwd=tmp_path, env=dspark_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    url = f"http://127.0.0.1:{port}"
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: _status(url) == 200, 30, "the served fake's /health")
+        threading.Thread(target=_post, args=(url,), daemon=True).start()
+        wait_until(lambda: any(x.startswith("dspark: stalled: ") for x in lines), 30,
+                   "the stall line")
+        time.sleep(3.0)  # twice watch.stall_s: the same stall is not said again
+        assert proc.poll() is None and _status(url) == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(5)
+    assert sum(x.startswith("dspark: stalled: ") for x in lines) == 1, lines

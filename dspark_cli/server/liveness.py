@@ -151,6 +151,7 @@ class StallWatch:
         self.fired = threading.Event()
         self.tripped: Stall | None = None
         self.reads = 0  # successful /metrics reads so far
+        self._cleared_by: Stall | None = None  # rearmed: the stall that must clear first
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dspark-stallwatch", daemon=True)
 
@@ -165,8 +166,9 @@ class StallWatch:
         return self.tripped
 
     def rearm(self) -> None:
-        """Watch for the next stall (a foreground server that keeps running after one)."""
-        self._tracker = StallTracker(self.settings.stall_s)
+        """Watch for the next stall (a foreground server that keeps running after one), once
+        this one has cleared: its engine generated again or has nothing left to run."""
+        self._cleared_by = self.tripped
         self.tripped = None
         self.fired.clear()
 
@@ -179,6 +181,12 @@ class StallWatch:
             if engines is None:
                 continue
             self.reads += 1
+            old = self._cleared_by
+            if old is not None:
+                now = engines.get(old.engine)
+                if now is not None and now.busy and now.generated == old.generated:
+                    continue  # the same stall goes on: said once
+                self._cleared_by, self._tracker = None, StallTracker(self.settings.stall_s)
             stall = self._tracker.observe(engines, time.monotonic())
             if stall is not None:
                 self.tripped = stall
