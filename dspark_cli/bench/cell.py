@@ -14,7 +14,17 @@ from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.server import metrics
 from dspark_cli.server.process import Teardown
-from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, FRACTION, INT, LIST, MAP, TEXT
+from dspark_cli.untrusted import (
+    AMOUNT,
+    BOOL,
+    COUNT,
+    FRACTION,
+    INT,
+    LIST,
+    MAP,
+    NUMBER,
+    TEXT,
+)
 
 # The fields of cell.json that are read back, and their JSON types (`untrusted.check`).
 FIELDS = {
@@ -43,6 +53,18 @@ FIELDS = {
     "goodput.good": COUNT, "goodput.share": FRACTION, "goodput.request_goodput": AMOUNT,
     "goodput.output_goodput": AMOUNT, "goodput.vllm_request_goodput": AMOUNT,
     "goodput.met": BOOL, "completed": COUNT, "failed": COUNT,
+}
+FIELDS |= {  # the watches' sections, read by report/watches_md.py
+    "per_position_acceptance": LIST, "per_position_acceptance.*": AMOUNT, "stall": MAP,
+    "stall.sentence": TEXT, "request_set": MAP, "request_set.name": TEXT,
+    "request_set.sha256": TEXT, "request_set.chat_templated": BOOL,
+    "request_set.random_tokens": BOOL, "acceptance_check": MAP, "acceptance_check.rate": AMOUNT,
+    "acceptance_check.flagged": BOOL, "acceptance_check.sentence": TEXT, "fallbacks": LIST,
+    "fallbacks.*": TEXT, "cold_start": MAP, "cold_start.phases_s": MAP,
+    "cold_start.phases_s.*": NUMBER, "cold_start.boot_s": AMOUNT,
+    "cold_start.before_first_line_s": AMOUNT, "gpus": MAP, "gpus.tool": TEXT, "gpus.flags": LIST,
+    "gpus.flags.*": TEXT, "gpus.measured": LIST, "gpus.measured.*": MAP,
+    "gpus.measured.*.means": MAP, "gpus.measured.*.means.*": NUMBER,
 }
 REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protocol.arms",
             "protocol.baseline", "protocol.concurrencies")

@@ -79,7 +79,7 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
         protocol, dataset = protocol_of(cfg)
         return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts,
-                        estimate_of(cfg))
+                        estimate_of(cfg), _watches(cfg))
     return _render(bench_in(cfg, _run_dir(opts), opts.stop_on_failure), opts)
 
 
@@ -119,9 +119,11 @@ def _run_dir(opts: argparse.Namespace) -> Path:
 
 
 def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
-             opts: argparse.Namespace, estimate: Any) -> int:
+             opts: argparse.Namespace, estimate: Any,
+             watches: Any) -> int:
     from dspark_cli.bench.dry_run import plan_dict, plan_text
     from dspark_cli.bench.inputs import input_findings
+    from dspark_cli.bench.watch_plan import watch_dicts, watch_text
     from dspark_cli.deploy.preflight import dry_preflight
     from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch import checks
@@ -131,13 +133,27 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
                 for name, arm in arms.items()}
     if opts.json:
         print(json.dumps({**plan_dict(protocol, dataset, arms, directory, findings, estimate),
-                          "inputs": [f.to_dict() for f in inputs]}, indent=2))
+                          "inputs": [f.to_dict() for f in inputs],
+                          "watches": watch_dicts(watches)}, indent=2))
     else:
         sys.stdout.write(plan_text(protocol, dataset, arms, directory, estimate,
                                    commands=opts.commands))
+        sys.stdout.write(watch_text(watches))
     checks.print_findings([f for f in inputs if f.failed])
     _print_findings(findings)
     return worst([checks.exit_code(inputs), *(checks.exit_code(f) for f in findings.values())])
+
+
+def _watches(cfg: DictConfig) -> Any:
+    """The watches every cell runs (`watch.*`, `logs.fallbacks`, `logs.degraded`)."""
+    from dspark_cli.bench.watch_plan import watch_plan
+    from dspark_cli.machine.gpu_sampler import find_tool
+
+    w = cfg.watch
+    return watch_plan(w.stall_s, w.poll_s, w.min_acceptance, w.gpu_interval_s,
+                      w.gpu_idle_below, find_tool() if w.gpu_interval_s else None,
+                      [k for k, v in cfg.logs.fallbacks.items() if v is not None],
+                      [k for k, v in cfg.logs.degraded.items() if v is not None])
 
 
 def _print_findings(findings: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from dspark_cli.config.domain import (
     regexes,
     schema_class,
 )
+from dspark_cli.config.watch import WatchConf
 from dspark_cli.deploy.schema import K8sConf, SlurmConf
 
 
@@ -203,6 +204,9 @@ class LogsConf:
     # Lines that show an asked-for feature ran (the report's evidence); a profile expects one
     # by naming it in its expected lines (`${logs.evidence.<name>}`).
     evidence: dict[str, str | None] = field(default_factory=dict)
+    # Speculative decoding ran other than asked (V1 runner, adaptive refused): reported; with
+    # adaptive verification asked for, the smoke fails and the cell is invalid.
+    fallbacks: dict[str, str | None] = field(default_factory=dict)
     context_lines: int = field(default=10, metadata=between(0))
 
 
@@ -272,6 +276,7 @@ class LaunchConf:
     logs: LogsConf = field(default_factory=LogsConf)
     deploy: DeployConf = field(default_factory=DeployConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
+    watch: WatchConf = field(default_factory=WatchConf)  # config/watch.py
 
 
 def store_schema(name: str, node: type) -> None:

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from dspark_cli.config.choices import Platform
+from dspark_cli.launch.capture_sizes import coverage
 from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.profile import Profile
@@ -171,6 +172,12 @@ def _sparse_mla_fp8(c: Context) -> str | None:
     return None
 
 
+def _graphs_cover_batches(c: Context) -> str | None:
+    blackwell = any(re.search(r"B[23]00", p, re.IGNORECASE) for p in c.profile.detect)
+    found = coverage(c.launch, blackwell)
+    return found.problem() if found is not None else None
+
+
 def _fits_profile(c: Context) -> str | None:
     hw = c.profile
     nodes = hw.nodes
@@ -252,6 +259,9 @@ RULES: tuple[Rule, ...] = (
          "speculative.model", _draft_path_method),
     Rule("sparse-mla-fp8-kv", "DeepSeek-V4 sparse MLA needs an fp8 KV cache",
          "model.args.kv_cache_dtype", _sparse_mla_fp8),
+    Rule("cudagraphs-cover-spec-batches",
+         "CUDA graphs cover max_num_seqs x (1 + K) tokens (capture_sizes.py)",
+         "compilation.max_cudagraph_capture_size", _graphs_cover_batches),
     Rule("parallel-fits-profile", "TP x DP x PP fits the profile's GPUs",
          "hw.args.tensor_parallel_size", _fits_profile),
     Rule("aiter-needs-rocm", "the aiter MoE backends need ROCm",

@@ -262,7 +262,7 @@ def render(report: Report) -> str:
         [*_smoke(report.smoke), "", *log_findings(report.logs)],
         _environment(report.environment), _provenance(report.provenance, report.reproduction),
         _serving(report.serving), _methodology(report.methodology),
-        [*_results(report.results), *engagement(report.engagement)],
+        [*_results(report.results), *engagement(report.engagement), *report.watches],
         accuracy_section(report.accuracy),
     ]
     return "\n\n".join("\n".join(p).rstrip("\n") for p in parts) + "\n"

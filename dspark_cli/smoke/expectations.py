@@ -21,6 +21,7 @@ from dspark_cli.server.log_patterns import (
     compile_patterns,
     degraded_patterns,
     evidence_patterns,
+    fallback_patterns,
     fatal_patterns,
 )
 
@@ -67,6 +68,12 @@ class Expectations:
     # configuration's required lines name (the profile expects them).
     evidence: tuple[Pattern, ...] = ()
     expected_evidence: tuple[str, ...] = ()
+    # The stall watch's threshold (`watch.stall_s`; None: off).
+    stall_s: float | None = None
+    # Lines where speculative decoding ran other than asked (`logs.fallbacks`), and whether the
+    # launch asked for adaptive verification (then one of them fails the smoke).
+    fallbacks: tuple[Pattern, ...] = ()
+    adaptive: bool = False
 
     @property
     def requests(self) -> int:
@@ -77,7 +84,7 @@ class Expectations:
     def watch(self) -> tuple[Pattern, ...]:
         """Every line pattern the log watcher records a first match of."""
         extra = (self.draft_params.pattern,) if self.draft_params is not None else ()
-        return self.required + extra + self.degraded + self.evidence
+        return self.required + extra + self.degraded + self.evidence + self.fallbacks
 
 
 def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
@@ -136,4 +143,6 @@ def expectations(cfg: DictConfig) -> Expectations:
         context_lines=int(cfg.logs.context_lines),
         evidence=evidence,
         expected_evidence=tuple(p.name for p in evidence if p.regex.pattern in lines),
+        fallbacks=fallback_patterns(cfg.logs),
+        stall_s=float(stall) if (stall := OmegaConf.select(cfg, "watch.stall_s")) else None,
     )
