@@ -94,17 +94,33 @@ def build(path: Path) -> Path:
     return path
 
 
-# The DSpark pair. The draft reads the target's hidden states after layers 2 and 3
-# (target_layer_ids [1, 2]: DSpark's "i - 1" numbering, vLLM adds one) and drafts blocks of
-# DSPARK_BLOCK_SIZE tokens, masked slots fed as MASK_TOKEN (a special token of the shared
-# tokenizer, so both vocabularies are the same and no d2t map is needed).
+# The DSpark pair. Random weights alone make a useless GPU check: a random model's top logits
+# are so close that bf16 noise from another batch shape flips them (greedy outputs of the two
+# arms differ, and the lossless check fails for the wrong reason), and a random draft is never
+# accepted (DSpark's accept path never runs). So, seeded as before, two things are built in:
+# the target's attention and MLP outputs are zero (their kernels still run) and its lm_head maps
+# each token t to next(t) with a margin of LOGIT_MARGIN over the rest; the draft's Markov head
+# (rank = vocabulary) adds MARKOV_BIAS to next(previous token). The target then counts through
+# the vocabulary, and the draft predicts it. The draft reads the target's hidden states after
+# layers 2 and 3 (target_layer_ids [1, 2]: DSpark's "i - 1" numbering) and drafts blocks of
+# DSPARK_BLOCK_SIZE, masked slots fed as MASK_TOKEN (a special token of the shared tokenizer,
+# so both vocabularies are one and no d2t map is needed).
 QWEN3_HIDDEN = 128
 QWEN3_HEADS, QWEN3_KV_HEADS, QWEN3_HEAD_DIM = 2, 1, 64
 QWEN3_TARGET_LAYERS = 4
 DSPARK_TARGET_LAYER_IDS = (1, 2)
 DSPARK_BLOCK_SIZE = 4
-MARKOV_RANK = 16
 MASK_TOKEN = "<|mask|>"
+FIRST_WORD = 4  # ids below are the special tokens <s>, </s>, <unk>, <|mask|>
+LOGIT_MARGIN = 10.0
+MARKOV_BIAS = 50.0
+
+
+def next_token(token: int) -> int:
+    """The target's greedy successor: the next non-special id, cyclically."""
+    if token < FIRST_WORD:
+        return FIRST_WORD
+    return FIRST_WORD + (token - FIRST_WORD + 1) % (VOCAB_SIZE - FIRST_WORD)
 
 
 def _qwen3_fields(num_layers: int, fast) -> dict:
@@ -117,41 +133,38 @@ def _qwen3_fields(num_layers: int, fast) -> dict:
         tie_word_embeddings=False)
 
 
-def draft_tensor_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    """The tensors of a Qwen3 DSpark draft as the checkpoint stores them (vLLM 0.26's loader
-    prefixes `model.`, fuses q/k/v and gate/up): the decoder layers, `fc` over the target's
-    hidden states at `target_layer_ids`, the norms and the Markov head (`markov_w1` [V, r],
-    `markov_w2` [draft V, r]); embed_tokens and lm_head are shared with the target."""
-    hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    kv_heads, head_dim = config["num_key_value_heads"], config["head_dim"]
-    inter, rank = config["intermediate_size"], config["markov_rank"]
-    vocab = config["vocab_size"]
-    draft_vocab = config.get("draft_vocab_size") or vocab
-    layer_ids = config["dflash_config"]["target_layer_ids"]
-    target_hidden = config.get("target_hidden_size", hidden)
-    shapes: dict[str, tuple[int, ...]] = {
-        "fc.weight": (hidden, target_hidden * len(layer_ids)),
-        "hidden_norm.weight": (hidden,),
-        "norm.weight": (hidden,),
-        "markov_head.markov_w1.weight": (vocab, rank),
-        "markov_head.markov_w2.weight": (draft_vocab, rank),
-    }
-    for i in range(config["num_hidden_layers"]):
-        p = f"layers.{i}."
-        shapes |= {
-            p + "self_attn.q_proj.weight": (heads * head_dim, hidden),
-            p + "self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
-            p + "self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
-            p + "self_attn.o_proj.weight": (hidden, heads * head_dim),
-            p + "self_attn.q_norm.weight": (head_dim,),
-            p + "self_attn.k_norm.weight": (head_dim,),
-            p + "mlp.gate_proj.weight": (inter, hidden),
-            p + "mlp.up_proj.weight": (inter, hidden),
-            p + "mlp.down_proj.weight": (hidden, inter),
-            p + "input_layernorm.weight": (hidden,),
-            p + "post_attention_layernorm.weight": (hidden,),
-        }
-    return shapes
+def _counting_target(model) -> None:
+    """Make the seeded Qwen3 count: zero attention/MLP outputs, lm_head[next(t)] ~ embed[t]."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embed = model.model.embed_tokens.weight
+        unit = embed / embed.pow(2).mean(-1, keepdim=True).sqrt()  # what the final norm gives
+        head = torch.zeros_like(model.lm_head.weight)
+        for token in range(VOCAB_SIZE):
+            head[next_token(token)] += unit[token] * (LOGIT_MARGIN / QWEN3_HIDDEN)
+        model.lm_head.weight.copy_(head)
+
+
+def _draft_tensors(config: dict):
+    """The draft's tensors: seeded random layers and fc, unit norms, the counting Markov head."""
+    import torch
+
+    from dspark_cli.checkpoint.dspark_draft import draft_tensor_shapes
+
+    generator = torch.Generator().manual_seed(SEED + 1)
+    tensors = {name: torch.ones(shape) if len(shape) == 1
+               else torch.randn(shape, generator=generator) * 0.02
+               for name, shape in draft_tensor_shapes(config).items()}
+    tensors["markov_head.markov_w1.weight"] = torch.eye(VOCAB_SIZE)
+    w2 = torch.zeros(VOCAB_SIZE, VOCAB_SIZE)
+    for token in range(VOCAB_SIZE):
+        w2[next_token(token), token] = MARKOV_BIAS
+    tensors["markov_head.markov_w2.weight"] = w2
+    return {n: t.to(torch.bfloat16).contiguous() for n, t in tensors.items()}
 
 
 def build_qwen3_dspark(target: Path, draft: Path) -> tuple[Path, Path]:
@@ -164,6 +177,8 @@ def build_qwen3_dspark(target: Path, draft: Path) -> tuple[Path, Path]:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     target, draft = Path(target), Path(draft)
+    if (target / "config.json").is_file() and (draft / "config.json").is_file():
+        return target, draft
     fast = _tokenizer((MASK_TOKEN,))
     if not (target / "config.json").is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -173,8 +188,9 @@ def build_qwen3_dspark(target: Path, draft: Path) -> tuple[Path, Path]:
             torch.manual_seed(SEED)
             config = Qwen3Config(**_qwen3_fields(QWEN3_TARGET_LAYERS, fast),
                                  torch_dtype="bfloat16")
-            Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(
-                work, safe_serialization=True)
+            model = Qwen3ForCausalLM(config)
+            _counting_target(model)
+            model.to(torch.bfloat16).save_pretrained(work, safe_serialization=True)
             _publish(work, target)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -188,19 +204,13 @@ def build_qwen3_dspark(target: Path, draft: Path) -> tuple[Path, Path]:
                 "architectures": ["Qwen3DSparkModel"], "model_type": "qwen3",
                 **_qwen3_fields(1, fast), "torch_dtype": "bfloat16",
                 "rope_theta": 1000000.0, "attention_bias": False,
-                "markov_rank": MARKOV_RANK, "dspark_block_size": DSPARK_BLOCK_SIZE,
+                "markov_rank": VOCAB_SIZE, "dspark_block_size": DSPARK_BLOCK_SIZE,
                 "mask_token_id": mask, "target_layer_ids": list(DSPARK_TARGET_LAYER_IDS),
                 "dflash_config": {"mask_token_id": mask,
                                   "target_layer_ids": list(DSPARK_TARGET_LAYER_IDS)},
             }
-            generator = torch.Generator().manual_seed(SEED + 1)
-            tensors = {
-                name: (torch.ones(shape) if len(shape) == 1
-                       else torch.randn(shape, generator=generator) * 0.02
-                       ).to(torch.bfloat16).contiguous()
-                for name, shape in draft_tensor_shapes(config).items()
-            }
-            save_file(tensors, str(work / "model.safetensors"), metadata={"format": "pt"})
+            save_file(_draft_tensors(config), str(work / "model.safetensors"),
+                      metadata={"format": "pt"})
             (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
             _publish(work, draft)
         finally:

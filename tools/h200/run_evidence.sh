@@ -8,7 +8,8 @@
 #   bash tools/h200/run_evidence.sh bench   # dspark bench bench=h200_tiny, the GPU sampled
 set -uo pipefail
 step=$1
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export PYTHONPATH=/tmp/site-dspark:/tmp/site PATH=/tmp/site-dspark/bin:/tmp/site/bin:$PATH
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 M=${MODELS:-/root/models}
 EV=${EV:-/root/ev}
 OUT=${OUT:-/tmp/out}
@@ -68,8 +69,13 @@ PY
 bench)
   say "dspark bench bench=h200_tiny"
   pid=$(sample "$EV/nvidia-smi-bench.csv")
+  # dspark's own sampler (issue 38), where this checkout or GPU_SAMPLER has it: 120 s of the run.
   if python3 -c 'import dspark_cli.machine.gpu_sampler' 2>/dev/null; then
-    python3 -m dspark_cli.machine.gpu_sampler --help > "$EV/gpu_sampler-help.txt" 2>&1
+    python3 -m dspark_cli.machine.gpu_sampler --interval 0.2 --duration 120 \
+      --out "$EV/gpu_sampler-bench.json" > "$EV/gpu_sampler-bench.txt" 2>&1 &
+  elif [ -f "${GPU_SAMPLER:-}" ]; then
+    python3 "$GPU_SAMPLER" --interval 0.2 --duration 120 \
+      --out "$EV/gpu_sampler-bench.json" > "$EV/gpu_sampler-bench.txt" 2>&1 &
   fi
   timeout 560 dspark bench bench=h200_tiny "${O[@]}" "hydra.run.dir=$EV/bench"; echo "bench rc=$?"
   kill "$pid"
