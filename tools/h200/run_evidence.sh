@@ -41,7 +41,9 @@ setup)
   say "dspark serve --dry-run --json (the option table's source)"
   dspark serve "${O[@]}" speculative=dspark_draft --dry-run --json > "$EV/dry-run.json" 2> "$EV/dry-run.err"; echo "dry-run rc=$?"
   say "smoke, cold caches (the warm-up boot)"
+  pid=$(sample "$EV/nvidia-smi-smoke-cold.csv")
   timeout 420 dspark smoke "${O[@]}" speculative=dspark_draft "hydra.run.dir=$EV/smoke-cold"; echo "smoke rc=$?"
+  kill "$pid"
   pack setup ;;
 ratio)
   say "vllm serve by hand, warm caches: the smoke's own launch.sh"
