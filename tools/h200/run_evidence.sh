@@ -14,6 +14,9 @@ M=${MODELS:-/root/models}
 EV=${EV:-/root/ev}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$EV" "$OUT"
+# Not in the checkout the device command starts in: its own dspark_cli/ would come first on the
+# path of every `python -m dspark_cli...` helper dspark starts, in place of the installed one.
+cd /root
 O=(+hw=h200 hw.num_gpus=1 model=tiny_qwen3 "model.path=$M/tiny-qwen3"
    "model.draft=$M/tiny-qwen3-dspark" serving.args.gpu_memory_utilization=0.3
    serving.args.max_num_seqs=64 compilation.max_cudagraph_capture_size=128)
