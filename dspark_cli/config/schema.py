@@ -103,8 +103,12 @@ class ModelConf:
     path: str = field(default=MISSING, metadata=nonempty())
     # "deepseek_v4": sparse MLA and DSpark-in-checkpoint rules apply.
     family: str | None = None
-    # "tiny": dspark builds this model locally on first use (no hub access needed).
+    # "tiny": dspark builds this model locally on first use (no hub access needed);
+    # "tiny_qwen3": the tiny Qwen3 target at `path` and its DSpark draft at `draft`.
     synthetic: str | None = None
+    # A DSpark draft checkpoint of its own that pairs with this target (a Qwen3DSparkModel
+    # for a Qwen3 target): what speculative=dspark_draft serves as its `model`.
+    draft: str | None = field(default=None, metadata=nonempty())
     env: dict[str, str] = field(default_factory=dict)
     args: ModelArgs = field(default_factory=ModelArgs)
     expected: ExpectedFacts = field(default_factory=ExpectedFacts)

@@ -122,6 +122,22 @@ def _adaptive_flags(c: Context) -> str | None:
     return None
 
 
+def _adaptive_in_vllm(c: Context) -> str | None:
+    """The installed vLLM must know the field: vLLM 0.26 has DSpark with a fixed K only, and
+    would refuse the unknown key at startup, after the model has loaded."""
+    if not c.adaptive:
+        return None
+    from dspark_cli.launch.runtime import installed_vllm
+    from dspark_cli.vllm.speculative_fields import has_field
+
+    vllm = installed_vllm()
+    if vllm is None or has_field("enable_adaptive_verification"):
+        return None  # no vLLM here to judge (a laptop's dry run), or it has the field
+    return (f"the installed {vllm.describe()} ({vllm.dist}) has no adaptive verification "
+            "(its SpeculativeConfig lacks enable_adaptive_verification: it came with vLLM "
+            "0.27); use speculative=dspark_fixed, DSpark with a fixed K")
+
+
 def _v2_runner(c: Context) -> str | None:
     if c.method == "dspark" and c.launch.env.get(
             "VLLM_USE_V2_MODEL_RUNNER") != "1":
@@ -248,6 +264,8 @@ RULES: tuple[Rule, ...] = (
          "serving.args.enable_lora", _adaptive_lora),
     Rule("adaptive-incompatible-options", "adaptive verification excludes some options",
          "serving.extra_args", _adaptive_flags),
+    Rule("adaptive-in-installed-vllm", "the installed vLLM has adaptive verification",
+         "speculative", _adaptive_in_vllm),
     Rule("dspark-needs-v2-runner", "DSpark needs the V2 model runner",
          "speculative.env.VLLM_USE_V2_MODEL_RUNNER", _v2_runner),
     Rule("dspark-needs-k", "DSpark needs num_speculative_tokens",
