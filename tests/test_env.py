@@ -90,6 +90,15 @@ def test_an_h200_host_is_matched_to_its_profile(tmp_path: Path) -> None:
     assert "platform-matches-machine" in {r["rule"] for r in env["refusals"]}
 
 
+def test_a_host_no_profile_matches_is_reported_not_an_error(tmp_path: Path) -> None:
+    host = fake_host(tmp_path / "bin", "a100")
+    code, env = _env(env=host)
+    assert code == 0 and env["detected_profile"] is None and env["profile"] is None
+    assert env["machine"]["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+    assert "hw-profile" in {r["rule"] for r in env["refusals"]}
+    assert run_dspark("env", "--check", env=host).returncode == 1
+
+
 def _image_vllm(root: Path, dspark: bool) -> Path:
     """The image's vLLM (metadata and version file), and the source files dspark reads to
     know what it supports: with DSpark (method, adaptive verification, V2 runner) or without."""

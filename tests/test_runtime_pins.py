@@ -165,3 +165,10 @@ def test_a_mismatched_pin_fails_preflight_with_expected_vs_actual(tmp_path: Path
 def test_every_pin_has_its_installed_value() -> None:
     """`runtime.expected.*` (the schema) and what `installed()` reads are one list of facts."""
     assert [f.name for f in fields(RuntimePins)] == [f.name for f in fields(Runtime)]
+
+
+def test_a_fact_its_package_does_not_record_is_not_called_missing() -> None:
+    release = Runtime(vllm_version="0.32.0", torch="2.13.0+cpu")
+    assert mismatches({"vllm_commit": "2a02f6efe", "aiter_commit": "804648bc"}, release) == [
+        "aiter_commit: expected 804648bc, found nothing installed",
+        "vllm_commit: expected 2a02f6efe, found none recorded (installed: 0.32.0)"]

@@ -104,6 +104,10 @@ def collect(choice: Choice, machine: Machine, detected: str | None, table: Mappi
     have = support()
     vllm = vllm_facts(have)
     refusals = [] if vllm else [{"rule": "vllm-installed", "message": NO_VLLM, "key": None}]
+    if choice.profile is None:
+        refusals.append({"rule": "hw-profile", "key": "+hw", "message": (
+            "no hardware profile matches the GPUs detected: serve, smoke and bench refuse to "
+            "guess (exit 2); pick one with +hw=<profile>")})
     pins = pin_rows(choice.pins, actual)
     wrong = sum(not p["ok"] for p in pins)
     refusals += [{"rule": f.rule, "key": f.key, "message": f.message

@@ -25,7 +25,8 @@ def _yes(value: bool | None) -> str:
 def render(env: HostEnv) -> str:
     lines = [f"GPUs:          {_gpus(env)}"]
     profile = env.profile or "none"
-    how = "given with +hw" if env.chosen_by == "+hw" else "detected"
+    how = ("given with +hw" if env.chosen_by == "+hw" else "detected" if env.profile
+           else "no profile matches these GPUs: +hw=<profile>")
     match = (f"; this machine matches {env.detected_profile}"
              if env.chosen_by == "+hw" and env.detected_profile not in (None, env.profile)
              else "")

@@ -31,6 +31,18 @@ def matches(key: str, expected: str, actual: str | None) -> bool:
     return expected == actual
 
 
+_VERSION_OF = {"vllm_commit": "vllm_version", "aiter_commit": "aiter_version",
+               "aiter_wheel_sha256": "aiter_version", "cuda": "torch", "rocm": "torch"}
+
+
+def _absent(key: str, have: Mapping[str, str | None]) -> str:
+    """Why a fact is missing: the package is not installed, or its metadata does not say."""
+    package = have.get(_VERSION_OF.get(key, ""))
+    if package:
+        return f"none recorded (installed: {package})"
+    return "nothing installed"
+
+
 def mismatches(expected: Mapping[str, Any], actual: Runtime) -> list[str]:
     """`key: expected X, found Y` for each pin (non-null) the runtime does not satisfy."""
     have = actual.to_dict()
@@ -41,7 +53,7 @@ def mismatches(expected: Mapping[str, Any], actual: Runtime) -> list[str]:
         if key not in have:
             raise KeyError(key)
         if not matches(key, str(want), have[key]):
-            out.append(f"{key}: expected {want}, found {have[key] or 'nothing installed'}")
+            out.append(f"{key}: expected {want}, found {have[key] or _absent(key, have)}")
     return out
 
 
