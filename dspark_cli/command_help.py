@@ -45,12 +45,14 @@ def groups(config: str, plans_launch: bool, only: tuple[str, ...] | None) -> lis
     """The config groups section: hw first where the command plans a launch, then the groups
     the command's config composes (or the `only` ones it reads)."""
     names = list(only) if only is not None else catalog.groups_of(config)
-    lines = ["config groups (a +hw profile picks its own model, speculative, compilation and "
-             "serving):"]
+    lines = ["config groups (+hw picks its model, speculative, compilation, serving; KEY=VALUE "
+             "sets any key):"]
     if plans_launch:
         lines += _option_lines("hw", "+hw=NAME (left out: detected on this machine)")
+        lines += _option_lines("image", "+image=NAME")
     for name in names:
-        lines += _option_lines(name, f"{name}=NAME")
+        if len(catalog.options(name)) > 1:  # a group of one option is no choice to make
+            lines += _option_lines(name, f"{name}=NAME")
     return lines
 
 
@@ -63,19 +65,16 @@ def command_help(name: str, summary: str, parser: argparse.ArgumentParser, modul
                  config: str | None) -> str:
     """The whole help text of `dspark <name>`: argparse lays out the usage and the flags,
     between the examples and the groups."""
-    parser.description = "\n".join([summary[:1].upper() + summary[1:] + ".", "", "examples:",
+    parser.description = "\n".join([summary[:1].upper() + summary[1:] + ".", "examples:",
                                      *examples(getattr(module, "EXAMPLES", ()))])
     epilog = []
     more = f"More: docs/{name}.md"
     if config is not None:
         opts, _ = parser.parse_known_args([])
         plans_launch = bool(module.needs_machine(opts))
-        epilog += [*groups(config, plans_launch, getattr(module, "GROUPS", None)), "",
-                   "Any setting: KEY=VALUE (serving.args.max_num_seqs=512). `--cfg job` prints "
-                   "the whole composed config,",
-                   "`--info` how it was composed; `-m` sweeps (a=1,2)."]
+        epilog += [*groups(config, plans_launch, getattr(module, "GROUPS", None)), ""]
         parser.usage = f"dspark {name} [GROUP=NAME ...] [KEY=VALUE ...] [flags]"
-        more += ", docs/configuration.md (groups, keys, what an error means)"
+        more += ", docs/configuration.md; `--cfg job` prints the whole composed config"
     epilog += [more + ".", exit_codes_help()]
     parser.epilog = "\n".join(epilog)
     parser.formatter_class = _formatter

@@ -17,14 +17,15 @@ CONF = REPO / "conf"
 MAX_LINES = 60
 # The groups each command composes, hw where a launch is planned on this machine.
 GROUPS = {
-    "serve": ("hw", "model", "speculative", "compilation", "serving", "logs", "deploy"),
-    "smoke": ("hw", "model", "speculative", "compilation", "serving", "logs", "deploy"),
-    "bench": ("hw", "model", "speculative", "compilation", "serving", "logs", "deploy", "bench"),
-    "validate": ("hw", "model", "speculative", "compilation", "serving", "logs", "deploy",
-                 "bench"),
+    "serve": ("hw", "model", "speculative", "compilation", "serving", "deploy"),
+    "smoke": ("hw", "model", "speculative", "compilation", "serving", "deploy"),
+    "bench": ("hw", "model", "speculative", "compilation", "serving", "deploy", "bench"),
+    "validate": ("hw", "model", "speculative", "compilation", "serving", "deploy", "bench"),
+    "env": ("hw", "model", "speculative", "compilation", "serving", "deploy"),
     "verify-checkpoint": ("model",),
     "report": (),
     "compare": (),
+    "prepare": (),
 }
 
 
