@@ -14,7 +14,7 @@ from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.server import metrics
 from dspark_cli.server.process import Teardown
-from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, FRACTION, INT, LIST, MAP, TEXT
+from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, FRACTION, INT, LIST, MAP, MARGIN, TEXT
 
 # The fields of cell.json that are read back, and their JSON types (`untrusted.check`).
 FIELDS = {
@@ -22,7 +22,7 @@ FIELDS = {
     "reasons": LIST, "reasons.*": TEXT, "protocol": MAP, "protocol.name": TEXT,
     "protocol.arms": LIST, "protocol.arms.*": TEXT, "protocol.baseline": TEXT,
     "protocol.concurrencies": LIST, "protocol.concurrencies.*": COUNT, "protocol.repeats": COUNT,
-    "protocol.equivalence_margin": AMOUNT, "output_throughput": AMOUNT,
+    "protocol.equivalence_margin": MARGIN, "output_throughput": AMOUNT,
     "request_throughput": AMOUNT, "total_output_tokens": COUNT, "acceptance_length": AMOUNT,
     "accepted_per_draft": AMOUNT, "latency_ms": MAP, "latency_ms.*": MAP,
     "latency_ms.*.*": AMOUNT, "boot_s": AMOUNT, "finished_at": TEXT, "teardown": MAP,
