@@ -51,7 +51,8 @@ def test_command_help_lists_flags_groups_and_options() -> None:
     assert done.returncode == 0
     assert "--dry-run" in done.stdout
     assert "hw: b200, cpu, h200, mi300x, mi350x, mi355x" in done.stdout
-    assert "speculative: draft_model, dspark_adaptive, dspark_fixed, ngram, none" in done.stdout
+    assert ("speculative: draft_model, dspark_adaptive, dspark_draft, dspark_fixed, ngram, "
+            "none") in done.stdout
 
 
 def test_cfg_job_prints_the_composed_config() -> None:
