@@ -232,3 +232,21 @@ def test_a_smoke_that_found_nothing_listening_is_reported_failed(tmp_path: Path)
     assert "- Tensor parallel size: not known (an attached server" in env
     assert "- Local validation path: not known" in env
     assert "tiny" not in env.lower()  # the CPU default's model is no fact of that server
+
+
+# -- records that do not belong together ----------------------------------------------------------
+def test_bench_report_keeps_synthetic_request_sets_of_different_shapes_apart(
+        records: Path) -> None:
+    """Random prompts of 32 tokens and of 1024 are different request sets (no file, no sha256
+    to tell them apart): one speedup over both is refused, exit 2, summary.json left as it was."""
+    cells = sorted((records / "bench" / "cells").glob("*/cell.json"))
+    for i, cell in enumerate(cells):
+        edit_json(cell, lambda d, i=i: d.update(dataset={
+            "kind": "random", "rows": None, "seed": 0,
+            "input_tokens": 32 if i % 2 else 1024}))
+    before = (records / "bench" / "summary.json").read_bytes()
+    done = run_dspark("bench", "--report", str(records / "bench"), timeout=600)
+    assert done.returncode == 2, done.stderr
+    assert "do not belong together" in done.stderr and "input_tokens 1024" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert (records / "bench" / "summary.json").read_bytes() == before

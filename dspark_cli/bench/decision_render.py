@@ -28,7 +28,8 @@ def winner_reason(summary: Summary, concurrency: int) -> tuple[str, str]:
     if w is None:
         return "no clear winner", "not measured"
     if w.arm is None:
-        return "no clear winner", w.note
+        return "no clear winner", w.note + (f"; a proposal keeps {w.kept} here" if w.kept
+                                            else "")
     s = w.runner_up
     why = "over every other arm" if s is None else \
         f"{verdicts.words(s)} than {s.baseline} ({interval(s.ratio, '.3f', unit='x')})"

@@ -68,24 +68,34 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
     )
 
 
-def _recorded(record: CellRecord, *path: str) -> str | None:
+def _recorded(record: CellRecord, *path: str) -> Any:
     node: Any = record.evidence
     for key in path:
         node = node.get(key) if isinstance(node, dict) else None
-    return node if isinstance(node, str) else None
+    return node if isinstance(node, str | int | float) and not isinstance(node, bool) else None
+
+
+def _request_set(record: CellRecord) -> str | None:
+    """The requests a cell measured: its dataset's content (sha256, else its file) and, for
+    synthetic prompts, their kind, length and seed."""
+    if not isinstance(record.evidence.get("dataset"), dict):
+        return None
+    kind, sha, file = (_recorded(record, "dataset", k) for k in ("kind", "sha256", "file"))
+    shape = ", ".join(f"{k} {v}" for k in ("input_tokens", "seed")
+                      if (v := _recorded(record, "dataset", k)) is not None)
+    return f"{kind or 'dataset'} {sha or file or ''}".strip() + (f" ({shape})" if shape else "")
 
 
 def _belong_together(records: Sequence[CellRecord]) -> None:
-    """UsageError when the cells measured different models or datasets: one speedup over
+    """UsageError when the cells measured different models or request sets: one speedup over
     them would compare nothing."""
-    models = {m for r in records if (m := _recorded(r, "launch", "plan", "model_path"))}
-    datasets = {d for r in records
-                if (d := _recorded(r, "dataset", "sha256") or _recorded(r, "dataset", "file"))}
+    models = {str(m) for r in records if (m := _recorded(r, "launch", "plan", "model_path"))}
+    datasets = {d for r in records if (d := _request_set(r))}
     if len(models) > 1 or len(datasets) > 1:
         raise UsageError(
-            f"The cell records do not belong together: models {sorted(models)} / datasets "
-            f"{sorted(datasets)}; a summary compares cells of one model on one dataset only.",
-            hint="Report each run's directory separately.")
+            f"The cell records do not belong together: models {sorted(models)} / request sets "
+            f"{sorted(datasets)}; a summary compares cells of one model on one request set "
+            "only.", hint="Report each run's directory separately.")
 
 
 def merge(directory: Path, launch: Launch | None = None) -> Merged:

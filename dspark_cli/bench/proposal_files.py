@@ -95,18 +95,32 @@ def recompute(summary: Summary, directory: Path, launch: Launch | None) -> propo
         {a: directory / PROPOSAL_DIR for a in foreign}, launch_known=launch is not None)
 
 
+def _checked(stdout: str) -> bool:
+    """The plan `--json` printed, with vLLM's own verdict on the command among its findings
+    passed: an exit 0 that checked nothing (a help text, a printed config) is no pass."""
+    try:
+        plan = json.loads(stdout)
+    except ValueError:
+        return False
+    found = plan.get("preflight") if isinstance(plan, dict) else None
+    return isinstance(found, list) and any(
+        isinstance(f, dict) and f.get("rule") == "vllm-accepts-command"
+        and f.get("status") == "passed" for f in found)
+
+
 def _preflight(command: str) -> dict[str, Any]:
-    """Run the proposed `dspark serve ... --dry-run --validate` as a person would paste it."""
-    argv = [sys.executable, "-m", "dspark_cli.cli", *shlex.split(command)[1:]]
+    """Run the proposed `dspark serve ... --dry-run --validate` as a person would paste it
+    (machine-readable: `--json`, the same run)."""
+    argv = [sys.executable, "-m", "dspark_cli.cli", *shlex.split(command)[1:], "--json"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PREFLIGHT_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {"command": command, "exit": None, "passed": False,
                 "output": f"timed out after {PREFLIGHT_TIMEOUT_S:.0f} s"}
-    tail = (done.stdout + done.stderr).strip().splitlines()[-6:]
-    return {"command": command, "exit": done.returncode, "passed": done.returncode == 0,
-            "output": "\n".join(tail)}
+    tail = done.stderr.strip().splitlines()[-6:]
+    return {"command": command, "exit": done.returncode,
+            "passed": done.returncode == 0 and _checked(done.stdout), "output": "\n".join(tail)}
 
 
 def write_proposal(summary: Summary, directory: Path, launch: Launch | None = None) -> Path:
