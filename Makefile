@@ -23,7 +23,7 @@ LOWEST ?= .venv-lowest
 LOWEST_EXTRAS := k8s,plot,test
 FAST := not vllm and not slurm and not platform
 
-.PHONY: setup preload slurm serve smoke test test-lowest lint lock bench-scripts clean
+.PHONY: setup preload slurm serve smoke test test-lowest lint lock bench-scripts dist clean
 
 # --no-deps: the lock holds every package already (pip checks each one's hash); the project
 # itself goes in editable, built by the lock's hatchling.
@@ -80,6 +80,14 @@ smoke: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# dspark's wheel and sdist (into $(DIST)), built by the lock's hatchling with uv: nothing is
+# fetched. The wheel is what goes into a vendor's vLLM image (README: Install; Containerfile).
+DIST ?= dist
+dist: $(BIN)/.installed
+	rm -rf $(DIST)
+	$(BIN)/uv build -q --no-build-isolation --python $(BIN)/python --out-dir $(DIST) .
+	@ls $(DIST)/*.whl $(DIST)/*.tar.gz
+
 # The fast suite on the lowest versions of what pyproject asks for (uv's lowest-direct
 # resolution, in a venv of its own): a lower bound that is too low fails here.
 $(LOWEST)/.installed: pyproject.toml $(BIN)/.installed
@@ -133,4 +141,4 @@ test: setup slurm lint
 	$(MAKE) test-lowest
 
 clean:
-	rm -rf runs outputs multirun
+	rm -rf runs outputs multirun dist

@@ -65,6 +65,10 @@ COMMANDS: dict[str, Command] = {
                       "render the validation report from existing run directories"),
     "compare": Command("dspark_cli.commands.compare", None,
                        "what changed between two runs, and which cells got slower"),
+    "prepare": Command("dspark_cli.commands.prepare", None,
+                       "turn SPEED-Bench's release into the pinned request file a bench reads"),
+    "env": Command("dspark_cli.commands.env", "serve",
+                   "this host as dspark sees it: GPUs, profile, vLLM, torch, pins, refusals"),
 }
 
 _HW_OVERRIDE = re.compile(r"^(\+{0,2})hw=")

@@ -110,7 +110,8 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
         # Jobs in other processes (submitit) report only through their outcome files.
         sweep = multirun.sweep_dir() if _sweeps(argv) else None
         if sweep is not None and sweep.is_dir():
-            state["code"] = worst((state["code"], multirun.print_failures(sweep)))
+            state["code"] = worst((state["code"], multirun.print_failures(
+                sweep, before=multirun.sweep_before())))
     except (HydraException, OmegaConfBaseException) as e:
         raise usage_error(e, [a for a in argv if not a.startswith("-")], config,
                           sweeping=bool(SWEEP & set(argv))) from None

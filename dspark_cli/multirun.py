@@ -4,7 +4,10 @@ A launcher that runs jobs in other processes (`hydra/launcher=submitit_local`, `
 hands the jobs' return values to Hydra's sweeper, which drops them, and the jobs' stderr goes to
 `.submitit/*/*.err`: a failed job would leave the terminal silent with exit 0. So each job
 writes its exit code and its last `dspark:` lines to `JOB_FILE` in its own output directory,
-and the command reads them all from the sweep directory when the sweep ends.
+and the command reads them all from the sweep directory when the sweep ends: only the jobs of
+this sweep (a directory reused from an earlier sweep keeps that sweep's jobs, which are not this
+one's to blame), each outcome read back through the one reader (a truncated or planted file is
+a job that left no readable outcome, never an internal error).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -20,7 +24,20 @@ from typing import Any, TextIO
 
 from hydra.experimental.callback import Callback
 
-from dspark_cli.errors import ExitCode, worst
+from dspark_cli.errors import ExitCode, UsageError, worst
+from dspark_cli.untrusted import (
+    INT,
+    LIST,
+    TEXT,
+    check,
+    load_json,
+    printable,
+    shown_path,
+    write_atomic,
+)
+
+_OUTCOME = {"code": INT, "lines": LIST, "lines.*": TEXT, "directory": TEXT}
+_OUTCOME_BYTES = 64 << 10
 
 JOB_FILE = ".dspark-job.json"
 KEPT_LINES = 8
@@ -83,15 +100,48 @@ def recorded(directory: Path | None) -> Iterator[list[int]]:
         finally:
             outcome = JobOutcome(str(directory), code[-1] if code else None, tuple(tee.kept))
             directory.mkdir(parents=True, exist_ok=True)
-            (directory / JOB_FILE).write_text(json.dumps(outcome.to_dict()))
+            with contextlib.suppress(UsageError):  # a job that cannot write it left none
+                write_atomic(directory / JOB_FILE, json.dumps(outcome.to_dict()))
 
 
-_SWEEPS: list[Path] = []  # sweep directories of multiruns started in this process
+Stamp = tuple[tuple[int, int] | None, tuple[int, int] | None]  # outcome's, Hydra record's
+# (sweep directory, its jobs' stamps when it started) of the multiruns started in this process
+_SWEEPS: list[tuple[Path, dict[str, Stamp]]] = []
 
 
 def sweep_dir() -> Path | None:
     """The sweep directory of the last multirun started in this process, or None."""
-    return _SWEEPS[-1] if _SWEEPS else None
+    return _SWEEPS[-1][0] if _SWEEPS else None
+
+
+def sweep_before() -> dict[str, Stamp] | None:
+    """The stamps of the job directories the last multirun's sweep directory held before it
+    started (an earlier sweep's), or None."""
+    return _SWEEPS[-1][1] if _SWEEPS else None
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _jobs(sweep: Path) -> list[Path]:
+    try:
+        entries = list(sweep.iterdir())
+    except OSError:
+        return []
+    return sorted((p for p in entries if p.is_dir() and not p.is_symlink()
+                   and not p.name.startswith(".")), key=lambda p: (len(p.name), p.name))
+
+
+def stamps(sweep: Path) -> dict[str, Stamp]:
+    """Each job directory's outcome file and Hydra record as they are now (inode, mtime): a
+    job of a later sweep rewrites both, so an unchanged one is an earlier sweep's."""
+    return {job.name: (_stat(job / JOB_FILE), _stat(job / ".hydra" / "config.yaml"))
+            for job in _jobs(sweep)}
 
 
 class SweepWatch(Callback):
@@ -99,38 +149,58 @@ class SweepWatch(Callback):
     in the process that launches the jobs (Hydra sets no HydraConfig there)."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        _SWEEPS.append(Path(str(config.hydra.sweep.dir)))
+        sweep = Path(str(config.hydra.sweep.dir))
+        _SWEEPS.append((sweep, stamps(sweep)))
 
 
 CALLBACK = f"+hydra.callbacks.dspark_sweep._target_={__name__}.SweepWatch"
 
 
-def outcomes(sweep: Path) -> list[JobOutcome]:
+def _read(job: Path, record: Path) -> JobOutcome:
+    """A job's outcome file, or an outcome saying it cannot be read (truncated, planted)."""
+    try:
+        data = load_json(record, job, _OUTCOME_BYTES)
+        check(data, record, _OUTCOME, ("code",))
+    except UsageError as e:
+        return JobOutcome(str(job), None, (f"its outcome file is unreadable: {e.message}",))
+    return JobOutcome(str(job), data["code"], tuple(data.get("lines") or ()))
+
+
+def outcomes(sweep: Path, before: dict[str, Stamp] | None = None) -> list[JobOutcome]:
     """Every job of the sweep, by its directory: the ones that wrote an outcome, and the ones
-    whose directory holds Hydra's record but no outcome (they died)."""
+    whose directory holds Hydra's record but no outcome (they died). With `before` (`stamps`
+    when this sweep started), a job's outcome or record left unchanged since then is an
+    earlier sweep's in the same directory: its job is left out, or (its record rewritten, its
+    outcome not) this sweep's job died."""
     found = []
-    for job in sorted((p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                      key=lambda p: (len(p.name), p.name)):
+    for job in _jobs(sweep):
         record = job / JOB_FILE
-        if record.is_file():
-            data = json.loads(record.read_text())
-            found.append(JobOutcome(str(job), data["code"], tuple(data["lines"])))
-        elif (job / ".hydra").is_dir():
+        old_outcome, old_start = (before or {}).get(job.name, (None, None))
+        fresh_outcome = os.path.lexists(record) and (
+            before is None or old_outcome is None or _stat(record) != old_outcome)
+        started = (job / ".hydra").is_dir() and (
+            before is None or old_start is None
+            or _stat(job / ".hydra" / "config.yaml") != old_start)
+        if fresh_outcome:
+            found.append(_read(job, record))
+        elif started:
             found.append(JobOutcome(str(job), None))
     return found
 
 
-def print_failures(sweep: Path, echo: TextIO = sys.stderr) -> int:
-    """One paragraph per failed job on `echo`; the worst exit code (1 for a job that left no
-    outcome)."""
-    jobs = outcomes(sweep)
+def print_failures(sweep: Path, echo: TextIO = sys.stderr,
+                   before: dict[str, Stamp] | None = None) -> int:
+    """One paragraph per failed job of this sweep (`before`: `outcomes`) on `echo`; the worst
+    exit code (1 for a job that left no readable outcome)."""
+    jobs = outcomes(sweep, before)
     failed = [j for j in jobs if j.code != 0]
     for job in failed:
         what = (f"exited with code {job.code}" if job.code is not None
                 else "left no outcome (it died; its log is under "
                      f"{sweep / '.submitit'} when submitit ran it)")
-        echo.write(f"dspark: multirun job {job.directory} {what}"
-                   + "".join(f"\n    {line}" for line in job.lines) + "\n")
+        echo.write(f"dspark: multirun job {shown_path(job.directory)} {what}"
+                   + "".join(f"\n    {printable(line)}" for line in job.lines) + "\n")
     if failed:
         echo.write(f"dspark: {len(failed)} of {len(jobs)} multirun jobs failed.\n")
-    return worst(int(ExitCode.CHECK_FAILED) if j.code is None else j.code for j in failed)
+    return worst(int(ExitCode.CHECK_FAILED) if j.code is None or not 0 <= j.code < 256
+                 else j.code for j in failed)

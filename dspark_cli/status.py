@@ -25,6 +25,7 @@ class Finding:
     message: str
     key: str | None = None
     overridden: bool = False  # a check switched off on purpose by an explicit setting
+    note: str | None = None  # a fact worth a line whatever the verdict (printed once)
     # False: skipped because the check does not apply to this configuration (no aiter MoE
     # backend, no DSpark draft), said only when asked (`-v`); a skip that applies is a check
     # that could not run here (a dry run, a checkpoint elsewhere)
@@ -36,4 +37,5 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "status": self.status.value, "message": self.message,
-                "key": self.key, "overridden": self.overridden, "applies": self.applies}
+                "key": self.key, "overridden": self.overridden, "note": self.note,
+                "applies": self.applies}

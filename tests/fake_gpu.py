@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+import sys
 from pathlib import Path
 
 # `nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap
@@ -38,3 +39,16 @@ def fake_host(directory: Path, host: str, calls: Path | None = None) -> dict[str
     (directory / "kfd-nodes").mkdir(exist_ok=True)
     return {"PATH": f"{directory}{os.pathsep}{os.environ.get('PATH', '')}",
             "DSPARK_KFD_NODES": str(directory / "kfd-nodes")}
+
+
+def fake_sampling_host(directory: Path, host: str = "h200x8", *options: str) -> dict[str, str]:
+    """Like `fake_host`, with an `nvidia-smi` that also samples (tests/doubles/
+    fake_nvidia_smi.py, a real process looping with -lms); `options` are the double's own
+    (--util 0=95,1=3, --throttle 1=0x40, --no-throttle-field)."""
+    env = fake_host(directory, host)
+    script = directory / "nvidia-smi"
+    double = Path(__file__).resolve().parent / "doubles" / "fake_nvidia_smi.py"
+    argv = " ".join(shlex.quote(a) for a in [sys.executable, str(double), "--host", host,
+                                              *options])
+    script.write_text(f'#!/bin/sh\nexec {argv} -- "$@"\n')
+    return env

@@ -104,7 +104,7 @@ def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02,
     from tests.conftest import compose_config
 
     schema.register()
-    cfg = compose_config(["+hw=mi350x", "bench=speed_bench_throughput_1k",
+    cfg = compose_config(["+hw=mi350x", "+image=seed_mi350x", "bench=speed_bench_throughput_1k",
                           f"bench.repeats={repeats}", f"bench.equivalence_margin={margin}",
                           "bench.dataset.sha256=" + "5" * 64], config="bench")
     for arm in ARMS:
@@ -152,7 +152,7 @@ def smoke_run(root: Path, overrides: tuple[str, ...] = (),
     from tests.conftest import compose_config
 
     schema.register()
-    cfg = compose_config(["+hw=mi350x", *overrides], config="smoke")
+    cfg = compose_config(["+hw=mi350x", "+image=seed_mi350x", *overrides], config="smoke")
     plan = build_plan(cfg)
     write_record(root, cfg, plan, list(plan.argv), provenance(), [])
     (root / "server.log").write_text("\n".join(log) + "\n")

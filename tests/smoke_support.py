@@ -15,9 +15,9 @@ from dspark_cli.server.process import free_port
 from tests.conftest import dspark_argv, run_dspark
 from tests.doubles.fake_vllm import SCRIPT
 
-ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "startup_lines", "draft_params",
-              "no_fatal_lines", "overrides", "log_evidence", "request", "generation", "engines",
-              "spec_decode", "engagement", "teardown"}
+ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "liveness", "startup_lines",
+              "draft_params", "no_fatal_lines", "overrides", "fallbacks", "log_evidence",
+              "request", "generation", "engines", "spec_decode", "engagement", "teardown"}
 
 
 def smoke_args(port: int, fake_args: list[str], *overrides: str) -> list[str]:

@@ -30,7 +30,7 @@ from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.run_files import ACCURACY_JSON
 from dspark_cli.validate import schema as validate_schema
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import REPO, compose_config, run_dspark
 
 SAMPLE = conf_dir() / "data" / "gsm8k_sample.jsonl"
 
@@ -253,28 +253,37 @@ def test_an_interpreter_without_lm_eval_is_one_line_naming_the_extra(tmp_path: P
     python = venv / "bin" / "python"
     done = run_dspark("validate", "+hw=cpu", f"validate.accuracy.python={python}",
                       f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 4, done.stderr  # a missing optional dependency
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("dspark")]
     assert lines == [f"dspark: validate's accuracy stage needs lm_eval, which {python} cannot "
                      "import: install dspark's `eval` extra (pip install 'dspark[eval]'), or "
-                     "name an interpreter that has it with validate.accuracy.python or "
-                     "DSPARK_EVAL_PYTHON."]
+                     "`make setup` in a checkout (it makes .venv-eval, which validate finds by "
+                     "itself), or name an interpreter that has it with DSPARK_EVAL_PYTHON or "
+                     "validate.accuracy.python; validate.accuracy=null skips the stage."]
     assert not (tmp_path / "run" / "smoke").exists()
 
 
 def test_the_interpreter_comes_from_dspark_eval_python_unless_named(tmp_path: Path) -> None:
-    """lm_eval in a venv of its own: DSPARK_EVAL_PYTHON is the default, the setting wins."""
-    def planned(*overrides: str, env: dict[str, str]) -> str:
+    """lm_eval in a venv of its own: DSPARK_EVAL_PYTHON is the default, the setting wins;
+    neither given, a checkout's .venv-eval (`make setup`'s), else dspark's own Python. The dry
+    run asks the interpreter whether it has lm_eval."""
+    def planned(*overrides: str, env: dict[str, str], code: int = 0) -> str:
         done = run_dspark("validate", "+hw=cpu", *overrides, "--dry-run", "--json", env=env,
                           cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == code, done.stderr
+        if code:
+            assert "preflight accuracy-lm-eval FAILED" in done.stderr
         (stage,) = [s for s in json.loads(done.stdout)["stages"] if s["name"] == "accuracy"]
         return stage["settings"]["python"]
 
     env = {"DSPARK_EVAL_PYTHON": "/opt/eval/bin/python"}
-    assert planned(env=env) == "/opt/eval/bin/python"
-    assert planned("validate.accuracy.python=/usr/bin/python3", env=env) == "/usr/bin/python3"
-    assert planned(env={"DSPARK_EVAL_PYTHON": ""}) == sys.executable  # empty: dspark's own
+    assert planned(env=env, code=1) == "/opt/eval/bin/python"
+    assert planned("validate.accuracy.python=/usr/bin/python3", env=env, code=1) == \
+        "/usr/bin/python3"
+    checkout = REPO / ".venv-eval" / "bin" / "python"
+    default = planned(env={"DSPARK_EVAL_PYTHON": ""},
+                      code=0 if checkout.is_file() else 1)  # empty: found, not given
+    assert default == (str(checkout) if checkout.is_file() else sys.executable)
 
 
 # -- the record read back by `dspark report` ------------------------------------------------

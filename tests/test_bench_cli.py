@@ -11,12 +11,35 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_dspark
+from tests.test_prepare_speed_bench import prepared
 
 SEED = ("bench", "bench=speed_bench_throughput_1k", "+hw=mi350x")
 
 
-def test_the_seed_protocol_dry_run_prints_every_cell_and_phase(tmp_path: Path) -> None:
-    done = run_dspark(*SEED, "--dry-run", cwd=tmp_path)
+def test_the_seed_protocol_dry_run_is_a_summary_under_the_run_directory(
+        tmp_path: Path) -> None:
+    pin = prepared(tmp_path)
+    done = run_dspark(*SEED, *pin, "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert len(out.splitlines()) < 40 and "vllm serve" not in out
+    assert ("# cells: 21, each on its own cold server (21 cold boots); requests: 21168 (18480 "
+            "measured)") in out
+    # 21 boots of 600 s, plus each cell's waves of requests at full length and 8 greedy
+    # prompts x 32 tokens, at 40 tokens/s (bench.estimate)
+    waves = sum(-(-64 // 32) * 256 + -(-64 // c) * 256 + -(-880 // c) * 2048
+                for c in (256, 128, 64, 32, 16, 8, 4)) * 3
+    hours = (21 * 600 + (waves + 21 * 8 * 32) / 40) / 3600
+    assert f"# estimated wall time: about {hours:.1f} h (assumes a 600 s boot" in out
+    assert re.search(rf"^# run directory: {re.escape(str(tmp_path))}/runs/bench/\d{{8}}-\d{{6}}$",
+                     out, re.M), out
+    assert "--commands" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "release"]  # nothing written
+
+
+def test_the_seed_protocol_dry_run_commands_print_every_cell_and_phase(tmp_path: Path) -> None:
+    pin = prepared(tmp_path)
+    done = run_dspark(*SEED, *pin, "--dry-run", "--commands", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     cells = re.findall(r"^# ---- cell \d+/21: (\S+) ", out, flags=re.M)
@@ -35,13 +58,14 @@ def test_the_seed_protocol_dry_run_prints_every_cell_and_phase(tmp_path: Path) -
     assert re.findall(r"--speed-bench-output-len (\d+)", last) == ["256", "256", "2048"]
     assert "--temperature 1.0" in last and "--top-p 1.0" in last
     assert "--speed-bench-dataset-subset throughput_1k" in last
-    assert "NOT PINNED" in out
+    assert "pinned sha256 " in out
     assert "Traceback" not in done.stderr
-    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "release"]  # nothing written
 
 
 def test_the_dry_run_plan_as_json(tmp_path: Path) -> None:
-    done = run_dspark(*SEED, "--dry-run", "--json", "bench.concurrency=64", cwd=tmp_path)
+    pin = prepared(tmp_path)
+    done = run_dspark(*SEED, *pin, "--dry-run", "--json", "bench.concurrency=64", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["protocol"]["concurrencies"] == [256, 128, 64, 32, 16, 8, 4]
@@ -54,10 +78,16 @@ def test_the_dry_run_plan_as_json(tmp_path: Path) -> None:
     assert measured[:3] == ["vllm", "bench", "serve"]
     assert measured[measured.index("--max-concurrency") + 1] == "64"
     assert set(plan["preflight"]) == {"none", "dspark_fixed", "dspark_adaptive"}
+    assert [(f["rule"], f["status"]) for f in plan["inputs"]] == [
+        ("bench-request-set", "passed"), ("bench-lossless-prompts", "passed")]
+    assert plan["summary"]["cells"] == plan["summary"]["cold_boots"] == 3
+    assert plan["summary"]["requests"] == 3 * (64 + 64 + 880)
+    assert plan["summary"]["estimate_assumes"] == {"boot_s": 600.0, "tokens_per_s": 40.0}
 
 
 def test_repeats_plan_a_cold_boot_per_repeat(tmp_path: Path) -> None:
-    done = run_dspark(*SEED, "--dry-run", "--json", "bench.concurrency=4", "bench.repeats=2",
+    pin = prepared(tmp_path)
+    done = run_dspark(*SEED, *pin, "--dry-run", "--json", "bench.concurrency=4", "bench.repeats=2",
                       "bench.equivalence_margin=0.1", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)

@@ -15,6 +15,7 @@ from statistics import fmean
 
 import pytest
 
+from dspark_cli.server.spec_metrics import COUNTERS
 from tests.vllm_server import ARMS, CELLS, CONCURRENCY, REPEATS, CpuValidateRun
 
 pytestmark = pytest.mark.vllm
@@ -45,13 +46,14 @@ def test_the_cpu_protocol_runs_for_real(cpu_validate_run: CpuValidateRun) -> Non
         if arm == "draft_model":
             spec = rec["spec_decode"]
             assert spec["draft_tokens"] == spec["drafts"] * 3 and spec["accepted"] > 0
-            # the engagement probe: c requests at once, vLLM's per-request metrics of each;
-            # fixed K proposes K in every step (an adaptive arm's would show trimmed steps)
+            # the engagement probe: c requests at once, their steps from vLLM's /metrics
+            # counters (the launch is serve's: no per-request flag); fixed K proposes K every step
             assert (steps["outcome"], steps["ok"], steps["expected"]) == ("full_k", True,
                                                                           "fixed_k")
             assert steps["reported"] == steps["requests"] == c and steps["k"] == 3
-            assert steps["steps"] > 0 and steps["short_steps"] == steps["trimmed_tokens"] == 0
-            assert "--per-request-spec-decode-metrics" in " ".join(rec["launch"]["argv"])
+            assert steps["steps"] > 0 and steps["trimmed_tokens"] == 0
+            assert steps["short_steps"] is None and steps["level"] == COUNTERS
+            assert "--per-request-spec-decode-metrics" not in " ".join(rec["launch"]["argv"])
         else:
             assert rec["spec_decode"] is None and steps is None
         if arm != "none":

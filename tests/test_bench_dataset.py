@@ -68,7 +68,8 @@ def test_an_unpinned_file_is_refused_with_its_hash_to_pin(tmp_path: Path) -> Non
 def test_a_missing_set_says_how_to_get_it(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as exc:
         verify(spec_for(tmp_path, sha256="0" * 64), needed_rows=1)
-    assert "does not exist" in exc.value.message and "prepare.py" in (exc.value.hint or "")
+    assert "does not exist" in exc.value.message
+    assert "dspark prepare speed-bench SRC" in (exc.value.hint or "")
 
 
 def test_too_few_rows_for_a_phase_is_refused(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """`dspark bench --dry-run` plans its paths where the run would write them: `hydra.run.dir` when
 given (relative to the current directory, `~` and `${now:...}` filled in), the sweep's job
-directory in a multirun, else the current directory; and it writes nothing."""
+directory in a multirun, else where a real run started now writes (runs/bench/<time> under the
+current directory); and it writes nothing."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -32,8 +34,9 @@ def test_a_relative_run_dir_with_a_time_stamp_is_under_the_cwd(tmp_path: Path) -
     assert plan["run_dir"] == str(tmp_path / "out" / time.strftime("%Y"))
 
 
-def test_without_one_the_plan_is_under_the_cwd_and_nothing_is_written(tmp_path: Path) -> None:
-    assert planned(tmp_path)["run_dir"] == str(tmp_path)
+def test_without_one_the_plan_is_a_real_runs_and_nothing_is_written(tmp_path: Path) -> None:
+    run_dir = planned(tmp_path)["run_dir"]
+    assert re.fullmatch(re.escape(str(tmp_path / "runs" / "bench")) + r"/\d{8}-\d{6}", run_dir)
     assert list(tmp_path.iterdir()) == []
 
 

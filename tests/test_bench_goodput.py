@@ -49,7 +49,7 @@ def test_a_wrong_objective_is_a_usage_error(override: str, message: str) -> None
 
 def test_the_dry_run_passes_the_objectives_to_the_measured_phase_only(tmp_path: Path) -> None:
     done = run_dspark("bench", "bench=cpu", "+hw=cpu", "bench.concurrency=2",
-                      "bench.objectives.tpot_ms=40", "--dry-run", cwd=tmp_path)
+                      "bench.objectives.tpot_ms=40", "--dry-run", "--commands", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("--goodput tpot:40") == 2  # two arms, one measured phase each
 
@@ -133,14 +133,16 @@ def test_ranges_follow_the_crossover() -> None:
 
 def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The proposal's preflight runs where vLLM cannot be imported (a real broken install,
-    tests/test_missing_engine.py), so its failure is what the report must say; the preflight
-    that vLLM's own parser passes is test_bench_proposal's (the vllm lane)."""
+    """A live bench (its own config: `Launch`) preflights its proposal; here vLLM cannot be
+    imported (a real broken install, tests/test_missing_engine.py), so the preflight fails. The
+    report recomputes the proposal from the cells and never calls a recorded preflight passed:
+    it did not run it (the preflight that vLLM's own parser passes is test_bench_proposal's)."""
     from dspark_cli.bench.merge import merge
+    from dspark_cli.bench.proposal_files import Launch
 
     monkeypatch.setenv("PYTHONPATH", broken_install(tmp_path, "hidden")["PYTHONPATH"])
     run = bench_run(tmp_path / "run", repeats=3, objectives=OBJ)
-    merged = merge(run)
+    merged = merge(run, Launch(("+hw=cpu",), None))
     assert merged.proposal_json is not None
     found = json.loads(merged.proposal_json.read_text())
     # Adaptive wins every load: one arm, nothing to schedule; its command was preflighted.
@@ -159,11 +161,11 @@ def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(
     assert "| 256 | dspark\\_adaptive | faster than dspark\\_fixed" in md.replace("_", "\\_") \
         or "| 256 | dspark_adaptive | faster than" in md
     assert "**Proposal (per_load):**" in md and "A proposal to validate" in md
-    assert "did NOT pass the dry-run preflight" in md
+    assert "Preflight: not checked" in md
     assert "![Pareto: per-user vs total output tokens/s](pareto.png)" in md
-    # A preflight that passed is said so.
+    # A recorded preflight edited to "passed" is still not called passed.
     found["preflight"] = [{**p, "exit": 0, "passed": True} for p in found["preflight"]]
     merged.proposal_json.write_text(json.dumps(found))
     done = run_dspark("report", str(run), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "It passed `dspark serve --dry-run --validate`." in done.stdout
+    assert "passed `dspark serve" not in done.stdout and "Preflight: not checked" in done.stdout

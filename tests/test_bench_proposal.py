@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dspark_cli.bench import proposal, winners
+from dspark_cli.bench import proposal, proposal_files, winners
 from dspark_cli.bench import schema as bench_schema
 from dspark_cli.bench.arms import arm_config
-from dspark_cli.bench.proposal_files import launch_overrides
+from dspark_cli.bench.proposal_files import this_launch
 from dspark_cli.paths import conf_dir
 from dspark_cli.vllm.speculative_fields import has_field
 from tests.conftest import compose_config, run_dspark
@@ -48,7 +48,7 @@ def test_a_crossover_of_draft_counts_is_a_schedule(tmp_path: Path) -> None:
     assert found.schedule == ((1, 2, 3), (3, 8, 0))
     (cmd,) = found.commands
     assert shlex.split(cmd) == ["dspark", "serve", "+hw=cpu", "speculative=draft_model",
-                                "+speculative.extra.num_speculative_tokens_per_batch_size="
+                                "++speculative.extra.num_speculative_tokens_per_batch_size="
                                 "[[1,2,3],[3,8,0]]", "--dry-run", "--validate"]
     assert "bench.arms=[none,draft_model,proposed]" in found.validate_command
     proposal.write(found, tmp_path)
@@ -81,15 +81,96 @@ def test_without_the_schedule_or_across_drafters_it_is_the_arm_per_load(tmp_path
     found = proposal.propose(adaptive, PROFILES, True, [], tmp_path,
                              ["dspark_fixed", "dspark_adaptive"])
     assert found.kind == "per_load" and "differ in more than their draft count" in found.note
-    assert "loads [32] have no clear winner" in found.note
+    assert "load 32 without a clear winner" not in found.note  # w(): nothing kept
     assert [shlex.split(c)[2] for c in found.commands] == ["speculative=dspark_fixed",
                                                           "speculative=dspark_adaptive"]
     assert proposal.propose([w(2, None)], PROFILES, True, [], tmp_path, ["none"]).kind == "none"
 
 
-def test_the_runs_launch_overrides_are_kept_and_the_protocols_dropped(tmp_path: Path) -> None:
+def test_a_runs_overrides_file_is_never_read_back(tmp_path: Path) -> None:
+    """The launch overrides are this process's own (Hydra's record of its command line), never
+    the run's `.hydra/overrides.yaml` or its parent's: outside a Hydra job there are none."""
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
-        ["bench=cpu", "bench.repeats=2", "+hw=cpu", "server.port=8391", "speculative=ngram",
-         "serving.args.max_num_seqs=16"]))
-    assert launch_overrides(tmp_path) == ["+hw=cpu", "serving.args.max_num_seqs=16"]
+        ["bench=cpu", "+hw=cpu", "+hw.env.PYTHONPATH=/planted"]))
+    bench_schema.register()
+    launch = this_launch(compose_config(["+hw=cpu"], config="bench"))
+    assert launch.overrides == () and launch.profiles_dir is None
+
+
+# -- a proposal never contradicts its numbers -----------------------------------------------------
+def test_a_load_without_a_clear_winner_keeps_the_baseline_never_an_arm_measured_slower(
+        tmp_path: Path) -> None:
+    """At 8 draft_model is measured at 0.5x and none is not clearly faster than ngram: the load
+    has no clear winner. Draft_model wins 2 and 32 on either side, yet 8 is not merged into its
+    range: it keeps the baseline (none), and the note says so."""
+    from dspark_cli.bench import verdicts
+
+    measured = [("none", 2, [50.0, 51.0, 49.0]), ("draft_model", 2, [100.0, 101.0, 99.0]),
+                ("ngram", 2, [60.0, 61.0, 59.0]),
+                ("none", 8, [100.0, 101.0, 99.0]), ("draft_model", 8, [50.0, 51.0, 49.0]),
+                ("ngram", 8, [99.5, 100.5, 98.5]),
+                ("none", 32, [50.0, 51.0, 49.0]), ("draft_model", 32, [100.0, 101.0, 99.0]),
+                ("ngram", 32, [60.0, 61.0, 59.0])]
+    found = winners.pick(measured, [2, 8, 32], 0.05, winners.THROUGHPUT, baseline="none")
+    assert [(w.arm, w.kept) for w in found] == [("draft_model", None), (None, "none"),
+                                                ("draft_model", None)]
+    assert winners.ranges(found) == [(1, 2, "draft_model"), (3, 8, "none"),
+                                     (9, 32, "draft_model")]
+    # Every load is routed to an arm no interval calls slower than another arm there.
+    for w in found:
+        mine = next(v for a, c, v in measured if (a, c) == (w.routed, w.concurrency))
+        for arm, c, values in measured:
+            if c == w.concurrency and arm != w.routed:
+                s = verdicts.speedup(str(w.routed), mine, arm, values, c, 0.05)
+                assert s.verdict is not verdicts.Verdict.SLOWER, (w, arm)
+    arms = ["none", "draft_model", "ngram"]
+    made = proposal.propose(found, {a: PROFILES.get(a) or profile(a) for a in arms}, False,
+                            ["+hw=cpu"], tmp_path, arms)
+    assert made.kind == "per_load" and list(made.ranges) == winners.ranges(found)
+    assert "load 8 without a clear winner keeps none (the best measured there" in made.note
+    # The baseline measured slower there than another arm: the best arm is kept instead.
+    slower = [("none", 4, [50.0, 51.0, 49.0]), ("draft_model", 4, [100.0, 101.0, 99.0]),
+              ("ngram", 4, [99.5, 100.5, 98.5])]
+    (w4,) = winners.pick(slower, [4], 0.05, winners.THROUGHPUT, baseline="none")
+    assert (w4.arm, w4.kept, w4.routed) == (None, "draft_model", "draft_model")
+
+
+@pytest.mark.parametrize("kind", ["per_load", "schedule"])
+def test_when_the_proposal_wins_the_next_proposal_composes(tmp_path: Path, kind: str) -> None:
+    """A validation of the proposal ran it as the arm `proposed` (from bench.profiles) and it
+    won: the next proposal names a fresh arm, carries `proposed`'s profile beside its own, and
+    its `dspark serve` command composes through Hydra (the profile on Hydra's search path,
+    the schedule forced over the one the profile holds) into a plan."""
+    first = tmp_path / "first"
+    found = proposal.propose(CROSSOVER, PROFILES, True, ["+hw=cpu"], first,
+                             ["none", "draft_model"])
+    proposal.write(found, first)
+    launch = proposal_files.Launch(("+hw=cpu",), first / "proposal")
+    arms = ("none", "draft_model", "proposed")
+    profiles, foreign = proposal_files.own_profiles(arms, launch)
+    assert list(foreign) == ["proposed"]
+    second = tmp_path / "second"
+    again = [w(2, "proposed"), w(8, "none")] if kind == "schedule" else \
+        [w(2, "proposed"), w(8, "proposed")]
+    made = proposal.propose(again, profiles, True, ["+hw=cpu"], second, arms,
+                            {"proposed": second / "proposal"})
+    assert made.kind == kind and made.name == "proposed_2"
+    if kind == "schedule":
+        assert "bench.arms=[none,draft_model,proposed,proposed_2]" in made.validate_command
+    proposal.write(made, second, foreign)
+    assert (second / "proposal" / "speculative" / "proposed.yaml").is_file()
+    (cmd,) = made.commands
+    args = [a for a in shlex.split(cmd)[2:] if a != "--validate"]
+    done = run_dspark("serve", *args, "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    plan = json.loads(done.stdout)
+    spec = json.loads(plan["argv"][plan["argv"].index("--speculative-config") + 1])
+    assert spec["method"] == "draft_model"
+    if kind == "schedule":
+        assert spec[proposal.SCHEDULE_KEY] == [[1, 2, 3], [3, 8, 0]]
+    # The validation of the next proposal finds every arm it names.
+    bench_schema.register()
+    cfg = compose_config(["+hw=cpu", f"bench.profiles={second / 'proposal'}"], config="bench")
+    for arm in ("proposed", *(("proposed_2",) if kind == "schedule" else ())):
+        assert arm_config(cfg, arm).speculative.method == "draft_model"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from dspark_cli.server.process import free_port
+from dspark_cli.server.spec_metrics import PER_REQUEST
 from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import SCRIPT
 from tests.smoke_support import scratch_of
@@ -70,11 +71,11 @@ def test_healthy_cells_are_valid_and_give_a_speedup(tmp_path: Path) -> None:
     assert rec["loadgen"]["completed"] == 6 and "ttfts" not in rec["loadgen"]
     assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
     # The engagement probe: 2 requests at once, each answer's steps all K (fixed K); the
-    # replaced command was not dspark's, so its own flag answered them
+    # replaced command reports per-request metrics itself (its own flag), so they are read
     steps = rec["engagement"]
     assert (steps["outcome"], steps["ok"], steps["expected"]) == ("full_k", True, "fixed_k")
     assert (steps["requests"], steps["reported"], steps["short_steps"]) == (2, 2, 0)
-    assert steps["asked"]["level"] is None and steps["level"] == "as the server was started"
+    assert steps["level"] == PER_REQUEST
     assert cell_record(tmp_path, "none-c2")["engagement"] is None
     # Every cell ran on its own live scratch directory, removed after it.
     logs = [tmp_path / "run" / "cells" / cell / "server.log" for cell in ("none-c2",

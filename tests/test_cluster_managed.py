@@ -148,7 +148,7 @@ def test_sigterm_or_hangup_while_the_job_runs_cancels_it(slurm_cluster, short_di
 @pytest.mark.parametrize("target", ["slurm", "local"])
 def test_bench_dry_run_prints_each_cells_launch_where_it_runs(target, tmp_path):
     done = run_dspark("bench", *ONE_CELL, "+hw=cpu", "hw.nodes=2", f"deploy={target}",
-                      "--dry-run", cwd=tmp_path)
+                      "--dry-run", "--commands", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     if target == "slurm":
         assert "# launch: a cold Slurm job for this cell" in done.stdout

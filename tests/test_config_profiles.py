@@ -183,6 +183,19 @@ def test_every_bench_protocol_composes(option: str) -> None:
     assert cfg.bench.name == (SEED_PROTOCOL if gpu_profile else option)
 
 
+@pytest.mark.parametrize("config", LAUNCHING)
+@pytest.mark.parametrize("option", options("image"))
+def test_every_image_group_pins_software_on_every_launching_primary(option: str,
+                                                                     config: str) -> None:
+    """An image group (`+image=`) is software only: it sets runtime pins and image facts, and
+    composes beside any hw profile."""
+    cfg = compose_config(["+hw=mi350x", f"+image={option}"], config=config)
+    assert_composes(cfg)
+    assert any(v is not None for v in OmegaConf.to_container(cfg.runtime.expected).values())
+    own = OmegaConf.load(CONF / "image" / f"{option}.yaml")
+    assert set(own) == {"runtime"}, f"image/{option}.yaml sets more than runtime.*"
+
+
 @pytest.mark.parametrize("profile", options("hw"))
 def test_validate_runs_the_protocol_of_its_hw_profile(profile: str) -> None:
     cfg = compose_config([f"+hw={profile}"], config="validate")
@@ -233,7 +246,8 @@ def base_chain(path: Path) -> list[Path]:
 def test_every_yaml_file_under_conf_is_composed_by_these_tests() -> None:
     """A new file under conf/ must be a primary, an option of a group composed above, or a
     base some option lists: nothing is left that no test composes."""
-    composed_groups = {*LAUNCH_GROUPS, "hw", "bench", "logs", "deploy", "hydra/hydra_logging"}
+    composed_groups = {*LAUNCH_GROUPS, "hw", "bench", "logs", "deploy", "image",
+                       "hydra/hydra_logging"}
     covered = {CONF / f"{p}.yaml" for p in PRIMARIES} | {CONF / "launch.yaml"}
     covered |= {CONF / "bases" / "smoke.yaml"}  # smoke's and validate's: composed above
     covered |= {p for g in composed_groups for p in (CONF / g).glob("*.yaml")}

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import run_dspark
+from tests.test_prepare_speed_bench import prepared
 
 TINY_TWO_NODES = ("+hw=cpu", "hw.nodes=2", "hw.args.data_parallel_size=1")
 
@@ -36,8 +37,10 @@ def test_validate_dry_run_runs_the_targets_own_checks() -> None:
     assert "kind: Deployment" in done.stdout  # the smoke's launch is the manifests
 
 
-def test_validate_dry_run_on_a_gpu_profile_plans_the_seed_protocol() -> None:
-    done = run_dspark("validate", "+hw=mi350x", "--dry-run")
+def test_validate_dry_run_on_a_gpu_profile_plans_the_seed_protocol(tmp_path: Path) -> None:
+    missing = run_dspark("validate", "+hw=mi350x", "--dry-run", cwd=tmp_path)
+    assert missing.returncode == 1 and "bench-request-set FAILED" in missing.stderr
+    done = run_dspark("validate", "+hw=mi350x", *prepared(tmp_path), "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "4. bench: protocol speed_bench_throughput_1k" in done.stdout
     assert "FAILED" not in done.stderr
@@ -59,7 +62,7 @@ def test_validate_dry_run_json_is_json() -> None:
 
 def test_bench_dry_run_on_k8s_checks_the_image() -> None:
     done = run_dspark("bench", "+hw=mi350x", "bench=speed_bench_throughput_1k", "deploy=k8s",
-                      "--dry-run")
+                      "--dry-run", "--commands")
     assert done.returncode == 1, done.stderr
     assert "k8s-image-pinned FAILED" in done.stderr
     assert "# launch: a cold Kubernetes deployment for this cell" in done.stdout

@@ -1,7 +1,8 @@
 """The validation report's image, held to its own facts: its vLLM reports the base it was built
-from (2a02f6efe), so that is what `hw=mi350x` pins, and the patch on top (ad170197) is a recorded
-fact of the image that the report shows beside it. A commit pin too short to mean anything (empty,
-one character, under 7 hex digits) is a config error, never a pin that matches every commit."""
+from (2a02f6efe), so that is what `+image=seed_mi350x` pins, and the patch on top (ad170197) is a
+recorded fact of the image that the report shows beside it. A commit pin too short to mean
+anything (empty, one character, under 7 hex digits) is a config error, never a pin that matches
+every commit."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_the_images_installed_vllm_satisfies_the_mi350x_commit_pin(tmp_path: Pat
                           check=True, env={"PYTHONPATH": f"{image_site(tmp_path)}:{REPO}"})
     here = Runtime(**json.loads(done.stdout.splitlines()[-1]))
     assert here.vllm_commit == BASE and here.vllm_version == "0.1.dev1+g2a02f6efe"
-    pins = compose_config(["+hw=mi350x"]).runtime.expected
+    pins = compose_config(["+hw=mi350x", "+image=seed_mi350x"]).runtime.expected
     assert pins.vllm_commit == BASE
     assert mismatches({"vllm_commit": pins.vllm_commit}, here) == []
     # the patch commit, pinned as the vLLM commit, is what this image can never satisfy
@@ -60,7 +61,7 @@ def test_a_report_of_the_image_passes_the_pin_check_and_shows_base_and_patch(
     run = smoke_run(tmp_path / "smoke")
     recorded = json.loads((run / "provenance.json").read_text())["runtime"]
     assert recorded == SEED_RUNTIME  # the facts the validation report states
-    cfg = compose_config(["+hw=mi350x"])
+    cfg = compose_config(["+hw=mi350x", "+image=seed_mi350x"])
     assert mismatches(dict(cfg.runtime.expected), Runtime(**recorded)) == []
     assert cfg.runtime.image.vllm_patch == PATCH
     _, text = write_report([run], tmp_path / "out")

@@ -67,13 +67,14 @@ def test_a_cycle_is_found_when_there_is_one() -> None:
 
 
 FEATURES = ("dspark_cli.commands", "dspark_cli.smoke", "dspark_cli.bench", "dspark_cli.validate",
-            "dspark_cli.report", "dspark_cli.accuracy")
+            "dspark_cli.report", "dspark_cli.accuracy", "dspark_cli.hostenv")
 MIDDLE = ("dspark_cli.launch", "dspark_cli.server", "dspark_cli.deploy")
 # package -> the packages it must never import (a lower layer never reaches up; within a
 # layer, the cycle test above is the rule). deploy is the start step: launch and server,
 # below it, never import it.
 FORBIDDEN = {
     "dspark_cli.validate": ("dspark_cli.commands",),
+    "dspark_cli.hostenv": ("dspark_cli.commands",),
     "dspark_cli.smoke": ("dspark_cli.commands",),
     "dspark_cli.bench": ("dspark_cli.commands",),
     "dspark_cli.accuracy": ("dspark_cli.commands", "dspark_cli.validate", "dspark_cli.report"),

@@ -54,3 +54,45 @@ def test_a_job_that_died_without_an_outcome_is_named(tmp_path: Path) -> None:
     assert print_failures(tmp_path, out) == 1
     assert f"multirun job {tmp_path / '1'} left no outcome" in out.getvalue()
     assert "1 of 2 multirun jobs failed" in out.getvalue()
+
+
+def test_a_reused_sweep_directory_blames_no_earlier_sweeps_job(tmp_path: Path) -> None:
+    """A sweep whose job 1 failed, then a sweep of one passing job into the same directory:
+    the earlier job 1 (its outcome, its Hydra record) is not this sweep's to report."""
+    sweep = tmp_path / "sweep"
+    first = run_dspark(*SWEEP, f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=300)
+    assert first.returncode == 2, first.stderr[-3000:]
+    again = run_dspark("bench", "+hw=cpu", "--dry-run", "-m", "bench.concurrency=2",
+                       f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "multirun job" not in again.stderr
+
+
+@pytest.mark.parametrize("outcome", ['{"directory": "x", "code": 0, "li', "[" * 100_000,
+                                     '{"code": "0", "lines": []}',
+                                     b'{"code": 0, "lines": ["\xff"]}',
+                                     '{"code": 0, "lines": ["\\ud800"]}', "fifo"],
+                         ids=["truncated", "nested", "a string code", "bad byte",
+                              "lone surrogate", "fifo"])
+def test_an_unreadable_job_outcome_is_a_job_that_failed(tmp_path: Path,
+                                                        outcome: str | bytes) -> None:
+    """A truncated, nested, mistyped, undecodable or non-regular outcome file: that job is
+    named as having left no readable outcome, the sweep fails, nothing raises or hangs."""
+    import io
+    import os
+
+    from dspark_cli.multirun import print_failures
+
+    job = tmp_path / "0"
+    (job / ".hydra").mkdir(parents=True)
+    if outcome == "fifo":
+        os.mkfifo(job / JOB_FILE)
+    elif isinstance(outcome, bytes):
+        (job / JOB_FILE).write_bytes(outcome)
+    else:
+        (job / JOB_FILE).write_text(outcome)
+    out = io.StringIO()
+    assert print_failures(tmp_path, out) == 1
+    assert f"multirun job {job} left no outcome" in out.getvalue() \
+        or "its outcome file is unreadable" in out.getvalue(), out.getvalue()
+    assert "1 of 1 multirun jobs failed" in out.getvalue()

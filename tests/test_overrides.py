@@ -127,3 +127,17 @@ def test_a_flag_value_is_not_taken_for_an_override() -> None:
     done = run_dspark("serve", "+hw=cpu", "--cfg", "job")
     assert done.returncode == 0, done.stderr
     assert "served_model_name" in done.stdout
+
+
+@pytest.mark.parametrize(("override", "suggested"), [("+hw.env.1A=x", "+hw.env._1A=...")])
+def test_a_key_hydra_cannot_read_is_not_told_to_quote_its_value(override: str,
+                                                                suggested: str) -> None:
+    """The hint names the part of the key that is no identifier and a key that is read,
+    never the same override again."""
+    done = run_dspark("serve", "+hw=cpu", override, "--dry-run")
+    assert done.returncode == 2, done.stderr
+    assert "quoting cannot fix a key" in done.stderr and suggested in done.stderr
+    assert f"write it as {override}" not in done.stderr
+    key = suggested.removesuffix("=...")
+    again = run_dspark("serve", "+hw=cpu", f"{key}=x", "--dry-run")
+    assert "cannot read the override" not in again.stderr, again.stderr

@@ -5,7 +5,12 @@ range; the ranges have lower bounds and no exact pins."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -144,3 +149,104 @@ def test_requires_python_is_vllms_range() -> None:
     admitted = SpecifierSet(project()["requires-python"])
     assert [v for v in ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14") if v + ".0" in admitted] \
         == ["3.10", "3.11", "3.12", "3.13"]
+
+
+# What goes into a vendor's vLLM image: `make dist`'s wheel (README: Install; Containerfile).
+INSTALL_TEXTS = ("README.md", "Containerfile", "docs/*.md", "dspark_cli/**/*.py", "conf/**/*.yaml")
+_PIP_DSPARK = re.compile(r"pip install\b[^`\n]*?(['\"]?)(\S*dspark\S*?)\1(?=[\s`)]|$)")
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`make dist` into a folder of the test's own, with this Python's venv (not remade)."""
+    out = tmp_path_factory.mktemp("dist") / "dist"
+    venv = Path(sys.prefix)
+    done = subprocess.run(["make", "-s", "-o", f"{venv}/bin/.installed", "dist", f"VENV={venv}",
+                           f"DIST={out}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_make_dist_builds_the_wheel_and_the_sdist(dist: Path) -> None:
+    wheel, = dist.glob("dspark-*-py3-none-any.whl")
+    sdist, = dist.glob("dspark-*.tar.gz")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert {"dspark_cli/cli.py", "dspark_cli/conf/hw/mi350x.yaml",
+            "dspark_cli/conf/image/seed_mi350x.yaml"} <= names
+    assert "dspark_cli/launch/vllm_serve_options.json" in names  # the shipped option table
+    assert not any(n.startswith("tests/") for n in names)
+    assert set(re.findall(r"^Provides-Extra: (\S+)$", meta, re.MULTILINE)) == set(
+        project()["optional-dependencies"])
+    with tarfile.open(sdist) as t:
+        members = {m.split("/", 1)[1] for m in t.getnames() if "/" in m}
+    assert {"pyproject.toml", "conf/image/seed_mi350x.yaml", "dspark_cli/cli.py"} <= members
+
+
+def test_the_installed_wheel_plans_the_seed_job_from_its_own_files(dist: Path,
+                                                                    tmp_path: Path) -> None:
+    """Installed (its dependencies are this venv's), run away from the checkout: the package
+    and its config come from the wheel."""
+    site = tmp_path / "site"
+    wheel = next(dist.glob("*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", str(site), str(wheel)], check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import dspark_cli; print(dspark_cli.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert where.stdout.startswith(str(site))
+    done = subprocess.run([str(site / "bin" / "dspark"), "serve", "+hw=mi350x",
+                           "+image=seed_mi350x", "--dry-run"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "vllm serve /models/DeepSeek-V4-Flash-DSpark" in done.stdout
+    assert "torch: expected 2.12.0+rocm10.0.0" in done.stderr  # the image group's pins
+
+
+def install_commands() -> list[tuple[str, str]]:
+    """(file, what it names) for every `pip install` of dspark in the docs, the image recipe,
+    the hints in the code and the config comments."""
+    found = []
+    for pattern in INSTALL_TEXTS:
+        for path in sorted(REPO.glob(pattern)):
+            for m in _PIP_DSPARK.finditer(path.read_text(encoding="utf-8")):
+                found.append((str(path.relative_to(REPO)), m.group(2)))
+    return found
+
+
+def test_every_install_command_names_something_installable(dist: Path) -> None:
+    """No index has dspark: an install names the wheel `make dist` builds, a checkout, or an
+    extra of the dspark already installed (pip resolves `dspark[x]` to the installed one)."""
+    named = install_commands()
+    assert any(t.endswith(".whl") for _, t in named), "README names no wheel install"
+    extras = set(project()["optional-dependencies"])
+    for where, target in named:
+        name = target.strip("'\"")
+        if name.endswith(".whl"):
+            assert name.startswith(("dist/", "/tmp/dspark-dist/")), (where, name)
+            assert next(dist.glob(Path(name).name), None), (where, name)
+            continue
+        if name == "dspark[{extra}]":  # the missing-extra hint, for each extra it names
+            from dspark_cli.errors import EXTRAS
+
+            assert set(EXTRAS.values()) <= extras, where
+            continue
+        m = re.fullmatch(r"dspark\[([a-z0-9,]+)\]", name)
+        assert m, f"{where}: `pip install {target}` names nothing that can be installed"
+        assert set(m.group(1).split(",")) <= extras, (where, name)
+
+
+def test_an_extras_hint_resolves_to_the_installed_dspark(dist: Path, tmp_path: Path) -> None:
+    """`pip install 'dspark[plot]'` beside an installed dspark asks the index for the extra's
+    packages only: offline, pip's refusal names one of them, never dspark itself."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    subprocess.run([*pip, "install", "-q", "--no-deps", "--no-index",
+                    str(next(dist.glob("*.whl")))], check=True, capture_output=True)
+    done = subprocess.run([*pip, "install", "--dry-run", "--no-index", "dspark[plot]"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "(from dspark[plot])" in done.stderr, done.stderr
+    assert "matching distribution found for dspark" not in done.stderr

@@ -51,6 +51,7 @@ CASES = [
                                  "speculative.model=/data/dspark/tiny"], None),
     ("sparse-mla-fp8-kv", ["+hw=mi350x", "model.args.kv_cache_dtype=auto"], None),
     ("parallel-fits-profile", ["+hw=mi350x", "hw.args.data_parallel_size=2"], None),
+    ("cudagraphs-cover-spec-batches", ["+hw=mi350x", "serving.args.max_num_seqs=512"], None),
     ("aiter-needs-rocm", ["+hw=h200", "hw.args.moe_backend=aiter"], None),
     ("platform-matches-machine", ["+hw=mi350x"], CPU),
     ("platform-matches-machine", ["+hw=cpu"], MI350X),

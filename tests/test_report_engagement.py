@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.engagement_probe import record
-from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.report.engagement import engagement_rows
 from dspark_cli.server.draft_params import DraftParams, seen_params
 from dspark_cli.server.log_patterns import compile_patterns
@@ -19,7 +18,6 @@ from tests.conftest import run_dspark
 from tests.report_factory import bench_run
 from tests.test_spec_metrics import body
 
-ASKED = MetricsAsk("detailed", "dspark (`bench.spec_metrics`)")
 (PATTERN,) = compile_patterns({"draft_params": r"DSpark draft model loaded: (?P<params>\d+) "
                                                "params"})
 
@@ -28,8 +26,7 @@ def cell(arm: str, cid: str, steps: list[tuple[int, int]] | None, expected: str 
          params: int | None = None) -> dict[str, Any]:
     seen = None if steps is None else Engagement.of("detailed", [parse(body(steps, k=7))])
     out: dict[str, Any] = {"arm": arm, "cell_id": cid,
-                           "engagement": None if expected is None else record(seen, ASKED,
-                                                                              expected)}
+                           "engagement": None if expected is None else record(seen, expected)}
     if params is not None:
         log = scan_lines([f"DSpark draft model loaded: {params} params"], (), (PATTERN,))
         out["draft_params"] = seen_params(DraftParams(PATTERN, 97), log)
@@ -81,7 +78,7 @@ def test_dspark_report_shows_the_rows_escaped(tmp_path: Path) -> None:
         seen = Engagement.of("detailed", [parse(body(steps, k=7))],
                              ["<img src=x onerror=alert(1)> **bold**"]
                              if data["concurrency"] == 4 and adaptive else [])
-        data["engagement"] = record(seen, ASKED, ADAPTIVE if adaptive else FIXED)
+        data["engagement"] = record(seen, ADAPTIVE if adaptive else FIXED)
         data["draft_params"] = cell(data["arm"], data["cell_id"], None, None, 97)["draft_params"]
         path.write_text(json.dumps(data))
     out = tmp_path / "report"

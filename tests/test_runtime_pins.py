@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from dspark_cli.config.plain import plain
 from dspark_cli.config.schema import RuntimePins
 from dspark_cli.launch import runtime
 from dspark_cli.launch.runtime import Runtime, wheel_sha256
-from dspark_cli.launch.runtime_pins import finding, mismatches
+from dspark_cli.launch.runtime_pins import finding, mismatches, reference_pins
 from dspark_cli.status import Status
 from tests.conftest import compose_config, run_dspark
 
@@ -89,13 +90,55 @@ def test_finding_passes_fails_and_skips_in_a_dry_run() -> None:
     assert "torch: expected 9, found 2.13.0+cpu" in failed.message
 
 
-def test_the_mi350x_profile_pins_the_seed_image() -> None:
-    pins = compose_config(["+hw=mi350x"]).runtime.expected
+def test_the_hw_profile_pins_no_software_and_the_image_group_pins_the_seed_image() -> None:
+    assert plain(compose_config(["+hw=mi350x"]).runtime.expected) == {
+        f.name: None for f in fields(RuntimePins)}
+    pins = compose_config(["+hw=mi350x", "+image=seed_mi350x"]).runtime.expected
     assert pins.torch == "2.12.0+rocm10.0.0"
     assert pins.aiter_commit == "804648bcbf87646ddef4b7add10da9c3b322567c"
     assert pins.aiter_wheel_sha256 == (
         "30360d15819a9c8e3ec8e4ae665683abf4c5358d5be1f49a9aa2f7962c0032db")
-    assert compose_config(["+hw=cpu"]).runtime.expected.torch is None
+    assert reference_pins("seed_mi350x") == {k: v for k, v in plain(pins).items() if v}
+    # one override switches every pin off
+    off = compose_config(["+hw=mi350x", "+image=seed_mi350x", "runtime.expected=null"])
+    assert off.runtime.expected is None
+
+
+def test_runtime_expected_empty_map_is_refused_not_silently_a_no_op() -> None:
+    done = run_dspark("serve", "+hw=mi350x", "+image=seed_mi350x", "runtime.expected={}",
+                      "--dry-run")
+    assert done.returncode == 2, done.stderr
+    assert "runtime.expected=null" in done.stderr and "Traceback" not in done.stderr
+    done = run_dspark("serve", "+hw=mi350x", "+image=seed_mi350x", "runtime.expected=null",
+                      "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    found = {f["rule"]: f for f in json.loads(done.stdout)["preflight"]}
+    assert found["runtime-pins"]["status"] == "passed"
+
+
+def test_without_pins_a_run_notes_how_it_differs_from_the_reference_image() -> None:
+    here = finding(None, dry_run=False, actual=HERE, reference="seed_mi350x")
+    assert here.status is Status.passed
+    assert "+image=seed_mi350x" in (here.note or "")
+    assert "torch: expected 2.12.0+rocm10.0.0, found 2.13.0+cpu" in (here.note or "")
+    assert finding({}, dry_run=False, actual=HERE).note is None  # no reference, no note
+    seed = Runtime(**reference_pins("seed_mi350x"))
+    assert finding(None, dry_run=False, actual=seed, reference="seed_mi350x").note is None
+
+
+def test_a_dry_run_says_what_a_real_run_here_would_refuse() -> None:
+    said = finding({"torch": "9", "vllm_version": "0.32.0"}, dry_run=True, actual=HERE)
+    assert said.status is Status.skipped
+    assert "would refuse: torch: expected 9, found 2.13.0+cpu" in said.message
+    assert "vllm_version" not in said.message.split("refuse:")[1]
+    done = run_dspark("serve", "+hw=mi350x", "+image=seed_mi350x", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "a real run in this environment would refuse: " in done.stderr
+    assert "torch: expected 2.12.0+rocm10.0.0" in done.stderr
+    plain_run = run_dspark("serve", "+hw=mi350x", "--dry-run")
+    assert plain_run.returncode == 0 and "runtime-pins" not in plain_run.stderr
+    assert plain_run.stderr.count("dspark: note: the software here is not the image "
+                                  "`+image=seed_mi350x` pins") == 1
 
 
 def test_image_facts_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,3 +165,10 @@ def test_a_mismatched_pin_fails_preflight_with_expected_vs_actual(tmp_path: Path
 def test_every_pin_has_its_installed_value() -> None:
     """`runtime.expected.*` (the schema) and what `installed()` reads are one list of facts."""
     assert [f.name for f in fields(RuntimePins)] == [f.name for f in fields(Runtime)]
+
+
+def test_a_fact_its_package_does_not_record_is_not_called_missing() -> None:
+    release = Runtime(vllm_version="0.32.0", torch="2.13.0+cpu")
+    assert mismatches({"vllm_commit": "2a02f6efe", "aiter_commit": "804648bc"}, release) == [
+        "aiter_commit: expected 804648bc, found nothing installed",
+        "vllm_commit: expected 2a02f6efe, found none recorded (installed: 0.32.0)"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.launch.rules import RULES
-from tests.conftest import REPO, real_home, run_dspark, session_root
+from tests.conftest import REPO, run_dspark, seed_cache, session_root
 from tests.fake_gpu import fake_host
 
 SEED = Path(__file__).parent / "data" / "seed_deployment.sh"
@@ -147,11 +147,13 @@ def test_json_plan_matches_the_shell_plan() -> None:
     _, positional, _ = parse_script(SEED.read_text())
     assert data["argv"][:3] == positional
     assert data["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
-    # No hardware, no local checkpoint and not this machine's software in a dry run here:
-    # those checks are skipped.
+    # No hardware and no local checkpoint in a dry run here: those checks are skipped. The
+    # hardware profile pins no software (the image group does): nothing to refuse for it.
     machine_rules = {r.id for r in RULES if r.needs_machine}
     assert {f["rule"] for f in data["preflight"] if f["status"] == "skipped"} == {
-        *machine_rules, "checkpoint-structure", "checkpoint-confidence-head", "runtime-pins"}
+        *machine_rules, "checkpoint-structure", "checkpoint-confidence-head"}
+    pins = next(f for f in data["preflight"] if f["rule"] == "runtime-pins")
+    assert pins["status"] == "passed" and pins["message"] == "no runtime pins set"
     assert "aiter-importable" in machine_rules
 
 
@@ -179,41 +181,46 @@ def test_dry_run_writes_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def home_entries(home: Path) -> set[Path]:
-    """What the user's home holds two levels down, and everything under dspark's own caches."""
-    entries = set()
-    for pattern in ("*", "*/*", ".cache/dspark/**/*", ".cache/tiny-serving/**/*"):
-        entries.update(home.glob(pattern))
-    return entries
+def fresh_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """An empty HOME of the test's own, and the variables that point there: what dspark writes
+    under a user's home shows in it, and no other worker writes there (the session's HOME is
+    shared by both workers, the real one by everything else on the machine)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return home, {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+                  "XDG_CONFIG_HOME": str(home / ".config"),
+                  "XDG_DATA_HOME": str(home / ".local/share"),
+                  "XDG_STATE_HOME": str(home / ".local/state")}
 
 
 def test_a_dry_run_writes_nothing_into_the_users_home(tmp_path: Path) -> None:
-    home, before = real_home(), home_entries(real_home())
-    assert Path(os.environ["HOME"]) != home
-    cache = Path(os.environ["DSPARK_CACHE_DIR"])
+    home, env = fresh_home(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    cache = seed_cache(tmp_path / "cache")
+    env["DSPARK_CACHE_DIR"] = str(cache)
     cached = set(cache.rglob("*"))
-    done = run_dspark("serve", "+hw=cpu", "--dry-run", cwd=tmp_path)
+    done = run_dspark("serve", "+hw=cpu", "--dry-run", cwd=work, env=env)
     assert done.returncode == 0, done.stderr
-    assert cache.is_relative_to(session_root())
     # nothing but the installed vLLM's option table, once per vLLM version
     written = set(cache.rglob("*")) - cached
     assert all(p.is_relative_to(cache / "vllm-options") for p in written), written
-    again = run_dspark("serve", "+hw=cpu", "--dry-run", cwd=tmp_path)
+    again = run_dspark("serve", "+hw=cpu", "--dry-run", cwd=work, env=env)
     assert again.returncode == 0, again.stderr
     assert set(cache.rglob("*")) == cached | written, "the dry run wrote into DSPARK_CACHE_DIR"
-    assert home_entries(home) - before == set()
+    assert list(home.rglob("*")) == []
 
 
 @pytest.mark.vllm
 def test_the_tiny_model_is_made_outside_the_users_home(tmp_path: Path) -> None:
-    home, before = real_home(), home_entries(real_home())
+    home, env = fresh_home(tmp_path)
     code = ("from tests.conftest import compose_config; "
             "from dspark_cli.launch.prepare import ensure_model; "
             "cfg = compose_config(['+hw=cpu']); ensure_model(cfg); print(cfg.model.path)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO, timeout=300)
+                          cwd=REPO, timeout=300, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
     path = Path(done.stdout.strip().splitlines()[-1])
     assert path.is_relative_to(session_root()), path
     assert (path / "config.json").is_file()
-    assert home_entries(home) - before == set()
+    assert list(home.rglob("*")) == []

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from dspark_cli.server.process import free_port
+from dspark_cli.server.spec_metrics import PER_REQUEST
 from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import command
 from tests.smoke_support import checks, statuses
@@ -73,7 +74,7 @@ def test_rocm_dspark_profile_passes_against_a_server_that_prints_its_lines(
     assert engaged["status"] == "passed", engaged
     assert engaged["data"]["expected"] == "adaptive" and engaged["data"]["k"] == 7
     assert 0 < engaged["data"]["short_steps"] < engaged["data"]["steps"]
-    assert engaged["data"]["asked"]["level"] is None  # attached: the server's flags decide
+    assert engaged["data"]["level"] == PER_REQUEST  # the server reports them: its own flags
     assert "trimmed" in engaged["evidence"]
     assert report["mode"] == "attached"
     found = checks(report)["startup_lines"]["data"]
@@ -109,13 +110,14 @@ def test_missing_rocm_lines_and_a_short_draft_fail(tmp_path: Path, attach: Any) 
      "not shown: adaptive verification is configured, but no step was trimmed"),
     (("--adaptive", "--per-request-spec-decode-metrics", "summary"), "passed",
      "draft slots left out"),
-    ((), "skipped", "attached: the server's own flags decide"),
+    ((), "skipped", "requests; /metrics spec-decode counters)"),
 ])
 def test_adaptive_engagement_is_held_to_the_answers(
         tmp_path: Path, attach: Any, args: tuple[str, ...], status: str, words: str) -> None:
     """Fixed-K steps under the adaptive profile are "not shown" (skipped, never passed: vLLM 0.32
     counts scheduled drafts, so they cannot tell a working adaptive launch from a fallback); the
-    summary level shows trimming by its totals; a server that reports nothing is not held to it."""
+    summary level shows trimming by its totals; a server that reports none per request is read
+    from its /metrics counters, which count every scheduled draft as K slots."""
     lines = [a for line in DSPARK_LINES for a in ("--print-line", line)]
     server = attach("--model", "dsv4flash", "--k", "7", *args, *lines)
     code, report = server.smoke(tmp_path, "+hw=mi350x", f"server.log={server.log}")

@@ -33,9 +33,9 @@ def test_healthy_fake_passes_with_every_check(tmp_path: Path) -> None:
     code, report, _ = run_smoke(tmp_path, "healthy")
     assert code == 0, report["verdict"]
     assert set(statuses(report)) == ALL_CHECKS
-    # no DSpark pin; a replaced command (vLLM's verdict, and the per-request metrics the planned
-    # command asks for); one engine
-    skipped = {"draft_params", "vllm_accepts_command", "engines", "engagement"}
+    # no DSpark pin; a replaced command (vLLM's verdict); one engine. Engagement is read from
+    # the fake's /metrics counters: K every step, as its fixed-K launch expects.
+    skipped = {"draft_params", "vllm_accepts_command", "engines"}
     assert {n for n, s in statuses(report).items() if s == "skipped"} == skipped
     assert {s for n, s in statuses(report).items() if n not in skipped} == {"passed"}
     spec = report["counters"]["spec_decode"]
@@ -43,6 +43,9 @@ def test_healthy_fake_passes_with_every_check(tmp_path: Path) -> None:
     assert report["counters"]["generation_tokens"] == 48
     assert report["versions"]["server"] == "0.32.0"
     assert (Path(report["log"]).parent / "smoke.json").is_file()
+    engaged = next(c for c in report["checks"] if c["name"] == "engagement")
+    assert engaged["data"]["level"] == "/metrics spec-decode counters"
+    assert engaged["data"]["steps"] == spec["drafts"] and engaged["data"]["k"] == 3
 
 
 @pytest.mark.parametrize(

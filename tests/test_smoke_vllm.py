@@ -15,8 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from dspark_cli.server.metrics import SpecDecode
 from dspark_cli.server.process import free_port
-from dspark_cli.server.spec_metrics import ADAPTIVE, FIXED, Engagement, RequestSteps, judge
+from dspark_cli.server.spec_metrics import ADAPTIVE, COUNTERS, FIXED, judge, observed
 from tests.conftest import dspark_argv, dspark_env
 from tests.smoke_support import ALL_CHECKS, checks, port_free, statuses
 from tests.vllm_server import CpuValidateRun
@@ -47,17 +48,18 @@ def test_default_smoke_passes_against_real_vllm(cpu_validate_run: CpuValidateRun
     assert spec["k"] == 3 and spec["drafts"] > 0
     assert spec["draft_tokens"] == spec["drafts"] * 3
     assert 0 <= spec["accepted"] <= spec["draft_tokens"]
-    # vLLM's own per-request metrics (asked for in the launch): fixed K proposes K every step
+    # The launch is `dspark serve`'s (nothing added); the steps are read from vLLM's /metrics
+    # counters over the request: fixed K proposes K every step
     launch = (Path(report["log"]).parent / "launch.sh").read_text()
-    assert "--per-request-spec-decode-metrics detailed" in launch
+    assert "--per-request-spec-decode-metrics" not in launch
     steps = checks(report)["engagement"]["data"]
-    assert steps["asked"]["level"] == "detailed" and steps["expected"] == "fixed_k"
-    assert (steps["reported"], steps["k"], steps["short_steps"]) == (1, 3, 0)
+    assert steps["level"] == COUNTERS and steps["expected"] == "fixed_k"
+    assert (steps["reported"], steps["k"], steps["short_steps"]) == (1, 3, None)
     assert steps["steps"] == spec["drafts"] and steps["draft_tokens"] == spec["draft_tokens"]
     assert steps["accepted"] == spec["accepted"]
-    # ... so the same answer held to an adaptive expectation shows nothing: not credited
-    seen = Engagement.of("detailed", [RequestSteps(steps["steps"], steps["draft_tokens"],
-                                                   steps["accepted"], 3, 0)])
+    # ... so the same counts held to an adaptive expectation show nothing: not credited
+    seen = observed([None], [], SpecDecode(spec["drafts"], spec["draft_tokens"],
+                                           spec["accepted"], ()), 3)
     assert judge(seen, ADAPTIVE).ok is None and judge(seen, FIXED).ok is True
     assert report["versions"]["server"].startswith("0.32")
     assert report["timings"]["boot_to_health_s"] > 0

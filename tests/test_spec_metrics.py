@@ -1,7 +1,8 @@
-"""vLLM's per-request spec-decode metrics read back as untrusted input (server/spec_metrics.py)
-and judged against what the launch expects, and the flag that asks for them
-(launch/spec_metrics_flag.py) read off the installed vLLM's option table. The shape is vLLM
-0.32's `RequestSpecDecodeMetrics.to_dict()`; test_smoke_vllm.py holds it to a real server."""
+"""The verify steps a set of requests showed, judged against what the launch expects
+(server/spec_metrics.py): vLLM's per-request spec-decode metrics read back as untrusted input
+where the server reports them (vLLM 0.32's `RequestSpecDecodeMetrics.to_dict()`), else the
+growth of /metrics' spec-decode counters; dspark adds no flag to the launch to get them
+(test_one_launch.py), and test_smoke_vllm.py holds the counters to a real server."""
 
 from __future__ import annotations
 
@@ -11,20 +12,20 @@ from typing import Any
 
 import pytest
 
-from dspark_cli.errors import UsageError
-from dspark_cli.launch.plan import build_plan
-from dspark_cli.launch.spec_metrics_flag import FLAG, ask_spec_metrics
+from dspark_cli.server.metrics import SpecDecode
 from dspark_cli.server.spec_metrics import (
     ADAPTIVE,
     AT_MOST,
+    COUNTERS,
     FIXED,
+    PER_REQUEST,
     Engagement,
     RequestSteps,
     expected_of,
     judge,
+    observed,
     parse,
 )
-from tests.conftest import compose_config
 
 
 def body(per_step: list[tuple[int, int]], k: int = 3, detailed: bool = True) -> dict[str, Any]:
@@ -99,15 +100,31 @@ def test_adaptive_needs_a_trimmed_step_and_fixed_k_needs_none() -> None:
     assert judge(TRIMMED, AT_MOST).ok is True  # ngram proposes up to K
 
 
-def test_nothing_asked_or_nothing_answered_is_said() -> None:
-    none_asked = Engagement.of(None, [None], why="`smoke.spec_metrics` is null")
-    assert judge(none_asked, ADAPTIVE).ok is None
-    assert "smoke.spec_metrics" in judge(none_asked, ADAPTIVE).sentence
-    silent = Engagement.of("detailed", [None, None])
+def test_nothing_read_or_nothing_counted_is_said() -> None:
+    unread = observed([None], [], None, 7)
+    assert judge(unread, ADAPTIVE).ok is None
+    assert "no spec-decode counters on /metrics" in judge(unread, ADAPTIVE).sentence
+    silent = observed([None, None], [], SpecDecode(0, 0, 0, ()), 7)
     assert judge(silent, FIXED).ok is False
-    assert "2 of 2 answers carried none" in judge(silent, FIXED).sentence
-    broken = Engagement.of("detailed", [], ["HTTP 500"])
+    assert "counted no verify step over 2 requests" in judge(silent, FIXED).sentence
+    broken = observed([], ["HTTP 500"], SpecDecode(3, 21, 5, ()), 7)
     assert judge(broken, FIXED).ok is False and "HTTP 500" in judge(broken, FIXED).sentence
+
+
+def test_without_per_request_metrics_the_counters_give_the_steps() -> None:
+    """vLLM counts one draft of K slots per verify step: 18 drafts of K=7 proposing 126 tokens
+    is K every step; 120 of them left 6 slots out (what adaptive verification would show)."""
+    full = observed([None, None], [], SpecDecode(18, 126, 29, ()), 7)
+    assert (full.level, full.steps, full.trimmed_tokens, full.short_steps) == (COUNTERS, 18, 0,
+                                                                               None)
+    assert judge(full, FIXED).ok is True and judge(full, ADAPTIVE).ok is None
+    trimmed = observed([None], [], SpecDecode(18, 120, 29, ()), 7)
+    verdict = judge(trimmed, ADAPTIVE)
+    assert verdict.ok is True and "6 of 18 x K=7 draft slots left out" in verdict.sentence
+    assert judge(trimmed, FIXED).outcome == "unexpected_trim"
+    # Answers that carry their own metrics win over the counters (the server reports them).
+    own = observed([parse(body([(3, 1), (2, 2)]))], [], SpecDecode(99, 297, 0, ()), 3)
+    assert (own.level, own.steps, own.short_steps) == (PER_REQUEST, 2, 1)
 
 
 def test_the_launch_says_what_to_expect() -> None:
@@ -117,28 +134,6 @@ def test_the_launch_says_what_to_expect() -> None:
     assert expected_of({"method": "dspark", "enable_adaptive_verification": False}, True) == (
         FIXED)
     assert expected_of({"method": "ngram"}, False) == AT_MOST
-
-
-def test_the_flag_goes_into_a_speculating_launch_only() -> None:
-    cfg, ask = ask_spec_metrics(compose_config(["+hw=cpu", "speculative=draft_model"]),
-                                "detailed", "smoke.spec_metrics")
-    argv = build_plan(cfg).argv
-    assert argv[argv.index(FLAG) + 1] == "detailed" and ask.level == "detailed"
-    cfg, ask = ask_spec_metrics(compose_config(["+hw=cpu", "speculative=none"]), "detailed",
-                                "smoke.spec_metrics")
-    assert FLAG not in build_plan(cfg).argv and ask.level is None and "refuses" in ask.why
-    # a level the config already sets is kept; `none` is nothing asked
-    for given, level in (("summary", "summary"), ("none", None)):
-        cfg, ask = ask_spec_metrics(compose_config(
-            ["+hw=cpu", "speculative=draft_model",
-             f"+serving.extra_args.per_request_spec_decode_metrics={given}"]),
-            "detailed", "smoke.spec_metrics")
-        argv = build_plan(cfg).argv
-        assert argv.count(FLAG) == 1 and argv[argv.index(FLAG) + 1] == given
-        assert ask.level == level and ask.by.startswith("serving.extra_args")
-    with pytest.raises(UsageError, match="takes one of detailed, none, summary"):
-        ask_spec_metrics(compose_config(["+hw=cpu", "speculative=ngram"]), "verbose",
-                         "smoke.spec_metrics")
 
 
 def test_a_real_vllm_032_answer_reads_as_fixed_k() -> None:

@@ -26,6 +26,7 @@ from tests.conftest import (
 )
 from tests.doubles.fake_vllm import SCRIPT
 from tests.smoke_support import fake_pid, port_free
+from tests.test_prepare_speed_bench import prepared
 
 GOLDEN = REPO / "tests" / "data" / "golden"
 
@@ -168,8 +169,10 @@ def test_ctrl_c_tears_down_and_still_writes_what_was_measured(tmp_path: Path) ->
     assert port_free(port)
 
 
-def test_dry_run_prints_the_plan_of_every_stage() -> None:
-    done = run_dspark("validate", "+hw=mi350x", "bench=speed_bench_throughput_1k", "--dry-run")
+def test_dry_run_prints_the_plan_of_every_stage(tmp_path: Path) -> None:
+    pin = prepared(tmp_path)
+    done = run_dspark("validate", "+hw=mi350x", "bench=speed_bench_throughput_1k", *pin,
+                      "--dry-run", "--commands", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for stage in ("1. checkpoint: verify-checkpoint of /models/DeepSeek-V4-Flash-DSpark",

@@ -139,10 +139,19 @@ def _planted(tmp_path: Path, how: str) -> dict[str, str]:
                                                         other_options()), hide_vllm=True)
     if how == "not json":
         return other_vllm(tmp_path, "[1, 2", hide_vllm=True)
+    if how == "nested too deep":
+        return other_vllm(tmp_path, "[" * 100_000, hide_vllm=True)
+    if how == "a list where a word belongs":
+        bad = json.loads(json.dumps(good))
+        bad["options"][ONLY_NEW]["kind"] = [["exec"]]
+        return other_vllm(tmp_path, bad, hide_vllm=True)
     env = other_vllm(tmp_path, good, hide_vllm=True)
     path = Path(env["DSPARK_CACHE_DIR"]) / "vllm-options" / entry_name(OTHER)
     if how == "writable by others":
         path.chmod(0o666)
+    elif how == "a FIFO":  # opened for a blocking read, it would hang every plan
+        path.unlink()
+        os.mkfifo(path)
     else:  # a symbolic link to a valid entry elsewhere
         elsewhere = tmp_path / "elsewhere.json"
         path.rename(elsewhere)
@@ -150,8 +159,9 @@ def _planted(tmp_path: Path, how: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("how", ["bad kind", "another vLLM's", "not json",
-                                 "writable by others", "symlink"])
+@pytest.mark.parametrize("how", ["bad kind", "another vLLM's", "not json", "nested too deep",
+                                 "a list where a word belongs", "writable by others",
+                                 "a FIFO", "symlink"])
 def test_a_planted_entry_is_never_used(tmp_path: Path, how: str) -> None:
     """With vLLM's code unimportable nothing can be derived: the entry is refused, and the
     plan falls back to the shipped table, saying why."""
@@ -160,6 +170,8 @@ def test_a_planted_entry_is_never_used(tmp_path: Path, how: str) -> None:
                               env=env)
     assert rc == 2 and "is not an option of vLLM 0.32.0" in err, err
     assert "shipped table" in err
+    refused = [line for line in err.splitlines() if "option-table cache entry" in line]
+    assert len(refused) == (how not in ("another vLLM's",)), err  # said once, when refused
     rc, doc, err = dry_run_json(env=env)
     assert rc == 0, err
     source = doc["vllm_options"]
@@ -250,8 +262,8 @@ def test_the_suites_shared_table_carries_only_a_trusted_entry(tmp_path: Path) ->
 
 
 def test_the_spec_metrics_flag_is_asked_only_of_a_vllm_that_has_it(tmp_path: Path) -> None:
-    """A vLLM without --per-request-spec-decode-metrics gets a launch without it (and the
-    installed 0.32, which has it, gets it: test_spec_metrics.py); nothing is assumed."""
+    """A vLLM without --per-request-spec-decode-metrics gets a launch without it (as every
+    vLLM does: the measured launch is serve's, test_one_launch.py); nothing is assumed."""
     lacking = {k: v for k, v in other_options().items()
                if k != "per_request_spec_decode_metrics"}
     done = run_dspark("bench", "bench=cpu", "+hw=cpu", "hw.args.dtype=null", "--dry-run",

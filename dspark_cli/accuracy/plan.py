@@ -6,6 +6,7 @@ through its OpenAI-compatible completions endpoint. Nothing here touches the dis
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,14 @@ def _int(conf: Mapping[str, Any], key: str, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise UsageError(f"validate.accuracy.{key}={value!r} must be an integer >= {least}.")
     return value
+
+
+def default_python() -> str:
+    """lm_eval's interpreter when neither validate.accuracy.python nor DSPARK_EVAL_PYTHON names
+    one: a source checkout's `.venv-eval` (what `make setup` makes, lm_eval beside dspark but
+    out of vLLM's venv), else dspark's own Python."""
+    checkout = conf_dir().parent / ".venv-eval" / "bin" / "python"
+    return str(checkout) if checkout.is_file() else sys.executable
 
 
 def accuracy_spec(conf: Mapping[str, Any] | None, default_python: str,

@@ -63,9 +63,27 @@ class ArmScore:
         documents, right = list(data.get("documents") or ()), set(data.get("correct") or ())
         if not right <= set(documents):
             raise ValueError(f"arm {data['arm']}: correct names documents it did not answer")
-        return cls(str(data["arm"]), str(data["status"]), str(data.get("reason") or ""),
-                   data.get("score"), {int(d): d in right for d in documents},
+        status, reason, score = str(data["status"]), str(data.get("reason") or ""), \
+            data.get("score")
+        held = held_to_documents(score, len(right), len(documents)) if status == SCORED else ""
+        if held:  # a score its own per-document results do not give: not a score
+            status, reason = FAILED, held
+        return cls(str(data["arm"]), status, reason, score,
+                   {int(d): d in right for d in documents},
                    data.get("lm_eval_version"), data.get("samples"), data.get("cell"))
+
+
+def held_to_documents(score: Any, correct: int, documents: int) -> str:
+    """Why a recorded score is not the share of its documents answered correctly ("" when
+    it is): lm_eval's exact match over the documents is that share, so a score is recomputed
+    from the per-document results, never taken as recorded."""
+    if not documents:
+        return "no per-document results recorded: its score cannot be recomputed"
+    share = correct / documents
+    if not isinstance(score, int | float) or isinstance(score, bool) or abs(score - share) > 1e-6:
+        return (f"its recorded score {score!r} is not its per-document results' "
+                f"{correct} of {documents} ({share:.4f}): the record was edited")
+    return ""
 
 
 @dataclass(frozen=True)

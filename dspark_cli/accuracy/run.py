@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -28,6 +27,7 @@ from dspark_cli.accuracy.plan import (
     TASK,
     AccuracySpec,
     accuracy_spec,
+    default_python,
     eval_argv,
     task_yaml,
 )
@@ -37,7 +37,7 @@ from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.workflow import claimed_ports, protocol_of
 from dspark_cli.config.plain import plain
 from dspark_cli.console import progress
-from dspark_cli.errors import MissingExtra, ServerError, UsageError
+from dspark_cli.errors import DsparkError, ExitCode, MissingExtra, ServerError, UsageError
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.run_files import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
 from dspark_cli.server import watchdog
@@ -45,6 +45,10 @@ from dspark_cli.server.deployment import Watch
 from dspark_cli.server.groups import descendants, stop_group
 from dspark_cli.server.log_patterns import fatal_patterns
 from dspark_cli.server.session import ServerSession
+from dspark_cli.status import Finding, Status
+from dspark_cli.untrusted import write_atomic
+
+DATASET_RULE, PYTHON_RULE = "accuracy-dataset", "accuracy-lm-eval"
 
 _VERSION = ("import importlib.metadata as m, importlib.util as u\n"
             "if u.find_spec('lm_eval') is None: raise SystemExit(1)\n"
@@ -80,23 +84,56 @@ def verified_documents(spec: AccuracySpec) -> tuple[bytes, int]:
     return data, len(rows)
 
 
+class MissingEval(MissingExtra):
+    """No interpreter dspark can find has lm_eval: a missing optional dependency (exit 4)."""
+
+    exit_code = ExitCode.MISSING_ENGINE
+
+
 def lm_eval_version(python: str) -> str:
-    """lm_eval's version in `python`; exit 2 naming the extra when it cannot import it."""
+    """lm_eval's version in `python`; exit 4 naming how to install it when it cannot import
+    it."""
     try:
         done = subprocess.run([python, "-c", _VERSION], capture_output=True, text=True,
                               timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise UsageError(f"validate.accuracy.python={python} cannot be run ({e}).") from None
     if done.returncode != 0:
-        raise MissingExtra("lm_eval", "validate's accuracy stage", python=python,
-                           elsewhere="name an interpreter that has it with "
-                                     "validate.accuracy.python or DSPARK_EVAL_PYTHON")
+        raise MissingEval("lm_eval", "validate's accuracy stage", python=python,
+                          elsewhere="`make setup` in a checkout (it makes .venv-eval, which "
+                          "validate finds by itself), or name an interpreter that has it with "
+                          "DSPARK_EVAL_PYTHON or validate.accuracy.python; "
+                          "validate.accuracy=null skips the stage")
     return done.stdout.strip()
 
 
 def _spec(cfg: DictConfig) -> AccuracySpec | None:
-    return accuracy_spec(plain(cfg.validate.accuracy), sys.executable,
+    return accuracy_spec(plain(cfg.validate.accuracy), default_python(),
                          [str(a) for a in cfg.bench.arms])
+
+
+def input_findings(cfg: DictConfig) -> tuple[Finding, ...]:
+    """The stage's inputs as a dry run's findings: the pinned dataset, and an interpreter that
+    finds lm_eval (asked without importing it)."""
+    spec = _spec(cfg)
+    if spec is None:
+        return ()
+    found = []
+    try:
+        verified_documents(spec)
+        found.append(Finding(DATASET_RULE, Status.passed, f"{spec.dataset} as pinned",
+                             "validate.accuracy.dataset"))
+    except DsparkError as e:
+        found.append(Finding(DATASET_RULE, Status.failed, e.message,
+                             "validate.accuracy.dataset"))
+    try:
+        lm_eval_version(spec.python)
+        found.append(Finding(PYTHON_RULE, Status.passed, f"{spec.python} has lm_eval",
+                             "validate.accuracy.python"))
+    except DsparkError as e:
+        found.append(Finding(PYTHON_RULE, Status.failed, e.message,
+                             "validate.accuracy.python"))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -259,8 +296,8 @@ def accuracy_in(cfg: DictConfig, scorer: Scorer) -> AccuracyRecord:
             scores = tuple(scorer.scores[n] for n in arms if n in scorer.scores)
             record = _record(cfg, prepared, model, scores)
             scorer.directory.mkdir(parents=True, exist_ok=True)
-            (scorer.directory / ACCURACY_JSON).write_text(
-                SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+            write_atomic(scorer.directory / ACCURACY_JSON,
+                         SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
 
 

@@ -21,7 +21,6 @@ from dspark_cli.config.schema import SpeculativeConf
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
-from dspark_cli.launch.spec_metrics_flag import MetricsAsk, as_started, ask_spec_metrics
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.draft_params import DraftParams, draft_params_spec
 from dspark_cli.server.spec_metrics import expected_of
@@ -32,9 +31,8 @@ class Arm:
     name: str
     cfg: DictConfig
     plan: LaunchPlan
-    # The per-request spec-decode metrics its launch asks for, what its steps must show
-    # (server/spec_metrics.py), and the DSpark draft's pinned parameter count.
-    metrics: MetricsAsk
+    # What its verify steps must show (server/spec_metrics.py), and the DSpark draft's pinned
+    # parameter count; its launch is `dspark serve`'s, nothing added.
     expected_steps: str | None
     draft_params: DraftParams | None
 
@@ -70,13 +68,11 @@ def compose_arms(cfg: DictConfig, protocol: Protocol) -> dict[str, Arm]:
     arms: dict[str, Arm] = {}
     for cell in protocol.cells:
         if cell.arm not in arms:
-            arm_cfg, ask = ask_spec_metrics(arm_config(cfg, cell.arm), cfg.bench.spec_metrics,
-                                            "bench.spec_metrics")
+            arm_cfg = arm_config(cfg, cell.arm)
             plan = build_plan(arm_cfg)
             checked_layout(plan)  # a bad layout is refused before anything runs
             expected = expected_of(plan.arg("speculative_config"),
                                    arm_cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)
-            arms[cell.arm] = Arm(cell.arm, arm_cfg, plan, as_started(cfg, ask), expected,
-                                 draft_params_spec(arm_cfg))
+            arms[cell.arm] = Arm(cell.arm, arm_cfg, plan, expected, draft_params_spec(arm_cfg))
         check_max_num_seqs(arms[cell.arm].plan.arg("max_num_seqs"), cell)
     return arms

@@ -14,7 +14,17 @@ from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.server import metrics
 from dspark_cli.server.process import Teardown
-from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, INT, LIST, MAP, TEXT
+from dspark_cli.untrusted import (
+    AMOUNT,
+    BOOL,
+    COUNT,
+    FRACTION,
+    INT,
+    LIST,
+    MAP,
+    NUMBER,
+    TEXT,
+)
 
 # The fields of cell.json that are read back, and their JSON types (`untrusted.check`).
 FIELDS = {
@@ -37,6 +47,24 @@ FIELDS = {
     "engagement.steps": COUNT, "engagement.short_steps": COUNT, "engagement.k": COUNT,
     "engagement.trimmed_tokens": INT, "draft_params": MAP, "draft_params.params": INT,
     "draft_params.expected": INT, "draft_params.ok": BOOL, "draft_params.sentence": TEXT,
+    "protocol.objectives": MAP, "protocol.objectives.ttft_ms": AMOUNT,
+    "protocol.objectives.tpot_ms": AMOUNT, "protocol.objectives.e2el_ms": AMOUNT,
+    "protocol.objectives.percentile": AMOUNT, "goodput": MAP, "goodput.requests": COUNT,
+    "goodput.good": COUNT, "goodput.share": FRACTION, "goodput.request_goodput": AMOUNT,
+    "goodput.output_goodput": AMOUNT, "goodput.vllm_request_goodput": AMOUNT,
+    "goodput.met": BOOL, "completed": COUNT, "failed": COUNT,
+}
+FIELDS |= {  # the watches' sections, read by report/watches_md.py
+    "per_position_acceptance": LIST, "per_position_acceptance.*": AMOUNT, "stall": MAP,
+    "stall.sentence": TEXT, "request_set": MAP, "request_set.name": TEXT,
+    "request_set.sha256": TEXT, "request_set.chat_templated": BOOL,
+    "request_set.random_tokens": BOOL, "acceptance_check": MAP, "acceptance_check.rate": AMOUNT,
+    "acceptance_check.flagged": BOOL, "acceptance_check.sentence": TEXT, "fallbacks": LIST,
+    "fallbacks.*": TEXT, "cold_start": MAP, "cold_start.phases_s": MAP,
+    "cold_start.phases_s.*": NUMBER, "cold_start.boot_s": AMOUNT,
+    "cold_start.before_first_line_s": AMOUNT, "gpus": MAP, "gpus.tool": TEXT, "gpus.flags": LIST,
+    "gpus.flags.*": TEXT, "gpus.measured": LIST, "gpus.measured.*": MAP,
+    "gpus.measured.*.means": MAP, "gpus.measured.*.means.*": NUMBER,
 }
 REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protocol.arms",
             "protocol.baseline", "protocol.concurrencies")
@@ -152,11 +180,11 @@ class CellRecord:
                "acceptance_length", "accepted_per_draft", "latency_ms", "boot_s", "teardown",
                "finished_at", "lossless", "degraded", "goodput", "engagement", "draft_params"}
         latency = data.get("latency_ms")
+        info = ProtocolInfo.from_dict(data["protocol"])
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
             valid=bool(data["valid"]), reasons=tuple(data.get("reasons") or ()),
-            protocol=ProtocolInfo.from_dict(data["protocol"]),
-            repeat=int(data.get("repeat", 1)),
+            protocol=info, repeat=int(data.get("repeat", 1)),
             accepted_per_draft=data["accepted_per_draft"] if "accepted_per_draft" in data
             else _per_draft(data.get("spec_decode")),
             latency_ms={str(k): {str(p): float(v) for p, v in ps.items()}
@@ -170,7 +198,8 @@ class CellRecord:
             teardown=Teardown.from_dict(td) if td else None,
             lossless=data.get("lossless") if isinstance(data.get("lossless"), Mapping) else None,
             degraded=tuple(str(x) for x in data.get("degraded") or ()),
-            goodput=gp.Goodput.from_dict(data["goodput"]) if data.get("goodput") else None,
+            goodput=gp.Goodput.from_dict(data["goodput"], info.objectives)
+            if data.get("goodput") else None,
             engagement=_section(data, "engagement"), draft_params=_section(data, "draft_params"),
             evidence={k: v for k, v in data.items() if k not in own},
         )

@@ -92,8 +92,8 @@ def verify(spec: DatasetSpec, needed_rows: int) -> VerifiedDataset:
         return VerifiedDataset(spec, None, None)
     if not file.is_file():
         hint = (
-            f"Prepare SPEED-Bench with {SPEED_BENCH_PREPARE} and point bench.dataset.path at "
-            "the directory it writes."
+            "make it from a local copy of the SPEED-Bench release with `dspark prepare "
+            f"speed-bench SRC --subset {spec.subset} --out {file.parent}` (docs/bench.md)"
             if spec.kind == "speed_bench"
             else "Set bench.dataset.path to an existing JSONL file."
         )

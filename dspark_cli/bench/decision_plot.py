@@ -10,6 +10,7 @@ from dspark_cli.bench.stats import Interval
 from dspark_cli.bench.summary import Summary
 from dspark_cli.bench.summary_rows import ArmResult
 from dspark_cli.run_files import DECISIONS_PNG, PARETO_PNG
+from dspark_cli.untrusted import png_bytes, write_atomic
 
 
 def _band(ax, xs: list[int], ivs: list[Interval], colour: str, label: str) -> None:
@@ -25,10 +26,12 @@ def _mine(summary: Summary, arm: str) -> list[ArmResult]:
 
 
 def plot(summary: Summary, directory: Path) -> tuple[Path, Path]:
-    """Write decisions.png and pareto.png into `directory` (Agg: no display needed)."""
+    """Write decisions.png and pareto.png into `directory` (Agg: no display needed), each
+    replaced atomically: a link planted at either name is replaced, never written through."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # names from records are no TeX
     import matplotlib.pyplot as plt
 
     panels = 2 if summary.objectives else 1
@@ -56,8 +59,7 @@ def plot(summary: Summary, directory: Path) -> tuple[Path, Path]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     fig.suptitle(f"dspark bench: {summary.protocol} (bands: 95% intervals over repeats)")
-    decisions = directory / DECISIONS_PNG
-    fig.savefig(decisions, dpi=110)
+    decisions = write_atomic(directory / DECISIONS_PNG, png_bytes(fig, dpi=110))
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5), constrained_layout=True)
@@ -74,7 +76,6 @@ def plot(summary: Summary, directory: Path) -> tuple[Path, Path]:
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
-    pareto = directory / PARETO_PNG
-    fig.savefig(pareto, dpi=110)
+    pareto = write_atomic(directory / PARETO_PNG, png_bytes(fig, dpi=110))
     plt.close(fig)
     return decisions, pareto

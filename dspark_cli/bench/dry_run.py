@@ -1,9 +1,12 @@
-"""A protocol's plan as text (shell-ready, commented) or as a dict: every cell's launch command
-and every phase's load command, exactly as a real run would execute them (pure)."""
+"""A protocol's plan as text or as a dict (pure): a summary (arms, cells, cold boots, requests,
+an estimate of the wall time), and behind `commands` every cell's launch command and every
+phase's load command, shell-ready, exactly as a real run would execute them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ def _dataset_line(dataset: DatasetSpec) -> str:
         if dataset.sha256
         else "NOT PINNED: a real run refuses it until bench.dataset.sha256 is set"
     )
-    return f"{dataset.kind} {file} ({pin}; checked when the run starts)"
+    return f"{dataset.kind} {file} ({pin})"
 
 
 def _loads(cell: Cell, protocol: Protocol, dataset: DatasetSpec, arm: Arm, run_dir: Path):
@@ -63,9 +66,90 @@ def _lossless_line(protocol: Protocol) -> str:
             f"{spec.reference}'s")
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """What the wall-time estimate assumes (`bench.estimate`): not measured."""
+
+    boot_s: float
+    tokens_per_s: float
+
+    def cell_s(self, cell: Cell, protocol: Protocol) -> float:
+        """A cold boot, then each phase in waves of `concurrency` requests at full length,
+        then the lossless prompts one at a time: an upper bound where answers end early."""
+        load = sum(math.ceil(p.num_prompts / p.concurrency) * p.output_tokens
+                   for p in cell.phases)
+        spec = protocol.lossless
+        greedy = 0 if spec is None else _prompt_count(spec.prompts) * spec.max_tokens
+        return self.boot_s + (load + greedy) / self.tokens_per_s
+
+
+def estimate_of(cfg: Any) -> Estimate | None:
+    """`bench.estimate` as the dry run's assumption (None: not set)."""
+    conf = cfg.bench.get("estimate")
+    if conf is None:
+        return None
+    return Estimate(float(conf.boot_s), float(conf.tokens_per_s))
+
+
+def _prompt_count(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            return sum(1 for line in f if line.strip())
+    except OSError:
+        return 0
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def summary(protocol: Protocol, dataset: DatasetSpec, run_dir: Path,
+            estimate: Estimate | None) -> dict[str, Any]:
+    """The plan in numbers: cells (each a cold boot), requests, and the estimated wall time."""
+    cells = protocol.cells
+    requests = sum(p.num_prompts for c in cells for p in c.phases)
+    out: dict[str, Any] = {"arms": list(protocol.arms), "cells": len(cells),
+                           "cold_boots": len(cells), "requests": requests,
+                           "measured_requests": sum(c.measured.num_prompts for c in cells),
+                           "run_dir": str(run_dir), "estimate_s": None}
+    if estimate is not None:
+        out["estimate_s"] = round(sum(estimate.cell_s(c, protocol) for c in cells))
+        out["estimate_assumes"] = {"boot_s": estimate.boot_s,
+                                   "tokens_per_s": estimate.tokens_per_s}
+    return out
+
+
+def summary_text(protocol: Protocol, dataset: DatasetSpec, run_dir: Path,
+                 estimate: Estimate | None) -> str:
+    numbers = summary(protocol, dataset, run_dir, estimate)
+    lines = [
+        f"# dspark bench: protocol {protocol.name}, baseline {protocol.baseline}",
+        f"# arms: {', '.join(protocol.arms)}; concurrencies: "
+        f"{', '.join(map(str, protocol.concurrencies))}; repeats: {protocol.repeats}",
+        f"# cells: {numbers['cells']}, each on its own cold server ({numbers['cold_boots']} "
+        f"cold boots); requests: {numbers['requests']} ({numbers['measured_requests']} "
+        "measured)",
+        f"# request set: {_dataset_line(dataset)}",
+        f"# lossless: {_lossless_line(protocol)}",
+    ]
+    if estimate is not None:
+        lines.append(
+            f"# estimated wall time: about {_duration(numbers['estimate_s'])} (assumes a "
+            f"{estimate.boot_s:.0f} s boot and {estimate.tokens_per_s:g} output tokens/s per "
+            "request, every answer at full length: bench.estimate.*)")
+    lines += [f"# run directory: {run_dir}", "#"]
+    lines += [f"#   cell {c.id}: {sum(p.num_prompts for p in c.phases)} requests, "
+              f"{len(c.phases)} phases" for c in protocol.cells]
+    lines.append("# every cell's launch and load commands: --commands (or --json)")
+    return "\n".join(lines) + "\n"
+
+
 def plan_text(
-    protocol: Protocol, dataset: DatasetSpec, arms: Mapping[str, Arm], run_dir: Path
+    protocol: Protocol, dataset: DatasetSpec, arms: Mapping[str, Arm], run_dir: Path,
+    estimate: Estimate | None = None, commands: bool = True,
 ) -> str:
+    if not commands:
+        return summary_text(protocol, dataset, run_dir, estimate)
     cells = protocol.cells
     lines = [
         f"# dspark bench: protocol {protocol.name}, {len(cells)} cells, baseline "
@@ -107,8 +191,10 @@ def plan_dict(
     arms: Mapping[str, Arm],
     run_dir: Path,
     findings: Mapping[str, Sequence[Any]],
+    estimate: Estimate | None = None,
 ) -> dict[str, Any]:
     return {
+        "summary": summary(protocol, dataset, run_dir, estimate),
         "protocol": {
             "name": protocol.name,
             "arms": list(protocol.arms),

@@ -1,22 +1,22 @@
 """A cell's engagement probe: after the measured phase (its counters already read), as many
 completions at once as the cell's concurrency, so the server batches them as under the load,
-sampled as the protocol samples (at most MAX_TOKENS each: enough verify steps), each answered
-with vLLM's per-request speculative-decoding metrics (asked for in the arm's launch:
-`launch/spec_metrics_flag.py`). Their steps say whether verification trimmed
-(`server/spec_metrics.py`): what the cell's record keeps as `engagement`, beside the DSpark
+sampled as the protocol samples (at most MAX_TOKENS each: enough verify steps). Their steps,
+read from the launch as `dspark serve` starts it (per-request metrics where the server reports
+them, else /metrics' spec-decode counters around the probe: `spec_metrics.observed`), say
+whether verification trimmed: what the cell's record keeps as `engagement`, beside the DSpark
 draft's parameter count against its pin (`draft_params`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
 from dspark_cli.bench.protocol import Sampling
-from dspark_cli.launch.spec_metrics_flag import MetricsAsk
-from dspark_cli.server.spec_metrics import Engagement, RequestSteps, judge, parse
+from dspark_cli.server.metrics import Scrape, spec_decode
+from dspark_cli.server.spec_metrics import Engagement, RequestSteps, judge, observed, parse
 from dspark_cli.server.tls import shared_context
 
 # The prompts when the protocol has no pinned greedy prompts to reuse.
@@ -38,30 +38,32 @@ def _one(client: httpx.Client, url: str, body: dict[str, Any]) -> RequestSteps |
 
 
 def probe(base_url: str, model: str, prompts: Sequence[str], concurrency: int,
-          sampling: Sampling, timeout_s: float, ask: MetricsAsk) -> Engagement:
-    """`concurrency` (at most MAX_REQUESTS) completions at once, sampled as `sampling` says."""
+          sampling: Sampling, timeout_s: float, k: int | None,
+          scrape: Callable[[], Scrape | None]) -> Engagement:
+    """`concurrency` (at most MAX_REQUESTS) completions at once, sampled as `sampling` says;
+    `scrape` reads /metrics (None when it cannot) before and after them."""
     count = max(1, min(concurrency, MAX_REQUESTS))
     bodies = [{"model": model, "prompt": prompts[i % len(prompts)], "ignore_eos": True,
                "max_tokens": min(sampling.max_output_tokens, MAX_TOKENS),
                "temperature": sampling.temperature, "top_p": sampling.top_p}
               for i in range(count)]
+    before = scrape()
     with (httpx.Client(timeout=timeout_s, verify=shared_context()) as client,
           ThreadPoolExecutor(count) as pool):
         answers = list(pool.map(lambda b: _one(client, f"{base_url}/v1/completions", b),
                                 bodies))
-    problems = [a for a in answers if isinstance(a, str)]
-    level = ask.level
-    steps = [a for a in answers if not isinstance(a, str)]
-    if level is None and any(s is not None for s in steps):
-        level = "as the server was started"
-    return Engagement.of(level, steps, problems, ask.why)
+    after = scrape()
+    counters = None if before is None or after is None else spec_decode(after.delta(before))
+    return observed([a for a in answers if not isinstance(a, str)],
+                    [a for a in answers if isinstance(a, str)], counters, k)
 
 
-def record(seen: Engagement | None, ask: MetricsAsk, expected: str | None) -> dict[str, Any]:
-    """The cell's `engagement` section: what was asked and expected, what the answers showed,
-    and the outcome (`trimmed`, `full_k`, `unexpected_trim`, `not_measured`) with `ok`."""
+def record(seen: Engagement | None, expected: str | None) -> dict[str, Any]:
+    """The cell's `engagement` section: what was expected, what the steps showed, and the
+    outcome (`trimmed`, `full_k`, `unexpected_trim`, `not_measured`) with `ok`."""
     if seen is None:
-        seen = Engagement.of(None, (), why=ask.why or "the cell ended before its probe")
+        seen = Engagement(None, 0, 0, 0, 0, 0, None, None,
+                          why="the cell ended before its probe")
     verdict = judge(seen, expected)
-    return {**seen.to_dict(), "asked": ask.to_dict(), "expected": expected,
-            "outcome": verdict.outcome, "ok": verdict.ok, "sentence": verdict.sentence}
+    return {**seen.to_dict(), "expected": expected, "outcome": verdict.outcome,
+            "ok": verdict.ok, "sentence": verdict.sentence}

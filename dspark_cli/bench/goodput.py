@@ -96,15 +96,20 @@ class Goodput:
                 "vllm_request_goodput": self.vllm_request_goodput, "met": self.met}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Goodput:
-        """A recorded goodput; ValueError/TypeError/KeyError when it is not one."""
+    def from_dict(cls, data: Mapping[str, Any], obj: Objectives | None = None) -> Goodput:
+        """A recorded goodput, `met` recomputed from its counts and `obj`'s percentile (a
+        record's own `met` is a claim, never read: `"met": "false"` is no boolean, and an edited
+        `true` would outvote the counts); ValueError/TypeError/KeyError when it is not one."""
         vllm = data.get("vllm_request_goodput")
-        out = cls(int(data["requests"]), int(data["good"]), float(data["request_goodput"]),
-                  float(data["output_goodput"]), None if vllm is None else float(vllm),
-                  bool(data["met"]))
-        if not 0 <= out.good <= out.requests:
-            raise ValueError(f"goodput: {out.good} good of {out.requests} requests")
-        return out
+        requests, good = data["requests"], data["good"]
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (requests, good)):
+            raise ValueError(f"goodput: {good!r} good of {requests!r} requests are no counts")
+        if not 0 <= good <= requests:
+            raise ValueError(f"goodput: {good} good of {requests} requests")
+        percentile = obj.percentile if obj is not None else 100.0
+        return cls(requests, good, float(data["request_goodput"]),
+                   float(data["output_goodput"]), None if vllm is None else float(vllm),
+                   meets(good, requests, percentile))
 
 
 def _tpot(latency: float, ttft: float, tokens: int) -> float:
@@ -132,7 +137,13 @@ def measure(result: Mapping[str, Any], obj: Objectives) -> Goodput | None:
     vllm = result.get("request_goodput")
     return Goodput(len(lens), good, good / duration, tokens / duration,
                    float(vllm) if isinstance(vllm, int | float) else None,
-                   good >= obj.percentile / 100 * len(lens))
+                   meets(good, len(lens), obj.percentile))
+
+
+def meets(good: int, requests: int, percentile: float) -> bool:
+    """Whether `good` of `requests` met the objective: at least `percentile`% of them (a phase
+    without requests met nothing)."""
+    return requests > 0 and good >= percentile / 100 * requests
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ from typing import Any
 from dspark_cli.bench import decision_plot
 from dspark_cli.bench import records as rec
 from dspark_cli.bench.cell import CellRecord
-from dspark_cli.bench.proposal_files import write_proposal
+from dspark_cli.bench.proposal_files import Launch, write_proposal
 from dspark_cli.bench.summary import Summary, summarize
 from dspark_cli.bench.summary_files import write
 from dspark_cli.errors import UsageError
+from dspark_cli.untrusted import shown_path, text_path
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,12 @@ def _belong_together(records: Sequence[CellRecord]) -> None:
             hint="Report each run's directory separately.")
 
 
-def merge(directory: Path) -> Merged:
-    """Collect, summarize, and write summary.json/csv/png into `directory`."""
-    if not directory.is_dir():
-        raise UsageError(f"{directory} is not a directory.")
+def merge(directory: Path, launch: Launch | None = None) -> Merged:
+    """Collect, summarize, and write summary.json/csv/png and proposal.json into `directory`.
+    It runs nothing and reads nothing back as config: only `launch` (the live bench's own
+    config) puts the proposal through the preflight; `bench --report` passes none."""
+    if not text_path(directory).is_dir():
+        raise UsageError(f"{shown_path(directory)} is not a directory.")
     records = rec.collect(directory)
     if not records:
         raise UsageError(
@@ -103,7 +106,10 @@ def merge(directory: Path) -> Merged:
     json_path, csv_path = write(summary, directory)
     png = None
     if importlib.util.find_spec("matplotlib"):
-        png = plot(summary, directory)
-        decision_plot.plot(summary, directory)
+        from dspark_cli.bench.render import for_terminal
+
+        shown = for_terminal(summary, markup=False)  # record text as a picture may show it
+        png = plot(shown, directory)
+        decision_plot.plot(shown, directory)
     return Merged(directory, summary, json_path, csv_path, png,
-                  write_proposal(summary, directory))
+                  write_proposal(summary, directory, launch))

@@ -5,14 +5,13 @@ lines; an invalid cell is a red cross, never a line point.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from dspark_cli.bench import stats
 from dspark_cli.bench.stats import Interval
 from dspark_cli.bench.summary import Summary
 from dspark_cli.run_files import SUMMARY_PNG
-from dspark_cli.untrusted import write_atomic
+from dspark_cli.untrusted import png_bytes, write_atomic
 
 
 def _errors(intervals: list[Interval]) -> list[list[float]]:
@@ -26,6 +25,7 @@ def plot(summary: Summary, directory: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # names from records are no TeX
     import matplotlib.pyplot as plt
 
     fig, (ax_tp, ax_sp) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
@@ -88,9 +88,6 @@ def plot(summary: Summary, directory: Path) -> Path:
     bars = f"; error bars: {stats.CONFIDENCE:.0%} intervals" if summary.repeats > 1 else ""
     fig.suptitle(f"dspark bench: {summary.protocol} ({summary.repeats} repeat"
                  f"{'s' if summary.repeats != 1 else ''} per cell{bars})")
-    path = directory / SUMMARY_PNG
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
+    path = write_atomic(directory / SUMMARY_PNG, png_bytes(fig, dpi=110))
     plt.close(fig)
-    write_atomic(path, png.getvalue())
     return path

@@ -20,6 +20,7 @@ import yaml
 from dspark_cli.bench import winners
 from dspark_cli.run_files import PROPOSAL_DIR as PROFILES_DIR
 from dspark_cli.run_files import PROPOSAL_JSON
+from dspark_cli.untrusted import write_atomic
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 PROPOSED = "proposed"
@@ -38,13 +39,14 @@ class Proposal:
     commands: tuple[str, ...] = ()  # `dspark serve ... --dry-run --validate`, shell-quoted
     validate_command: str = ""
     note: str = ""
+    name: str = PROPOSED  # the proposal's arm (`proposed`, numbered past the run's own arms)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "statement": STATEMENT if self.kind != "none" else "",
                 "ranges": [{"first": a, "last": b, "arm": arm} for a, b, arm in self.ranges],
                 "schedule": [list(s) for s in self.schedule], "profile": self.profile,
                 "commands": list(self.commands), "validate_command": self.validate_command,
-                "note": self.note}
+                "note": self.note, "name": self.name}
 
 
 def _k(profile: Mapping[str, Any]) -> int:
@@ -57,7 +59,9 @@ def _drafting(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 def schedulable(arms: Sequence[str], profiles: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The arm whose drafter a K schedule would run (the largest K), or None when the arms
-    differ in more than their draft count (or none drafts)."""
+    differ in more than their draft count (or none drafts, or one's profile is unknown)."""
+    if any(a not in profiles for a in arms):
+        return None
     drafting = [a for a in arms if profiles[a].get("method")]
     if not drafting or len({json.dumps(_drafting(profiles[a]), sort_keys=True, default=str)
                             for a in drafting}) != 1:
@@ -69,49 +73,97 @@ def _serve(base: Sequence[str], extra: Sequence[str]) -> str:
     return shlex.join(["dspark", "serve", *base, *extra, "--dry-run", "--validate"])
 
 
+def _arm(arm: str, foreign: Mapping[str, Path]) -> list[str]:
+    """The overrides that make `arm` the served profile: a profile outside dspark's config
+    group (a proposal's) is found through Hydra's search path."""
+    if arm in foreign:
+        return [f"hydra.searchpath=[file://{foreign[arm]}]", f"speculative={arm}"]
+    return [f"speculative={arm}"]
+
+
+def _name(arms: Sequence[str]) -> str:
+    """The proposal's arm: `proposed`, numbered when the run already has one (a proposal that
+    won its own validation proposes again)."""
+    n = 1
+    while (name := PROPOSED if n == 1 else f"{PROPOSED}_{n}") in arms:
+        n += 1
+    return name
+
+
+def _gaps(found: Sequence[winners.Winner]) -> str:
+    """What the loads without a clear winner are served with, and why."""
+    kept: dict[tuple[str, str], list[int]] = {}
+    for w in found:
+        if w.arm is None and w.kept is not None:
+            why = ("the best measured there, though not clearly faster" if w.kept == w.best
+                   else "the baseline: no arm is measured clearly faster than it there")
+            kept.setdefault((w.kept, why), []).append(w.concurrency)
+    return "".join(f"; {'loads' if len(loads) > 1 else 'load'} "
+                   f"{', '.join(map(str, sorted(loads)))} without a clear winner "
+                   f"{'keep' if len(loads) > 1 else 'keeps'} {arm} ({why})"
+                   for (arm, why), loads in kept.items())
+
+
 def propose(found: Sequence[winners.Winner], profiles: Mapping[str, Mapping[str, Any]],
             has_schedule: bool, base_overrides: Sequence[str], run_dir: Path,
-            arms: Sequence[str]) -> Proposal:
+            arms: Sequence[str], foreign: Mapping[str, Path] | None = None,
+            launch_known: bool = True) -> Proposal:
     """What to serve from `found` (the summary's winners); `profiles` are the arms' speculative
-    profiles, `base_overrides` the run's own launch overrides (model, hardware, serving)."""
+    profiles as dspark's own config holds them (an arm missing is unknown), `foreign` the
+    folders of those outside its config group, `base_overrides` the launch overrides of this
+    process (model, hardware, serving; `launch_known` False: none known, the caller adds
+    them). A load without a clear winner keeps `Winner.kept`, never an arm measured slower."""
+    foreign = foreign or {}
     ranges = tuple(winners.ranges(found))
-    if not ranges:
+    if not any(w.arm for w in found):
         return Proposal("none", (), note="no load has a clear winner: nothing to propose")
     used = list(dict.fromkeys(arm for _, _, arm in ranges))
-    gaps = [w.concurrency for w in found if w.arm is None]
-    gap_note = (f"; loads {gaps} have no clear winner: vLLM carries the range below on"
-                if gaps else "")
+    notes = _gaps(found)
+    if not launch_known:
+        notes += ("; the run's launch overrides (model, hardware, serving) are not read back "
+                  "from its records: add yours to each command")
+    unknown = [a for a in used if a not in profiles]
+    if unknown:
+        notes += (f"; {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} no profile "
+                  "of dspark's config: its command needs hydra.searchpath=[file://DIR], DIR "
+                  "holding speculative/<arm>.yaml")
+    name = _name(arms)
     validate = shlex.join(["dspark", "validate", *base_overrides,
-                           f"bench.arms=[{','.join([*arms, PROPOSED])}]",
+                           f"bench.arms=[{','.join([*arms, name])}]",
                            f"bench.profiles={run_dir / PROFILES_DIR}"])
     base = schedulable(used, profiles) if len(used) > 1 else None
     if base is not None and has_schedule:
         schedule = tuple((a, b, _k(profiles[arm])) for a, b, arm in ranges)
         value = "[" + ",".join(f"[{a},{b},{k}]" for a, b, k in schedule) + "]"
-        profile = {**profiles[base], "name": PROPOSED,
+        profile = {**profiles[base], "name": name,
                    "extra": {**(profiles[base].get("extra") or {}), SCHEDULE_KEY: schedule}}
-        cmd = _serve(base_overrides, [f"speculative={base}",
-                                      f"+speculative.extra.{SCHEDULE_KEY}={value}"])
+        # `++`: the drafter's profile may hold a schedule already (a proposal that won).
+        cmd = _serve(base_overrides, [*_arm(base, foreign),
+                                      f"++speculative.extra.{SCHEDULE_KEY}={value}"])
         return Proposal("schedule", ranges, schedule, profile, (cmd,), validate,
-                        f"one server, K per batch size from {base}'s drafter{gap_note}")
-    why = ("one arm wins every load it wins" if len(used) == 1 else
+                        f"one server, K per batch size from {base}'s drafter{notes}", name)
+    why = ("one arm serves every load" if len(used) == 1 else
            f"the installed vLLM has no {SCHEDULE_KEY}" if base is not None else
-           "the winning arms differ in more than their draft count")
-    cmds = tuple(_serve(base_overrides, [f"speculative={arm}"]) for arm in used)
+           "the arms differ in more than their draft count")
+    cmds = tuple(_serve(base_overrides, _arm(arm, foreign)) for arm in used)
     return Proposal("per_load", ranges, (), None, cmds, "",
                     f"the arm per load range ({why}); route each range to its own server"
-                    f"{gap_note}")
+                    f"{notes}", name)
 
 
-def write(proposal: Proposal, directory: Path) -> Path:
-    """proposal.json, and the proposed profile as `proposal/speculative/proposed.yaml` (what
-    `bench.profiles` makes an arm)."""
-    if proposal.profile is not None:
-        folder = directory / PROFILES_DIR / "speculative"
-        folder.mkdir(parents=True, exist_ok=True)
-        plain = json.loads(json.dumps(proposal.profile, default=list))
-        (folder / f"{PROPOSED}.yaml").write_text(
-            f"# {STATEMENT}\n" + yaml.safe_dump(plain, sort_keys=False))
-    path = directory / PROPOSAL_JSON
-    path.write_text(json.dumps(proposal.to_dict(), indent=2) + "\n")
-    return path
+def write(proposal: Proposal, directory: Path,
+          carried: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """proposal.json, and the proposed profile as `proposal/speculative/<name>.yaml` (what
+    `bench.profiles` makes an arm) beside `carried`: the profiles of the run's own arms from
+    outside dspark's config, so the next validation finds them too. Written atomically,
+    never through a link."""
+    folder = directory / PROFILES_DIR / "speculative"
+    profiles = {**(carried or {}), **({proposal.name: proposal.profile}
+                                     if proposal.profile is not None else {})}
+    for arm, profile in profiles.items():
+        plain = json.loads(json.dumps(profile, default=list))
+        write_atomic(folder / f"{arm}.yaml", (f"# {STATEMENT}\n" if arm == proposal.name
+                                              else "") + yaml.safe_dump(plain, sort_keys=False),
+                     directory)
+    return write_atomic(directory / PROPOSAL_JSON, json.dumps(proposal.to_dict(), indent=2)
+                        + "\n", directory)

@@ -1,59 +1,98 @@
-"""The proposal of a bench run directory on disk: its inputs read from the run (the arms'
-profiles, the run's own launch overrides, what the installed vLLM has), proposal.json written,
-and every proposed `dspark serve` command put through the same dry-run preflight
-(`--dry-run --validate`, vLLM's own parser included), its outcome recorded beside it."""
+"""The proposal of a bench run directory on disk, recomputed from its summary's winners each
+time, its inputs from dspark's own config only: the arms' profiles from the config group (and,
+in a live bench, `bench.profiles` of this process's config), the launch overrides of this
+process's own command line. Nothing read back from a run (its `.hydra/overrides.yaml`, its
+arms' config.yaml, a proposal.json) is ever used as an override or a profile. Only a live bench
+puts each proposed `dspark serve` command through the dry-run preflight (`--dry-run
+--validate`, vLLM's own parser included), from its own config; `bench --report` and `dspark
+report` run nothing and say the preflight was not checked."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from omegaconf import DictConfig
 
 from dspark_cli.bench import proposal
 from dspark_cli.bench.summary import Summary
+from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
-from dspark_cli.run_files import ARMS_DIR, CONFIG_YAML
+from dspark_cli.run_files import PROPOSAL_DIR
+from dspark_cli.untrusted import load_json, load_yaml, write_atomic
 from dspark_cli.vllm.speculative_fields import has_field
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # a config group option's name
 
 # Overrides of the run that are not the launch a proposal keeps: the protocol, the run's own
 # directory and ports, and the drafter the proposal replaces.
 _NOT_LAUNCH = ("bench", "+bench", "hydra", "validate", "+validate", "speculative", "server.")
 PREFLIGHT_TIMEOUT_S = 300.0
+NOT_CHECKED = ("not checked: the preflight runs only in the bench that measured the cells, "
+               "from its own config; run the command to check it")
 
 
-def _yaml(path: Path) -> Any:
+@dataclass(frozen=True)
+class Launch:
+    """What this process's own config says of the launch (never read back from a run)."""
+
+    overrides: tuple[str, ...]  # its command line's overrides that describe the launch
+    profiles_dir: Path | None  # `bench.profiles`: arms from outside the config group
+
+
+def this_launch(cfg: DictConfig) -> Launch:
+    """The launch of the running `dspark bench`/`validate`, from Hydra's own record of this
+    process's command line."""
+    from hydra.core.hydra_config import HydraConfig
+
+    given = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    extra = (cfg.get("bench") or {}).get("profiles")
+    return Launch(tuple(o for o in given if not o.lstrip("~").startswith(_NOT_LAUNCH)),
+                  Path(str(extra)).expanduser().resolve() if extra else None)
+
+
+def _yaml(path: Path, root: Path) -> Any:
+    """A YAML file inside `root` through the one reader; None when absent or unreadable (a
+    proposal is advice: a bad record leaves the arm's profile unknown, not the run)."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, yaml.YAMLError):
+        return load_yaml(path, root)
+    except UsageError:
         return None
 
 
-def _profile(directory: Path, arm: str) -> dict[str, Any]:
-    """The arm's profile as the config group holds it, else as its run record resolved it."""
-    own = _yaml(conf_dir() / "speculative" / f"{arm}.yaml")
-    if isinstance(own, dict):
-        return own
-    for path in sorted(directory.rglob(f"{ARMS_DIR}/{arm}/{CONFIG_YAML}")):
-        spec = (_yaml(path) or {}).get("speculative")
-        if isinstance(spec, dict):
-            return spec
-    return {"name": arm}
+def own_profiles(arms: list[str] | tuple[str, ...], launch: Launch | None
+                 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(every profile, those from outside the config group) of `arms` as dspark's own config
+    holds them: conf/speculative/, else this process's `bench.profiles`. An arm named by a
+    record is only ever looked up by name among these files."""
+    group = {p.stem: p for p in (conf_dir() / "speculative").glob("*.yaml")}
+    extra = ({p.stem: p for p in (launch.profiles_dir / "speculative").glob("*.yaml")}
+             if launch and launch.profiles_dir else {})
+    found, foreign = {}, {}
+    for arm in arms:
+        path = group.get(arm) or extra.get(arm)
+        profile = _yaml(path, path.parent) if path else None
+        if isinstance(profile, dict):
+            found[arm] = profile
+            if arm not in group:
+                foreign[arm] = profile
+    return found, foreign
 
 
-def launch_overrides(directory: Path) -> list[str]:
-    """The run's command-line overrides (Hydra's .hydra/overrides.yaml, of the run or of the
-    validate run above a bench stage) that describe the launch."""
-    for where in (directory, directory.parent):
-        found = _yaml(where / ".hydra" / "overrides.yaml")
-        if isinstance(found, list):
-            return [str(o) for o in found
-                    if not str(o).lstrip("~").startswith(_NOT_LAUNCH)]
-    return []
+def recompute(summary: Summary, directory: Path, launch: Launch | None) -> proposal.Proposal:
+    """The proposal `summary`'s winners make (pure but for reading dspark's own profiles and
+    the installed vLLM's source)."""
+    profiles, foreign = own_profiles(list(summary.arms), launch)
+    return proposal.propose(
+        summary.winners, profiles, has_field(proposal.SCHEDULE_KEY),
+        launch.overrides if launch else (), directory, summary.arms,
+        {a: directory / PROPOSAL_DIR for a in foreign}, launch_known=launch is not None)
 
 
 def _preflight(command: str) -> dict[str, Any]:
@@ -70,23 +109,22 @@ def _preflight(command: str) -> dict[str, Any]:
             "output": "\n".join(tail)}
 
 
-def write_proposal(summary: Summary, directory: Path) -> Path:
-    """proposal.json (and the proposed profile) for `summary`, its commands preflighted."""
-    found = proposal.propose(summary.winners, {a: _profile(directory, a) for a in summary.arms},
-                             has_field(proposal.SCHEDULE_KEY), launch_overrides(directory),
-                             directory, summary.arms)
-    path = proposal.write(found, directory)
+def write_proposal(summary: Summary, directory: Path, launch: Launch | None = None) -> Path:
+    """proposal.json (and the profiles a validation of it needs) for `summary`; with `launch`
+    (a live bench: this process's own config), its commands preflighted, else none is."""
+    found = recompute(summary, directory, launch)
+    _, foreign = own_profiles(list(summary.arms), launch)
+    path = proposal.write(found, directory, foreign)
     if found.commands:
-        data = json.loads(path.read_text())
-        data["preflight"] = [_preflight(c) for c in found.commands]
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        data = found.to_dict()
+        data["preflight"] = ([_preflight(c) for c in found.commands] if launch is not None
+                             else NOT_CHECKED)
+        write_atomic(path, json.dumps(data, indent=2) + "\n", directory)
     return path
 
 
 def read(directory: Path) -> dict[str, Any] | None:
-    """A run's proposal.json, None when absent or not a JSON object."""
-    try:
-        data = json.loads((directory / proposal.PROPOSAL_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    """A run's proposal.json through the one reader, None when absent or not a JSON object;
+    RecordError (exit 2) when it is unreadable (a FIFO, a link out, bad bytes)."""
+    data = load_json(directory / proposal.PROPOSAL_JSON, directory)
     return data if isinstance(data, dict) else None

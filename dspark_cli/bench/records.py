@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dspark_cli.bench.cell import FIELDS, REQUIRED, CellRecord
 from dspark_cli.run_files import CELL_JSON, CELLS_DIR
-from dspark_cli.untrusted import RecordError, check, load_json
+from dspark_cli.untrusted import RecordError, check, load_json, walk
 
 
 def cell_dir(run_dir: Path, cell_id: str) -> Path:
@@ -28,6 +28,9 @@ def read(path: Path, root: Path | None = None) -> CellRecord:
     if data is None:
         raise RecordError(path, "the file", "does not exist")
     check(data, path, FIELDS, REQUIRED)
+    if data["valid"] and data.get("output_throughput") is None:
+        raise RecordError(path, "output_throughput", "is missing from a cell marked valid "
+                          "(a valid cell measured its throughput)")
     try:
         return CellRecord.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -38,7 +41,7 @@ def read(path: Path, root: Path | None = None) -> CellRecord:
 def finished_valid(run_dir: Path, cell_id: str) -> CellRecord | None:
     """The cell's record if a previous run finished it validly (resume skips it)."""
     path = cell_dir(run_dir, cell_id) / CELL_JSON
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
     record = read(path, run_dir)
     return record if record.valid else None
@@ -58,7 +61,7 @@ def set_aside(run_dir: Path, cell_id: str) -> Path | None:
 
 def collect(root: Path) -> list[CellRecord]:
     """Every cell record under `root` (a run or a multirun directory), retries included."""
-    return [read(p, root) for p in sorted(root.rglob(CELL_JSON))]
+    return [read(p, root) for p in walk(root, [CELL_JSON])[CELL_JSON]]
 
 
 def pick_best(records: Iterable[CellRecord]) -> list[CellRecord]:

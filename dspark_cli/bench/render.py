@@ -3,14 +3,41 @@ aggregated), invalid repeats with their reason, and the results sentence under t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench import decision_render, stats, verdicts
 from dspark_cli.bench.summary import Summary
 from dspark_cli.bench.summary_rows import ArmResult
+from dspark_cli.launch.secrets import redact_text
+from dspark_cli.untrusted import printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+
+
+def for_terminal(summary: Summary, markup: bool = True) -> Summary:
+    """`summary` with every text read back from a record as the terminal (or a picture) may
+    show it: redacted, control characters escaped (`untrusted.printable`), and with `markup`
+    rich's markup escaped (an arm named `[/x]` is text, not a tag; the reasons are escaped
+    where they are rendered)."""
+    from rich.markup import escape
+
+    def shown(value: Any, markup: bool = True) -> Any:
+        if type(value) is str:  # not an enum's member: a verdict stays a verdict
+            text = printable(redact_text(value))
+            return escape(text) if markup else text
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.replace(value, **{
+                f.name: shown(getattr(value, f.name), markup and f.name != "reasons")
+                for f in dataclasses.fields(value) if f.init})
+        if isinstance(value, tuple | list):
+            return type(value)(shown(v, markup) for v in value)
+        if isinstance(value, dict):
+            return {shown(k, markup): shown(v, markup) for k, v in value.items()}
+        return value
+
+    return shown(summary, markup)
 
 
 def _num(value: float | None, fmt: str) -> str:

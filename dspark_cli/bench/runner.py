@@ -24,22 +24,32 @@ from dspark_cli.bench.cell import CellRecord, CellTimings, Observed, ProtocolInf
 from dspark_cli.bench.dataset import VerifiedDataset
 from dspark_cli.bench.engagement_probe import PROMPTS, probe
 from dspark_cli.bench.engagement_probe import record as engagement_record
+from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
 from dspark_cli.bench.greedy_probe import answer
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
 from dspark_cli.bench.loadgen_forks import LoadgenForks
 from dspark_cli.bench.lossless import PromptSet, compare, reference_record
 from dspark_cli.bench.protocol import Cell, Protocol
+from dspark_cli.bench.request_set import describe
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
+from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
+from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
+from dspark_cli.machine.gpu_sampler import record as gpu_record
+from dspark_cli.server.cold_start import read_cold_start
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.draft_params import seen_params
+from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.log_patterns import Pattern
 from dspark_cli.server.logscan import degraded_lines
-from dspark_cli.server.metrics import Scrape, ScrapeError
+from dspark_cli.server.metrics import Scrape, ScrapeError, spec_decode
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import Engagement
+from dspark_cli.untrusted import write_atomic
+
+GPU_SAMPLES = "gpus.json"  # a cell's every GPU sample, beside its cell.json
 
 
 def _now() -> str:
@@ -61,6 +71,12 @@ class CellContext:  # what every cell of one run shares
     degraded: tuple[Pattern, ...] = ()  # vLLM overrode what was asked: the cell is degraded
     after: CellHook | None = None
     forks: LoadgenForks | None = None  # the run's warm load generators (None: each cold)
+    stall: StallSettings | None = None  # the stall watch (`watch.stall_s`); None: off
+    min_acceptance: float | None = 0.0  # `watch.min_acceptance`: at or below it, flagged
+    fallbacks: tuple[Pattern, ...] = ()  # `logs.fallbacks`: speculation ran other than asked
+    gpu_tool: str | None = None  # the GPU vendor tool that samples every cell (None: none)
+    gpu_interval_s: float = 1.0  # `watch.gpu_interval_s`
+    gpu_idle_below: float = 10.0  # `watch.gpu_idle_below`
 
 
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
@@ -83,21 +99,30 @@ class _CellRun:
         self.boot_s: float | None = None
         self.greedy: dict[str, Any] | None = None  # the lossless probe's answers
         self.engaged: Engagement | None = None  # the engagement probe's steps
+        self.measured_argv: list[str] = []  # the measured phase's load generator command
+        self.sampler = GpuSampler(ctx.gpu_interval_s, ctx.gpu_tool)
+        self.window: tuple[float, float] | None = None  # the measured phase, sampler's clock
 
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
         started_at, start = _now(), time.monotonic()
         draft = self.arm.draft_params
         watch = Watch(self.launch.ready_timeout_s, self.ctx.fatal,
-                      (*self.ctx.degraded, *((draft.pattern,) if draft else ())),
+                      (*self.ctx.degraded, *self.ctx.fallbacks,
+                       *((draft.pattern,) if draft else ())),
                       metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
-                      metrics_settle_s=self.launch.metrics_settle_s)
+                      metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
         if self.ctx.forks is not None:  # its import beside the boot
             self.ctx.forks.prepare(self.launch.env)
         session = ServerSession(self.launch.deployment(self.dir), watch)
+        local = not session.deployment.queued  # a cluster's nodes have GPUs of their own
+        if local:
+            self.sampler.start()
         fatal_lines: tuple[str, ...] = ()
         degraded: tuple[str, ...] = ()
+        fallbacks: tuple[str, ...] = ()
         params: dict[str, Any] | None = None
+        stall: dict[str, Any] | None = None
         teardown_s = 0.0
         try:
             with session:
@@ -109,26 +134,39 @@ class _CellRun:
                     fatal_lines = tuple(f"{e.pattern}: {e.line}"
                                         for e in (snapshot.fatal if snapshot else ()))
                     degraded = degraded_lines(snapshot, self.ctx.degraded)
+                    fallbacks = degraded_lines(snapshot, self.ctx.fallbacks)
                     if draft is not None and snapshot is not None:
                         params = seen_params(draft, snapshot)
+                    stall = session.stall_evidence()  # the log's tail before the teardown's
                     t0 = time.monotonic()
                     session.close()
                     teardown_s = time.monotonic() - t0
         except ServerError as exc:  # the session could not start (a busy port, no binary,
             # a job the engine refused)
             self.errors.append(exc.reason)
+        finally:
+            samples = self.sampler.stop()
+        gpus = self._gpus(samples) if local else None
+        asked = EffectiveLaunch.of(self.arm.plan).adaptive
+        self.errors.extend(adaptive_reasons(asked, fallbacks, params))
+        if stall is not None and not any(e.startswith("stalled") for e in self.errors):
+            self.errors.insert(0, str(stall["sentence"]))  # it tripped outside a phase
         seen = Observed(
             self.cell, tuple(self.phases), self.before, self.after, self.boot_s, fatal_lines,
             tuple(self.errors), session.teardown,
             CellTimings(self.boot_s or 0.0, sum(p.duration_s for p in self.phases), teardown_s,
                         time.monotonic() - start), started_at, _now(), self._compared(), degraded,
             None if self.arm.expected_steps is None else engagement_record(
-                self.engaged, self.arm.metrics, self.arm.expected_steps), params)
+                self.engaged, self.arm.expected_steps), params)
         return build(seen, ProtocolInfo.of(self.ctx.protocol), {
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
                        "base_url": session.base_url},
-            "server_log": str(session.log_path)})
+            "server_log": str(session.log_path), "stall": stall,
+            "request_set": describe(self.ctx.dataset, self.measured_argv),
+            "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(fallbacks),
+            "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance),
+            "cold_start": self._cold_start(session.log_path)})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:
@@ -143,14 +181,21 @@ class _CellRun:
             argv = phase_argv(phase, self.ctx.protocol.sampling, self.ctx.dataset.spec,
                               self.arm.plan, self.dir, base_url=session.base_url,
                               objectives=self.ctx.protocol.objectives)
+            if phase.measured:
+                self.measured_argv = argv
             progress(f"{self.cell.id}: {phase.name}: {phase.num_prompts} requests at "
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
+            began = self.sampler.now()
             result = run_phase(argv, phase, self.dir, self.launch.env,
                                self.ctx.protocol.phase_timeout_s, session.stop_reason,
                                forks=self.ctx.forks)
+            if phase.measured:
+                self.window = (began, self.sampler.now())
             self.phases.append(result)
             if result.error:
-                self.errors.append(result.error)
+                stalled = session.stalled
+                self.errors.append(f"{stalled.reason} (in {phase.name}, after "
+                                   f"{result.duration_s:.0f} s)" if stalled else result.error)
                 return
             if phase.measured:
                 self.after = self._settled(session, (result.result or {}).get(
@@ -164,9 +209,36 @@ class _CellRun:
             self.engaged = probe(session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
                                  self.cell.concurrency, self.ctx.protocol.sampling,
-                                 self.ctx.protocol.phase_timeout_s, self.arm.metrics)
+                                 self.ctx.protocol.phase_timeout_s,
+                                 self.arm.cfg.speculative.num_speculative_tokens,
+                                 lambda: _quiet(session.scrape))
         if self.ctx.after is not None:
             self.ctx.after(self.cell.id, self.arm, self.launch, session)
+
+    def _gpus(self, samples: list[Sample]) -> dict[str, Any] | None:
+        """The cell's `gpus` section (every sample in its own gpus.json); None: not sampled."""
+        if self.ctx.gpu_tool is None:
+            return None
+        (self.dir / GPU_SAMPLES).write_text(json.dumps(samples_dict(samples)) + "\n")
+        return {**gpu_record(self.ctx.gpu_tool, self.ctx.gpu_interval_s, samples, self.window,
+                             self.ctx.gpu_idle_below, self.sampler.error),
+                "file": GPU_SAMPLES}
+
+    def _cold_start(self, log: Path | None) -> dict[str, Any] | None:
+        """The boot's phases from its log (cold_start.py), with what came before the first
+        line (vLLM's imports) from the measured boot-to-health time."""
+        found = read_cold_start(log) if log is not None else None
+        if found is not None and self.boot_s is not None and found["total_s"] is not None:
+            found["boot_s"] = round(self.boot_s, 1)
+            found["before_first_line_s"] = round(max(self.boot_s - found["total_s"], 0.0), 1)
+        return found
+
+    def _spec(self) -> dict[str, Any] | None:
+        """The measured phase's spec-decode counters (None: no drafter, or unread)."""
+        if self.before is None or self.after is None:
+            return None
+        spec = spec_decode(self.after.delta(self.before))
+        return None if spec is None else spec.as_dict()
 
     def _compared(self) -> dict[str, Any] | None:
         """The probe's answers with their comparison against the reference arm's earliest
@@ -203,6 +275,14 @@ class _CellRun:
             return None
 
 
+def _quiet(read: Callable[[], Scrape]) -> Scrape | None:
+    """/metrics for the engagement probe: unreadable is no counters, not an invalid cell."""
+    try:
+        return read()
+    except ScrapeError:
+        return None
+
+
 def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> CellRecord:
     """Run one cell and write its cell.json; an earlier unfinished attempt is moved aside."""
     moved = records.set_aside(ctx.run_dir, cell.id)
@@ -210,7 +290,7 @@ def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> CellR
         progress(f"{cell.id}: earlier attempt kept in {moved}")
     record = _CellRun(cell, arm, launch, ctx).run()
     path = records.cell_dir(ctx.run_dir, cell.id) / records.CELL_JSON
-    path.write_text(SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+    write_atomic(path, SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
 
 

@@ -71,6 +71,15 @@ class ObjectivesConf:
 
 
 @dataclass
+class EstimateConf:
+    """What the dry run's wall-time estimate assumes, not measures: set them from a smoke's boot
+    time and one cell's output speed on your machine."""
+
+    boot_s: float = 300.0  # a cold boot until /health answers
+    tokens_per_s: float = 30.0  # one request's output speed under the cell's load
+
+
+@dataclass
 class BenchConf:
     name: str = MISSING
     arms: list[str] = MISSING  # speculative profiles (config group `speculative`)
@@ -96,10 +105,7 @@ class BenchConf:
     repeat: int | None = None
     phase_timeout_s: float = 7200.0
     metrics_timeout_s: float = 10.0
-    # vLLM's --per-request-spec-decode-metrics level each speculating arm's launch asks for
-    # (where the installed vLLM has the flag; null: not asked); every such cell then probes at
-    # its concurrency whether verification trimmed (cell.json `engagement`).
-    spec_metrics: str | None = "detailed"
+    estimate: EstimateConf = field(default_factory=EstimateConf)
 
 
 @dataclass

@@ -128,6 +128,9 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
     return Interval(mean, mean - half, mean + half, n, confidence)
 
 
+_MAX_DF = 1e6  # Welch's degrees of freedom beyond which t is the normal quantile
+
+
 def ratio_interval(num: Sequence[float], den: Sequence[float],
                    confidence: float = CONFIDENCE) -> Interval:
     """mean(num) / mean(den) with Fieller's interval for independent samples, with Welch's
@@ -141,14 +144,23 @@ def ratio_interval(num: Sequence[float], den: Sequence[float],
     r, n = a / b, min(len(a_xs), len(b_xs))
     if n < 2:
         return Interval(r, None, None, n, confidence)
+    # Fieller's interval scales with the data: computed on each sample over its mean (near 1),
+    # so rates read back at any magnitude neither underflow nor overflow, then scaled back.
+    scale = (a if a > 0 else 1.0) / b
+    a_xs = [x / (a if a > 0 else 1.0) for x in a_xs]
+    b_xs = [x / b for x in b_xs]
+    a, b = fmean(a_xs), 1.0
+    r1 = a
     va, vb = variance(a_xs) / len(a_xs), variance(b_xs) / len(b_xs)  # variances of the means
     if va + vb == 0:
         return Interval(r, r, r, n, confidence)
-    df = (va + r * r * vb) ** 2 / (va**2 / (len(a_xs) - 1) + (r * r * vb) ** 2 / (len(b_xs) - 1))
+    welch = va**2 / (len(a_xs) - 1) + (r1 * r1 * vb) ** 2 / (len(b_xs) - 1)
+    df = min((va + r1 * r1 * vb) ** 2 / welch, _MAX_DF) if welch > 0 else _MAX_DF
     t2 = t_quantile((1 + confidence) / 2, df) ** 2
     # (a - R b)^2 <= t^2 (va + R^2 vb)  <=>  A R^2 - 2ab R + C <= 0
     big_a, c = b * b - t2 * vb, a * a - t2 * va
     if big_a <= 0 or c <= 0:
         return Interval(r, None, None, n, confidence)
     root = math.sqrt(max(a * a * b * b - big_a * c, 0.0))
-    return Interval(r, (a * b - root) / big_a, (a * b + root) / big_a, n, confidence)
+    return Interval(r, (a * b - root) / big_a * scale, (a * b + root) / big_a * scale, n,
+                    confidence)

@@ -205,15 +205,16 @@ def summarize(
         speedups=tuple(speedups),
         mean_speedup=mean,
         objectives=objectives,
-        winners=_winners(list(results.values()), concurrencies, equivalence_margin, objectives),
+        winners=_winners(list(results.values()), concurrencies, equivalence_margin, objectives,
+                         baseline),
     )
 
 
 def _winners(results: Sequence[ArmResult], concurrencies: Sequence[int], margin: float,
-             objectives: gp.Objectives | None) -> tuple[winners.Winner, ...]:
+             objectives: gp.Objectives | None, baseline: str) -> tuple[winners.Winner, ...]:
     """Per concurrency the arm to run: by goodput under an objective, else by throughput."""
     if objectives is None:
         return winners.pick([(r.arm, r.concurrency, r.throughputs) for r in results],
-                            concurrencies, margin, winners.THROUGHPUT)
+                            concurrencies, margin, winners.THROUGHPUT, baseline)
     return winners.pick([(r.arm, r.concurrency, r.goodput.values if r.goodput else ())
-                         for r in results], concurrencies, margin, winners.GOODPUT)
+                         for r in results], concurrencies, margin, winners.GOODPUT, baseline)

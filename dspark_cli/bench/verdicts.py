@@ -77,10 +77,13 @@ def min_detectable(num: Sequence[float], den: Sequence[float], confidence: float
     a, b = fmean(num), fmean(den)
     if a <= 0 or b <= 0:
         return None
-    ra, rb = variance(num) / len(num) / a**2, variance(den) / len(den) / b**2
+    # relative variances of the means, from each sample over its mean (no underflow at any rate)
+    ra = variance([x / a for x in num]) / len(num)
+    rb = variance([x / b for x in den]) / len(den)
     if ra + rb == 0:
         return 0.0
-    df = (ra + rb) ** 2 / (ra**2 / (len(num) - 1) + rb**2 / (len(den) - 1))
+    welch = ra**2 / (len(num) - 1) + rb**2 / (len(den) - 1)
+    df = min((ra + rb) ** 2 / welch, 1e6) if welch > 0 else 1e6
     return (t_quantile((1 + confidence) / 2, df) + t_quantile(power, df)) * math.sqrt(ra + rb)
 
 

@@ -65,18 +65,22 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     """Run every pending cell into `directory` and summarize it (the bench Report); `after`:
     called in each cell once its load and probes are done (runner.CellHook)."""
     from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
-    from dspark_cli.bench.dataset import verify
+    from dspark_cli.bench.inputs import checked_inputs
     from dspark_cli.bench.loadgen_forks import LoadgenForks
-    from dspark_cli.bench.lossless import load_prompts
     from dspark_cli.bench.merge import merge
+    from dspark_cli.bench.proposal_files import this_launch
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.deploy.start import ask_vllm_together
-    from dspark_cli.server.log_patterns import degraded_patterns, fatal_patterns
+    from dspark_cli.server.liveness import settings_of
+    from dspark_cli.server.log_patterns import (
+        degraded_patterns,
+        fallback_patterns,
+        fatal_patterns,
+    )
     from dspark_cli.server.process import stop_signals_as_interrupt
 
-    needed = max(p.num_prompts for c in protocol.cells for p in c.phases)
-    checked = verify(dataset, needed)
-    prompts = None if protocol.lossless is None else load_prompts(protocol.lossless)
+    inputs = checked_inputs(protocol, dataset)
+    checked, prompts = inputs.dataset, inputs.prompts
     print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
 
     def prepare_arms(pending: list[Arm]) -> dict[str, ArmLaunch]:
@@ -86,9 +90,30 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     with stop_signals_as_interrupt(), LoadgenForks() as forks:
         ctx = CellContext(protocol=protocol, dataset=checked, run_dir=directory,
                           fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
-                          prompts=prompts, after=after, forks=forks)
+                          prompts=prompts, after=after, forks=forks,
+                          stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s),
+                          min_acceptance=cfg.watch.min_acceptance,
+                          fallbacks=fallback_patterns(cfg.logs),
+                          gpu_tool=gpu_tool(cfg.watch.gpu_interval_s),
+                          gpu_interval_s=float(cfg.watch.gpu_interval_s or 0.0),
+                          gpu_idle_below=float(cfg.watch.gpu_idle_below))
         run_cells(protocol.cells, arms, prepare_arms, ctx, stop_on_failure)
-    return merge(directory)
+    return merge(directory, this_launch(cfg))
+
+
+def gpu_tool(interval_s: float | None) -> str | None:
+    """The vendor tool every cell samples its GPUs with (`watch.gpu_interval_s`); None, said
+    once, where there is none (a CPU machine) or sampling is off."""
+    from dspark_cli.console import progress
+    from dspark_cli.machine.gpu_sampler import TOOLS, find_tool
+
+    if not interval_s:
+        return None
+    tool = find_tool()
+    if tool is None:
+        progress(f"GPU sampling: none of {', '.join(TOOLS)} on PATH (a CPU machine?): the "
+                 "cells record no GPU samples")
+    return tool
 
 
 def ask_vllm_ahead(cfg: DictConfig) -> None:

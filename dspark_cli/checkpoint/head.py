@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dspark_cli.checkpoint.dspark_draft import check_qwen3_dspark, declares_qwen3_dspark
 from dspark_cli.checkpoint.headers import (
     FLOAT_DTYPES,
     HeaderError,
@@ -43,6 +44,8 @@ _STAGE = re.compile(rf"mtp\.{_INDEX}\.")
 class HeadResult:
     declared: bool  # config.json declares a DSpark draft
     problems: tuple[Problem, ...]
+    # which: "deepseek_v4" (mtp.* stages in the checkpoint) or "qwen3_dspark" (a draft of its own)
+    kind: str | None = None
 
     @property
     def verified(self) -> bool:
@@ -143,8 +146,16 @@ class _Tensors:
 
 
 def check_head(layout: Layout, structure: Structure) -> HeadResult:
-    """Check the DSpark heads when config.json declares a DSpark draft; report every problem."""
+    """Check the DSpark heads when config.json declares a DSpark draft (a DeepSeek-V4 checkpoint
+    with its mtp.* stages, or a self-contained Qwen3 DSpark draft); report every problem."""
     config = layout.config
+    if config is not None and declares_qwen3_dspark(config):
+        if layout.index_broken:
+            return HeadResult(True, (problem(
+                "head-unreadable", Check.head, "markov_head.*",
+                f"a valid {INDEX_NAME} to find the draft's tensors in", "the index is invalid"),),
+                "qwen3_dspark")
+        return HeadResult(True, tuple(check_qwen3_dspark(config, structure)), "qwen3_dspark")
     if config is None or not declares_dspark(config):
         return HeadResult(False, ())
     keys = _Keys(config)
@@ -153,7 +164,7 @@ def check_head(layout: Layout, structure: Structure) -> HeadResult:
         return HeadResult(True, (*problems, problem(
             "head-unreadable", Check.head, "mtp.*", f"a valid {INDEX_NAME} to find the heads in",
             "the index is invalid",
-        )))
+        )), "deepseek_v4")
     tensors = _Tensors(layout, structure)
     stages = keys.stages or DEFAULT_N_MTP_LAYERS
     problems += [
@@ -172,7 +183,7 @@ def check_head(layout: Layout, structure: Structure) -> HeadResult:
         (MARKOV_W1, keys.vocab, "vocab_size"), (MARKOV_W2, keys.draft_vocab, "draft_vocab_size")
     ):
         problems += _markov(tensors, template, stages, (rows, keys.rank), what)
-    return HeadResult(True, tuple(problems))
+    return HeadResult(True, tuple(problems), "deepseek_v4")
 
 
 def stage_gaps(present: list[int], stages: int) -> list[tuple[int, int]]:

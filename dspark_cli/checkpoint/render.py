@@ -15,6 +15,9 @@ def _detail(result: CheckpointResult, check: Check) -> str:
                 f"{result.total_bytes:,} bytes")
     if check is Check.pins:
         return "model.expected.* compared with the files"
+    if check is Check.head and result.draft_kind == "qwen3_dspark":
+        return ("Qwen3 DSpark draft: keys, Markov head and every tensor's shape verified"
+                if result.head_verified else "Qwen3 DSpark draft NOT verified")
     if check is Check.head:
         return ("DSpark confidence and Markov heads verified" if result.head_verified
                 else "DSpark heads NOT verified")

@@ -64,6 +64,10 @@ HINTS: Mapping[str, str] = MappingProxyType(
         "markov-head-missing": "the DSpark Markov head is missing; re-download the mtp.* shards",
         "markov-head-shape": "the DSpark Markov head does not match config.json; re-download the "
         "checkpoint from one revision",
+        "draft-tensor-missing": "the DSpark draft lacks a tensor vLLM loads; re-download the "
+        "draft checkpoint",
+        "draft-tensor-shape": "the DSpark draft's tensor does not match its config.json; "
+        "re-download the draft from one revision",
         "head-unreadable": "re-download the shard that holds the head",
         "hash-mismatch": "the file's content differs from the manifest; re-download it",
         "file-missing": "a file the manifest lists is not in the checkpoint; re-download it",
@@ -160,6 +164,8 @@ class CheckpointResult:
     dspark: bool = False
     head_verified: bool = False
     content: Content | None = None
+    # the DSpark draft's kind (head.HeadResult.kind): "deepseek_v4" or "qwen3_dspark"
+    draft_kind: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -189,6 +195,7 @@ class CheckpointResult:
             "total_bytes": self.total_bytes,
             "dspark": self.dspark,
             "head_verified": self.head_verified,
+            "draft_kind": self.draft_kind,
             "content": content,
             "problem_count": self.count_of(self.problems),
             "problems": [asdict(p) | {"check": p.check.value} for p in self.problems],

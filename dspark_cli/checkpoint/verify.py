@@ -142,4 +142,5 @@ def verify_checkpoint(
         dspark=head.declared,
         head_verified=head.verified,
         content=hashed,
+        draft_kind=head.kind,
     )

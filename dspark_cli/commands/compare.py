@@ -1,7 +1,8 @@
-"""`dspark compare RUN_A RUN_B`: what changed between two bench or validate runs (config,
-launch, runtime versions and pins, image, checkpoint hashes) and, per arm and concurrency in
-both, B's throughput over A's with its interval and verdict. Exit 1 when any cell got slower
-beyond the margin (a CI gate), 2 when the runs do not belong together.
+"""`dspark compare RUN_A RUN_B`: what changed between two bench or validate runs (protocol,
+config, launch, runtime versions and pins, image, checkpoint hashes) and, per arm and
+concurrency, B's throughput over A's with its interval and verdict. Exit 1 when the gate fails
+(a cell slower beyond the caller's margin, a cell A measured that B did not, nothing compared),
+2 when the runs do not belong together or an argument is wrong.
 
     dspark compare runs/validate/<old> runs/validate/<new>
     dspark compare runs/bench/a runs/bench/b --json --out compare/
@@ -36,19 +37,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", type=Path,
                         help="where compare.json (and compare.png) go (default: RUN_B)")
     parser.add_argument("--json", action="store_true", help="print compare.json on stdout")
+    parser.add_argument("--margin", type=float, default=None, metavar="FRACTION",
+                        help="the equivalence margin the gate judges by, in [0, 1) "
+                        "(default 0.05); never taken from the runs' records")
 
 
 def run(cfg: None, opts: argparse.Namespace) -> int:
     """`cfg` is None: a comparison composes no config, it reads records."""
     from dspark_cli.compare.files import render, write
-    from dspark_cli.compare.runs import compare_runs
+    from dspark_cli.compare.runs import DEFAULT_MARGIN, check_margin, compare_runs
+    from dspark_cli.launch.secrets import redacted
+    from dspark_cli.untrusted import output_dir, shown_path
 
-    found = compare_runs(opts.run_a.expanduser(), opts.run_b.expanduser())
+    margin = check_margin(DEFAULT_MARGIN if opts.margin is None else opts.margin)
     out = (opts.out or opts.run_b).expanduser()
+    if out.exists() and not out.is_dir():
+        output_dir(out)  # refused before anything is read
+    found = compare_runs(opts.run_a.expanduser(), opts.run_b.expanduser(), margin)
     paths = write(found, out)
     if opts.json:
-        print(json.dumps(found.to_dict(), indent=2))
+        print(json.dumps(redacted(found.to_dict()), indent=2))
     else:
         sys.stdout.write(render(found))
-    print(f"dspark: compare: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    print(f"dspark: compare: {', '.join(shown_path(p) for p in paths)}", file=sys.stderr)
     return int(ExitCode.OK if found.passed else ExitCode.CHECK_FAILED)

@@ -87,5 +87,10 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     directory = run_dir()
     started = ready(cfg, plan, directory, asked=opts.validate)
     print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
+    from dspark_cli.server.liveness import settings_of
+
+    stall = (settings_of(cfg.watch.stall_s, cfg.watch.poll_s) if cfg.watch.serve
+             else None)
     return foreground.serve(started.deployment(directory),
-                            Watch(float(cfg.server.ready_timeout_s)))
+                            Watch(float(cfg.server.ready_timeout_s), stall=stall),
+                            stall_exit=bool(cfg.watch.serve_exit))

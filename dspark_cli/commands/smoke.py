@@ -33,6 +33,9 @@ def needs_machine(opts: argparse.Namespace) -> bool:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the launch the smoke would boot (what `serve --dry-run` "
+                        "prints for the same config) and its preflight; start nothing")
     parser.add_argument("--json", action="store_true",
                         help="print the JSON report to stdout instead of the table")
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -46,6 +49,8 @@ def register() -> None:
 
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    if opts.dry_run:
+        return _dry_run(cfg, opts)
     from dspark_cli.console import progress
     from dspark_cli.launch.record import run_dir
     from dspark_cli.smoke.workflow import smoke_in
@@ -61,3 +66,31 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         output().print(render(doc))
     progress(f"report: {shlex.quote(str(directory / SMOKE_JSON))}")
     return int(doc.verdict.exit_code)
+
+
+def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+    """The launch a managed smoke boots, as its deploy target runs it, and the preflight that
+    needs no machine; an attached smoke (`server.url`) boots nothing and says so."""
+    import sys
+
+    from dspark_cli.deploy.preflight import dry_preflight
+    from dspark_cli.deploy.targets import deploy_target
+    from dspark_cli.launch import checks
+    from dspark_cli.launch.layout_rules import checked_layout
+    from dspark_cli.launch.plan import build_plan
+
+    if cfg.server.url is not None:
+        print(f"# dspark smoke: attaches to {cfg.server.url}; boots nothing")
+        return 0
+    plan = build_plan(cfg)
+    checked_layout(plan)
+    target = deploy_target(cfg)
+    found = dry_preflight(cfg, plan, target)
+    if opts.json:
+        print(json.dumps(target.render_json(cfg, plan, found), indent=2))
+    else:
+        sys.stdout.write("# dspark smoke boots this launch, checks it live (/health, startup "
+                         "lines, one request, spec-decode counters, fatal lines) and tears it "
+                         "down\n" + target.render(cfg, plan))
+    checks.print_findings(found)
+    return checks.exit_code(found)

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from dspark_cli.errors import DsparkError, ExitCode, worst
 from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
+from dspark_cli.untrusted import write_atomic
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
     from dspark_cli.accuracy.run import Scorer
@@ -48,6 +49,8 @@ def needs_machine(opts: argparse.Namespace) -> bool:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan of every stage; start nothing")
+    parser.add_argument("--commands", action="store_true",
+                        help="with --dry-run: every bench cell's launch and load commands")
     parser.add_argument("--keep-going", action="store_true",
                         help="run the later stages after a failed one")
     parser.add_argument("--json", action="store_true",
@@ -74,9 +77,12 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     """Every stage's plan as the run would start it: the smoke's launch where `deploy.target`
     runs it (its node layout checked, the target's own checks), the bench's every arm."""
+    from dspark_cli.accuracy.run import input_findings as accuracy_findings
     from dspark_cli.bench.arms import compose_arms
+    from dspark_cli.bench.dry_run import estimate_of
     from dspark_cli.bench.dry_run import plan_dict as bench_dict
     from dspark_cli.bench.dry_run import plan_text as bench_text
+    from dspark_cli.bench.inputs import input_findings
     from dspark_cli.bench.workflow import protocol_of
     from dspark_cli.deploy.preflight import dry_preflight
     from dspark_cli.deploy.targets import deploy_target
@@ -93,6 +99,8 @@ def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     bench: Any = None
     if cfg.validate.bench is not None:
         protocol, dataset = protocol_of(cfg)
+        findings += input_findings(protocol, dataset)
+        findings += accuracy_findings(cfg)
         arms = compose_arms(cfg, protocol)
         found = {name: dry_preflight(arm.cfg, arm.plan, deploy_target(arm.cfg))
                  for name, arm in arms.items()}
@@ -100,8 +108,10 @@ def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
             failed = [f for f in arm_found if f.failed]
             checks.print_findings(failed, label=name)
             findings += failed
-        bench = (bench_dict(protocol, dataset, arms, directory / "bench", found) if opts.json
-                 else bench_text(protocol, dataset, arms, directory / "bench"))
+        estimate = estimate_of(cfg)
+        bench = (bench_dict(protocol, dataset, arms, directory / "bench", found, estimate)
+                 if opts.json else bench_text(protocol, dataset, arms, directory / "bench",
+                                              estimate, commands=opts.commands))
     if opts.json:
         launch = target.render_json(cfg, plan, tuple(findings))
         print(json.dumps(plan_doc(cfg, directory, launch, bench), indent=2))
@@ -133,13 +143,18 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     from dspark_cli.server.process import stop_signals_as_interrupt
 
     prepared = prepare(cfg)  # the accuracy stage's dataset and lm_eval, before anything boots
+    if cfg.validate.bench is not None:  # and the bench's request set and prompts
+        from dspark_cli.bench.inputs import checked_inputs
+        from dspark_cli.bench.workflow import protocol_of
+
+        checked_inputs(*protocol_of(cfg))
     scorer = None if prepared is None else Scorer(prepared, directory / "accuracy")
     write_config(directory, cfg)
     progress(f"run directory {shlex.quote(str(directory))}")
     with stop_signals_as_interrupt():  # SIGTERM (a scheduler's limit) ends it as Ctrl-C does
         results = _stages(cfg, directory, scorer, keep_going=opts.keep_going)
     code = worst(r.exit_code for r in results)
-    (directory / VALIDATE_JSON).write_text(redact_text(json.dumps(  # a stage's detail may
+    write_atomic(directory / VALIDATE_JSON, redact_text(json.dumps(  # a stage's detail may
         {"stages": [r.to_dict() for r in results], "exit_code": code}, indent=2) + "\n"))
     report, text = write_report([directory], directory)
     if opts.json:

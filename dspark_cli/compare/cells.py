@@ -1,6 +1,11 @@
-"""Run B over run A, per arm and concurrency present in both (pure): the ratio of mean output
-throughput (and of goodput, when both runs measured it under the same objectives) with its
-interval, judged by the bench's own verdicts, so "slower" means what it means in a summary."""
+"""Run B over run A, per arm and concurrency (pure): the ratio of mean output throughput (and
+of goodput, when both runs measured it under the same objectives) with its interval, judged by
+the bench's own verdicts, so "slower" means what it means in a summary.
+
+The gate is a contract, not a summary of what happened to be comparable: it fails when a cell
+got slower beyond the caller's margin, when B has no valid measurement of a cell A measured
+validly (B's cell missing, or every repeat of it invalid), when a ratio cannot be judged, and
+when the runs share no cell at all."""
 
 from __future__ import annotations
 
@@ -20,8 +25,9 @@ class CellChange:
     arm: str
     concurrency: int
     metric: str
-    result: verdicts.Speedup | None  # B over A; None: a side has no valid repeat
+    result: verdicts.Speedup | None  # B over A; None: not judged (`note` says why)
     note: str = ""
+    fails: bool = False  # not judged, and A measured it: the gate cannot pass over it
 
     @property
     def slower(self) -> bool:
@@ -31,11 +37,12 @@ class CellChange:
         return {"arm": self.arm, "concurrency": self.concurrency, "metric": self.metric,
                 "ratio": None if self.result is None else self.result.ratio.to_dict(),
                 "verdict": None if self.result is None else str(self.result.verdict),
-                "mde": None if self.result is None else self.result.mde, "note": self.note}
+                "mde": None if self.result is None else self.result.mde, "note": self.note,
+                "fails_gate": self.slower or self.fails}
 
 
 def _values(result: Mapping[str, Any], metric: str) -> list[float]:
-    """The valid repeats' numbers of one summary result (untrusted: non-numbers dropped)."""
+    """The valid repeats' numbers of one (recomputed) summary result."""
     raw = result.get("throughputs") if metric == "output_throughput" else \
         (result.get("goodput") or {}).get("output_goodputs")
     return [float(v) for v in raw or () if isinstance(v, int | float) and not isinstance(v, bool)
@@ -50,20 +57,43 @@ def _results(summary: Mapping[str, Any]) -> dict[tuple[str, int], Mapping[str, A
     return out
 
 
+def _finite(s: verdicts.Speedup) -> bool:
+    iv = s.ratio
+    return all(v is None or math.isfinite(v) for v in (iv.estimate, iv.low, iv.high, s.mde))
+
+
+def _one(key: tuple[str, int], metric: str, va: list[float], vb: list[float],
+         margin: float) -> CellChange:
+    a_ok, b_ok = bool(va) and fmean(va) > 0, bool(vb)
+    if not a_ok:  # nothing of A's to hold B to: B cannot have got slower than nothing
+        return CellChange(*key, metric, None, "no valid repeat in A")
+    if not b_ok:
+        return CellChange(*key, metric, None, "no valid repeat in B (A has one)", fails=True)
+    try:
+        found = verdicts.speedup("B", vb, "A", va, key[1], margin)
+    except (ArithmeticError, ValueError):
+        found = None
+    if found is None or not _finite(found):
+        return CellChange(*key, metric, None, "B/A cannot be computed from these numbers "
+                          "(out of range)", fails=True)
+    return CellChange(*key, metric, found)
+
+
 def compare(a: Mapping[str, Any], b: Mapping[str, Any], margin: float,
             goodput: bool) -> tuple[CellChange, ...]:
-    """Every (arm, concurrency) of both summaries, in A's order, B over A."""
+    """Every (arm, concurrency) of A, in A's order, B over A (a cell only B has is not judged:
+    `only_in_one` lists it)."""
     ra, rb = _results(a), _results(b)
     out = []
-    for key in [k for k in ra if k in rb]:
+    for key in ra:
         for metric in METRICS if goodput else METRICS[:1]:
-            va, vb = _values(ra[key], metric), _values(rb[key], metric)
-            if not va or not vb or fmean(va) <= 0:
-                out.append(CellChange(*key, metric, None, "no valid repeat in "
-                                      + ("A" if not va or fmean(va) <= 0 else "B")))
+            va = _values(ra[key], metric)
+            if key not in rb:
+                if va:
+                    out.append(CellChange(*key, metric, None, "not in B (A measured it)",
+                                          fails=True))
                 continue
-            out.append(CellChange(*key, metric,
-                                  verdicts.speedup("B", vb, "A", va, key[1], margin)))
+            out.append(_one(key, metric, va, _values(rb[key], metric), margin))
     return tuple(out)
 
 
@@ -74,6 +104,23 @@ def only_in_one(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, list[st
             "b": [f"{k[0]} c{k[1]}" for k in rb if k not in ra]}
 
 
+def judged(found: Sequence[CellChange]) -> list[CellChange]:
+    """The cells that were set against each other (both runs had valid repeats)."""
+    return [c for c in found if c.result is not None]
+
+
+def failures(found: Sequence[CellChange]) -> list[str]:
+    """Why the gate fails ([] when it passes): each slower or unjudged cell, or no cell
+    compared at all."""
+    out = [f"{c.arm} c{c.concurrency} ({c.metric}): "
+           + (f"slower ({c.result.ratio.estimate:.3f}x)" if c.slower and c.result else c.note)
+           for c in found if c.slower or c.fails]
+    if not judged(found):
+        out.append("no cell of A was measured validly in both runs: nothing was compared")
+    return out
+
+
 def gate(found: Sequence[CellChange]) -> bool:
-    """True when no cell got slower beyond the margin."""
-    return not any(c.slower for c in found)
+    """True when every cell A measured was measured by B, none got slower beyond the
+    margin, and at least one was compared."""
+    return not failures(found)

@@ -71,6 +71,11 @@ def check_override_keys(overrides: Iterable[str]) -> None:
     """UsageError naming the setting meant by a dotted key the schema lacks."""
     for line in overrides:
         key, sep, value = line.partition("=")
+        if key == "runtime.expected" and value.strip() == "{}":
+            # Hydra merges a map into the pins: `{}` would leave every pin as it is.
+            raise UsageError("`runtime.expected={}` would change no pin (a map is merged into "
+                             "the pins, not put in their place); `runtime.expected=null` "
+                             "switches every pin off, `runtime.expected.<pin>=null` one.")
         if not sep or key.startswith(("+", "~")) or "." not in key or "@" in key:
             continue
         found = _unknown(key)

@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from dspark_cli.errors import UsageError
 
@@ -67,6 +68,32 @@ def shell_word(text: str) -> str:
     return '"' + _DOUBLE_QUOTED_SPECIAL.sub(r"\\\1", text) + '"'
 
 
+def _bad_key(parser: Any, key: str) -> bool:
+    """Whether Hydra's grammar refuses `key` itself (with a plain value)."""
+    from hydra.errors import OverrideParseException
+
+    try:
+        parser.parse_overrides([f"{key}=x"])
+    except OverrideParseException:
+        return True
+    return False
+
+
+def _key_problem(override: str, key: str) -> str:
+    """The message for a key Hydra cannot read: each dotted part is an identifier (letters,
+    digits and `_`, not starting with a digit), as an environment variable's name is too."""
+    prefix, dotted = re.match(r"(\+\+|\+|~)?(.*)", key).groups()  # type: ignore[union-attr]
+    parts = dotted.split(".")
+    bad = next((p for p in parts if not p.isidentifier()), dotted)
+    fixed = re.sub(r"\W", "_", bad)
+    fixed = f"_{fixed}" if fixed[:1].isdigit() or not fixed else fixed
+    example = (prefix or "") + ".".join(fixed if p == bad else p for p in parts)
+    return (f"cannot read the override {override!r}: {bad!r} in its key is no name Hydra (or a "
+            "shell, for an environment variable) accepts: each part of a key is letters, "
+            "digits and `_`, not starting with a digit, and quoting cannot fix a key; "
+            f"{shell_word(example + '=...')} would be read.")
+
+
 def check_syntax(overrides: list[str]) -> None:
     """UsageError, one line with the override quoted for Hydra and the shell, for the first
     override Hydra's grammar cannot read."""
@@ -82,6 +109,8 @@ def check_syntax(overrides: list[str]) -> None:
             if not eq:
                 raise UsageError(f"cannot read the override {override!r}: Hydra's overrides are "
                                  "key=value, +key=value or ~key.") from None
+            if _bad_key(parser, key):  # quoting the value cannot help: say what can
+                raise UsageError(_key_problem(override, key)) from None
             fixed = shell_word(f"{key}={hydra_value(value) if value else chr(39) * 2}")
             raise UsageError(
                 f"cannot read the override {override!r}: Hydra needs quotes around a value with "

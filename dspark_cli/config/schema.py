@@ -24,6 +24,7 @@ from dspark_cli.config.domain import (
     regexes,
     schema_class,
 )
+from dspark_cli.config.watch import WatchConf
 from dspark_cli.deploy.schema import K8sConf, SlurmConf
 
 
@@ -102,8 +103,12 @@ class ModelConf:
     path: str = field(default=MISSING, metadata=nonempty())
     # "deepseek_v4": sparse MLA and DSpark-in-checkpoint rules apply.
     family: str | None = None
-    # "tiny": dspark builds this model locally on first use (no hub access needed).
+    # "tiny": dspark builds this model locally on first use (no hub access needed);
+    # "tiny_qwen3": the tiny Qwen3 target at `path` and its DSpark draft at `draft`.
     synthetic: str | None = None
+    # A DSpark draft checkpoint of its own that pairs with this target (a Qwen3DSparkModel
+    # for a Qwen3 target): what speculative=dspark_draft serves as its `model`.
+    draft: str | None = field(default=None, metadata=nonempty())
     env: dict[str, str] = field(default_factory=dict)
     args: ModelArgs = field(default_factory=ModelArgs)
     expected: ExpectedFacts = field(default_factory=ExpectedFacts)
@@ -203,6 +208,9 @@ class LogsConf:
     # Lines that show an asked-for feature ran (the report's evidence); a profile expects one
     # by naming it in its expected lines (`${logs.evidence.<name>}`).
     evidence: dict[str, str | None] = field(default_factory=dict)
+    # Speculative decoding ran other than asked (V1 runner, adaptive refused): reported; with
+    # adaptive verification asked for, the smoke fails and the cell is invalid.
+    fallbacks: dict[str, str | None] = field(default_factory=dict)
     context_lines: int = field(default=10, metadata=between(0))
 
 
@@ -246,9 +254,15 @@ class ImageConf:
 
 @schema_class
 class RuntimeConf:
-    """The software a result is measured with: pinned versions and the image."""
+    """The software a result is measured with: pinned versions and the image.
 
-    expected: RuntimePins = field(default_factory=RuntimePins)
+    A hardware profile pins no software: an image group (`+image=seed_mi350x`) sets
+    `runtime.expected`, and `runtime.expected=null` switches every pin off at once.
+    `reference` names the image group a run without pins is compared with: the differences are
+    noted once, never refused."""
+
+    expected: RuntimePins | None = field(default_factory=RuntimePins)
+    reference: str | None = field(default=None, metadata=nonempty())
     image: ImageConf = field(default_factory=ImageConf)
 
 
@@ -266,6 +280,7 @@ class LaunchConf:
     logs: LogsConf = field(default_factory=LogsConf)
     deploy: DeployConf = field(default_factory=DeployConf)
     runtime: RuntimeConf = field(default_factory=RuntimeConf)
+    watch: WatchConf = field(default_factory=WatchConf)  # config/watch.py
 
 
 def store_schema(name: str, node: type) -> None:

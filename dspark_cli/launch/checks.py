@@ -33,12 +33,16 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     # The rendered speculative config decides whether the confidence head is needed.
     findings += checkpoint_findings(cfg.model, ctx.launch.speculative, cfg.checks,
                                     dry_run=machine is None)
-    findings.append(runtime_pins.finding(plain(cfg.runtime.expected), dry_run=machine is None))
+    findings.append(runtime_pins.finding(plain(cfg.runtime.expected), dry_run=machine is None,
+                                         reference=cfg.runtime.reference))
     if ask_vllm:
         from dspark_cli.launch.vllm_verdict import plan_verdict
 
         findings.append(plan_verdict(plan, cfg.server.validate_timeout_s))
     return tuple(findings)
+
+
+_NOTED: set[str] = set()
 
 
 def print_findings(findings: Iterable[Finding], label: str = "") -> None:
@@ -65,6 +69,10 @@ def print_findings(findings: Iterable[Finding], label: str = "") -> None:
     if unchecked and not verbose():
         print(f"dspark: preflight {tag}did not check {', '.join(unchecked)} "
               "(-v says why for each)", file=sys.stderr)
+    for f in findings:
+        if f.note and f.note not in _NOTED:  # once per command, however many launches
+            _NOTED.add(f.note)
+            print(f"dspark: note: {f.note}", file=sys.stderr)
 
 
 def exit_code(findings: Iterable[Finding]) -> int:

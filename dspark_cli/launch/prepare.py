@@ -34,8 +34,20 @@ def ensure_model(cfg: DictConfig) -> None:
         if not (Path(cfg.model.path) / "config.json").is_file():
             print(f"dspark: making the tiny model at {cfg.model.path}", file=sys.stderr)
         build(Path(cfg.model.path))
+    elif cfg.model.synthetic == "tiny_qwen3":
+        from dspark_cli.vllm.tiny_model import build_qwen3_dspark
+
+        if cfg.model.draft is None:
+            raise UsageError("model.synthetic=tiny_qwen3 makes a target and its DSpark draft: "
+                             "set model.draft to the draft's directory.")
+        if not all((Path(p) / "config.json").is_file() for p in (cfg.model.path,
+                                                                  cfg.model.draft)):
+            print(f"dspark: making the tiny Qwen3 pair at {cfg.model.path} and "
+                  f"{cfg.model.draft}", file=sys.stderr)
+        build_qwen3_dspark(Path(cfg.model.path), Path(cfg.model.draft))
     elif cfg.model.synthetic is not None:
-        raise UsageError(f"model.synthetic={cfg.model.synthetic!r} is unknown; use `tiny` or null")
+        raise UsageError(f"model.synthetic={cfg.model.synthetic!r} is unknown; use `tiny`, "
+                         "`tiny_qwen3` or null")
 
 
 def launch_argv(cfg: DictConfig, plan: LaunchPlan) -> tuple[str, ...]:

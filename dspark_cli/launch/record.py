@@ -14,6 +14,7 @@ from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import shell_script
 from dspark_cli.run_files import CONFIG_YAML, LAUNCH_SH, PROVENANCE_JSON
+from dspark_cli.untrusted import write_atomic
 
 
 def run_dir() -> Path:
@@ -32,7 +33,7 @@ def write_config(directory: Path, cfg: DictConfig) -> None:
     """config.yaml, the one writer of it: the resolved config with secrets redacted by key, and
     every secret value this process knows scrubbed wherever else it sits."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_YAML).write_text(secrets.SCRUB(OmegaConf.to_yaml(redacted(cfg))))
+    write_atomic(directory / CONFIG_YAML, secrets.SCRUB(OmegaConf.to_yaml(redacted(cfg))))
 
 
 def write_record(directory: Path, cfg: DictConfig, plan: LaunchPlan, argv: list[str],
@@ -43,8 +44,8 @@ def write_record(directory: Path, cfg: DictConfig, plan: LaunchPlan, argv: list[
     header = "#!/usr/bin/env bash\n# Written by dspark: the exact environment and command.\n"
     header += "".join(f"# NOTE: {n}\n" for n in notes)
     script = directory / LAUNCH_SH
-    script.write_text(scrub(header + "set -euo pipefail\n" + shell_script(plan, argv)))
+    write_atomic(script, scrub(header + "set -euo pipefail\n" + shell_script(plan, argv)))
     script.chmod(0o755)
     data = {**provenance, "notes": notes, "argv": argv,
             "command": " ".join(shlex.quote(a) for a in argv)}
-    (directory / PROVENANCE_JSON).write_text(scrub(json.dumps(data, indent=2) + "\n"))
+    write_atomic(directory / PROVENANCE_JSON, scrub(json.dumps(data, indent=2) + "\n"))

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from dspark_cli.config.choices import Platform
+from dspark_cli.launch.capture_sizes import coverage
 from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.profile import Profile
@@ -121,6 +122,22 @@ def _adaptive_flags(c: Context) -> str | None:
     return None
 
 
+def _adaptive_in_vllm(c: Context) -> str | None:
+    """The installed vLLM must know the field: vLLM 0.26 has DSpark with a fixed K only, and
+    would refuse the unknown key at startup, after the model has loaded."""
+    if not c.adaptive:
+        return None
+    from dspark_cli.launch.runtime import installed_vllm
+    from dspark_cli.vllm.speculative_fields import has_field
+
+    vllm = installed_vllm()
+    if vllm is None or has_field("enable_adaptive_verification"):
+        return None  # no vLLM here to judge (a laptop's dry run), or it has the field
+    return (f"the installed {vllm.describe()} ({vllm.dist}) has no adaptive verification "
+            "(its SpeculativeConfig lacks enable_adaptive_verification: it came with vLLM "
+            "0.27); use speculative=dspark_fixed, DSpark with a fixed K")
+
+
 def _v2_runner(c: Context) -> str | None:
     if c.method == "dspark" and c.launch.env.get(
             "VLLM_USE_V2_MODEL_RUNNER") != "1":
@@ -169,6 +186,12 @@ def _sparse_mla_fp8(c: Context) -> str | None:
     if c.profile.family == "deepseek_v4" and kv != "fp8":
         return f"DeepSeek-V4's sparse MLA needs an fp8 KV cache, not {kv or 'auto'}"
     return None
+
+
+def _graphs_cover_batches(c: Context) -> str | None:
+    blackwell = any(re.search(r"B[23]00", p, re.IGNORECASE) for p in c.profile.detect)
+    found = coverage(c.launch, blackwell)
+    return found.problem() if found is not None else None
 
 
 def _fits_profile(c: Context) -> str | None:
@@ -241,6 +264,8 @@ RULES: tuple[Rule, ...] = (
          "serving.args.enable_lora", _adaptive_lora),
     Rule("adaptive-incompatible-options", "adaptive verification excludes some options",
          "serving.extra_args", _adaptive_flags),
+    Rule("adaptive-in-installed-vllm", "the installed vLLM has adaptive verification",
+         "speculative", _adaptive_in_vllm),
     Rule("dspark-needs-v2-runner", "DSpark needs the V2 model runner",
          "speculative.env.VLLM_USE_V2_MODEL_RUNNER", _v2_runner),
     Rule("dspark-needs-k", "DSpark needs num_speculative_tokens",
@@ -252,6 +277,9 @@ RULES: tuple[Rule, ...] = (
          "speculative.model", _draft_path_method),
     Rule("sparse-mla-fp8-kv", "DeepSeek-V4 sparse MLA needs an fp8 KV cache",
          "model.args.kv_cache_dtype", _sparse_mla_fp8),
+    Rule("cudagraphs-cover-spec-batches",
+         "CUDA graphs cover max_num_seqs x (1 + K) tokens (capture_sizes.py)",
+         "compilation.max_cudagraph_capture_size", _graphs_cover_batches),
     Rule("parallel-fits-profile", "TP x DP x PP fits the profile's GPUs",
          "hw.args.tensor_parallel_size", _fits_profile),
     Rule("aiter-needs-rocm", "the aiter MoE backends need ROCm",

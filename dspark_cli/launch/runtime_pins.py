@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dspark_cli.launch.runtime import Runtime, installed
+from dspark_cli.paths import conf_dir
 from dspark_cli.status import Finding, Status
 
 RULE = "runtime-pins"
@@ -30,6 +31,18 @@ def matches(key: str, expected: str, actual: str | None) -> bool:
     return expected == actual
 
 
+_VERSION_OF = {"vllm_commit": "vllm_version", "aiter_commit": "aiter_version",
+               "aiter_wheel_sha256": "aiter_version", "cuda": "torch", "rocm": "torch"}
+
+
+def _absent(key: str, have: Mapping[str, str | None]) -> str:
+    """Why a fact is missing: the package is not installed, or its metadata does not say."""
+    package = have.get(_VERSION_OF.get(key, ""))
+    if package:
+        return f"none recorded (installed: {package})"
+    return "nothing installed"
+
+
 def mismatches(expected: Mapping[str, Any], actual: Runtime) -> list[str]:
     """`key: expected X, found Y` for each pin (non-null) the runtime does not satisfy."""
     have = actual.to_dict()
@@ -40,23 +53,55 @@ def mismatches(expected: Mapping[str, Any], actual: Runtime) -> list[str]:
         if key not in have:
             raise KeyError(key)
         if not matches(key, str(want), have[key]):
-            out.append(f"{key}: expected {want}, found {have[key] or 'nothing installed'}")
+            out.append(f"{key}: expected {want}, found {have[key] or _absent(key, have)}")
     return out
 
 
-def finding(expected: Mapping[str, Any], dry_run: bool,
-            actual: Runtime | None = None) -> Finding:
-    """The `runtime-pins` preflight finding; a dry run plans for another machine and skips it."""
-    pinned = sorted(k for k, v in expected.items() if v is not None)
+def reference_pins(name: str) -> dict[str, Any]:
+    """The pins of image group `name` (conf/image/<name>.yaml), read as plain YAML: what a run
+    without pins is compared with. {} when there is no such group."""
+    from omegaconf import OmegaConf
+
+    path = conf_dir() / "image" / f"{name}.yaml"
+    if not path.is_file():
+        return {}
+    pins = OmegaConf.to_container(OmegaConf.load(path)).get("runtime", {}).get("expected")
+    return {k: v for k, v in (pins or {}).items() if v is not None}
+
+
+def reference_note(reference: str | None, actual: Runtime) -> str | None:
+    """One sentence: how this environment's software differs from the reference image's pins
+    (None when there is no reference or nothing differs). Noted, never refused."""
+    if not reference:
+        return None
+    pins = reference_pins(reference)
+    wrong = mismatches(pins, actual) if pins else []
+    if not wrong:
+        return None
+    return (f"the software here is not the image `+image={reference}` pins (noted, not refused; "
+            "a run records what it ran on): " + "; ".join(wrong))
+
+
+def finding(expected: Mapping[str, Any] | None, dry_run: bool,
+            actual: Runtime | None = None, reference: str | None = None) -> Finding:
+    """The `runtime-pins` preflight finding. Without pins it passes (and notes how this
+    environment differs from the `reference` image); a dry run plans for another machine, so
+    it does not fail there, but says what a real run in this environment would refuse among the
+    pins installed metadata shows."""
+    pinned = sorted(k for k, v in (expected or {}).items() if v is not None)
     if not pinned:
-        return Finding(RULE, Status.passed, "no runtime pins set", KEY)
+        note = reference_note(reference, actual or installed()) if reference else None
+        return Finding(RULE, Status.passed, "no runtime pins set", KEY, note=note)
+    wrong = mismatches(expected or {}, actual or installed())
     if dry_run:
+        said = (f"a real run in this environment would refuse: {'; '.join(wrong)}" if wrong
+                else "this environment matches them")
         return Finding(RULE, Status.skipped,
-                       f"runtime pins ({', '.join(pinned)}): not checked in a dry run", KEY)
-    wrong = mismatches(expected, actual or installed())
+                       f"runtime pins ({', '.join(pinned)}) are checked at run time; {said}",
+                       KEY)
     if wrong:
         return Finding(RULE, Status.failed,
                        "the installed software differs from the pins: " + "; ".join(wrong)
-                       + " (install the pinned build, or set the pin to null to measure "
-                       "without it)", KEY)
+                       + " (install the pinned build, set a pin to null, or "
+                       "runtime.expected=null to measure without any)", KEY)
     return Finding(RULE, Status.passed, f"runtime matches its pins ({', '.join(pinned)})", KEY)

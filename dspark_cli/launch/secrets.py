@@ -10,6 +10,7 @@ to the variable instead (`export HF_TOKEN="${HF_TOKEN:?...}"`, `user:${DSPARK_UR
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import re
 import shlex
@@ -166,6 +167,22 @@ def redact_text(text: str) -> str:
         return m[0] if _a_reference(m[2]) else m[1] + REDACTED
 
     return SCRUB(_SECRET_FLAG.sub(flag, _ASSIGNMENT.sub(assignment, str(text))))
+
+
+def redacted(value: Any) -> Any:
+    """`value` (a record read back, a report or any part of one: dataclasses, maps, lists)
+    with every string through `redact_text` and every secret key's value through `redact`:
+    the one filter for everything dspark writes or prints from a record."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: redacted(getattr(value, f.name))
+                                             for f in dataclasses.fields(value)})
+    if isinstance(value, dict):
+        return {redacted(k): redacted(v) for k, v in redact(value).items()}
+    if isinstance(value, tuple | list):
+        return type(value)(redacted(v) for v in value)
+    return value
 
 
 class ShellRefs:

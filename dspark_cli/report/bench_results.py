@@ -182,7 +182,8 @@ def results(bench: BenchRecords | None, out_dir: str | None) -> Results | None:
         plot = os.path.relpath(bench.plot, out_dir) if out_dir else str(bench.plot)
     sentence = summary.get("results_sentence") or results_sentence(speedups)
     return Results(sentence, baseline, tuple(tables), plot, str(bench.directory / CELLS_DIR),
-                   lossless_rows(summary), decisions(summary, bench.directory, out_dir))
+                   lossless_rows(summary), decisions(summary, bench.directory, out_dir,
+                                                        bench.proposal))
 
 
 def lossless_rows(summary: Mapping[str, Any]) -> tuple[LosslessRow, ...]:

@@ -14,6 +14,7 @@ from dspark_cli.report import (
 from dspark_cli.report.engagement import engagement_rows
 from dspark_cli.report.sections import Report
 from dspark_cli.report.sources import Sources
+from dspark_cli.report.watches_md import watches
 
 
 def build(src: Sources, out_dir: str | None = None) -> Report:
@@ -33,6 +34,7 @@ def build(src: Sources, out_dir: str | None = None) -> Report:
         revision=revision.revision(src.revision, src.tests is not None),
         lint=revision.lint(src.lint),
         engagement=engagement_rows(src.bench.cells) if src.bench else (),
+        watches=tuple(watches(src.bench.cells)) if src.bench else (),
         logs=log_findings.findings(src.smoke, src.bench),
         reproduction=environment.reproduction_of(src),
         accuracy=accuracy.section(src.accuracy, None if src.accuracy_path is None

@@ -1,6 +1,7 @@
-"""The report's decisions from a bench run (pure but for reading the run's proposal.json
-through the untrusted reader): goodput under the objectives per arm and concurrency, the arm to
-run per load, the proposal that follows the crossover, and the pictures to read them from."""
+"""The report's decisions from a bench run (pure): goodput under the objectives per arm and
+concurrency, the arm to run per load, the proposal that follows the crossover (recomputed from
+the cells' winners, never the run's proposal.json; its preflight "not checked": the report runs
+nothing), and the pictures to read them from."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.run_files import DECISIONS_PNG, PARETO_PNG, PROPOSAL_JSON
-from dspark_cli.untrusted import RecordError, load_json
+from dspark_cli.bench.proposal_files import NOT_CHECKED
+from dspark_cli.run_files import DECISIONS_PNG, PARETO_PNG
 
 
 @dataclass(frozen=True)
@@ -58,28 +59,25 @@ def _words(obj: Mapping[str, Any]) -> str:
 
 def _why(w: Mapping[str, Any]) -> str:
     if not w.get("arm"):
-        return str(w.get("note") or "")
+        kept = w.get("kept")
+        return str(w.get("note") or "") + (f"; a proposal keeps {kept} here" if kept else "")
     s = w.get("runner_up")
     if not isinstance(s, Mapping):
         return "over every other arm"
     return f"{s.get('verdict')} than {s.get('baseline')} ({_iv(s.get('ratio'), fmt='.3f')}x)"
 
 
-def _proposal(directory: Path) -> Mapping[str, Any] | None:
-    try:
-        data = load_json(directory / PROPOSAL_JSON, directory)
-    except RecordError:
+def _proposal(found: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    if found is None:
         return None
-    if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
-        return None
-    text = {k: str(data.get(k) or "") for k in ("kind", "statement", "note", "validate_command")}
-    commands = [str(c) for c in data.get("commands") or () if isinstance(c, str)]
-    passed = [bool(p.get("passed")) for p in data.get("preflight") or ()
-              if isinstance(p, Mapping)]
-    return {**text, "commands": commands, "preflight": passed}
+    text = {k: str(found.get(k) or "") for k in ("kind", "statement", "note", "validate_command")}
+    return {**text, "commands": [str(c) for c in found.get("commands") or ()],
+            "preflight": NOT_CHECKED}
 
 
-def decisions(summary: Mapping[str, Any], directory: Path, out_dir: str | None) -> Decisions:
+def decisions(summary: Mapping[str, Any], directory: Path, out_dir: str | None,
+              proposal: Mapping[str, Any] | None = None) -> Decisions:
+    """The section from the recomputed `summary` and `proposal` (`proposal_files.recompute`)."""
     obj = summary.get("objectives")
     rows = []
     if isinstance(obj, Mapping):
@@ -100,4 +98,4 @@ def decisions(summary: Mapping[str, Any], directory: Path, out_dir: str | None) 
                               ("Pareto: per-user vs total output tokens/s", PARETO_PNG))
         if (p := directory / name).is_file() and not p.is_symlink())
     return Decisions(_words(obj) if isinstance(obj, Mapping) else None, metric, tuple(rows),
-                     winners, _proposal(directory), pictures)
+                     winners, _proposal(proposal), pictures)

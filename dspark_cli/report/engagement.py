@@ -2,13 +2,18 @@
 per-request speculative-decoding metrics showed what the arm's launch expects (adaptive
 verification trims some steps below K; a fixed-K drafter proposes K every step), and the DSpark
 draft's parameter count against its pin. Pure: cell records (already type-checked) in, rows out.
-The smoke's `engagement` and `draft_params` checks are in the smoke section's table."""
+Every outcome is recomputed from the section's counts (`spec_metrics.judge` on the steps, the
+draft's parameters against the pin), never taken from the record's `ok` or sentence: "0 of 340
+steps below K" is no engagement, 96 parameters against a pin of 97 a mismatch. The smoke's
+`engagement` and `draft_params` checks are in the smoke section's table."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from dspark_cli.server.spec_metrics import FULL_K, Engagement, Judgement, judge
 
 EXPECTED = {"adaptive": "some steps below K (adaptive verification)",
             "fixed_k": "K every step (fixed K)", "at_most_k": "up to K (none held)"}
@@ -52,11 +57,53 @@ def _params(cells: Sequence[Mapping[str, Any]]) -> str:
             if isinstance(c.get("draft_params"), Mapping)]
     if not seen:
         return "-"
-    bad = [f"{cid}: {p.get('sentence')}" for cid, p in seen if p.get("ok") is not True]
+    bad = [f"{cid}: {_mismatch(p.get('params'), p.get('expected'))}" for cid, p in seen
+           if not _is_count(p.get("params")) or not _is_count(p.get("expected"))
+           or p["params"] != p["expected"]]
     if bad:
         return "MISMATCH: " + "; ".join(bad)
     first = seen[0][1]
     return f"{first.get('params')} (pinned {first.get('expected')}) in {_cells(len(seen))}"
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _mismatch(params: Any, pin: Any) -> str:
+    """The sentence `draft_params.seen_params` writes, from the counts themselves."""
+    if not _is_count(params):
+        return "no parameter count recorded"
+    hint = (" (one fewer: is the confidence head missing?)"
+            if _is_count(pin) and params == pin - 1 else "")
+    return f"DSpark draft loaded {params} params, pinned {pin if _is_count(pin) else 'none'}{hint}"
+
+
+def judged(section: Mapping[str, Any]) -> Judgement:
+    """The section's outcome recomputed from its counts (what the launch expects, the steps,
+    the draft tokens, K); counts that cannot all hold are not measured."""
+    counts = {k: section.get(k) for k in ("requests", "reported", "steps", "draft_tokens",
+                                          "accepted")}
+    k, short = section.get("k"), section.get("short_steps")
+    level = section.get("level")
+    problems = [str(p) for p in section.get("problems") or ()]
+    if not all(_is_count(v) for v in counts.values()) or (k is not None and not _is_count(k)) \
+            or (short is not None and not _is_count(short)):
+        problems.append("the recorded counts are not counts")
+        counts = dict.fromkeys(counts, 0)
+    elif k is not None and (counts["draft_tokens"] > counts["steps"] * k
+                            or counts["accepted"] > counts["draft_tokens"]
+                            or (short is not None and short > counts["steps"])
+                            or (short is not None and (short > 0)
+                                != (counts["steps"] * k > counts["draft_tokens"]))):
+        problems.append(f"{counts['steps']} steps of K={k}, {counts['draft_tokens']} drafted, "
+                        f"{counts['accepted']} accepted and {short} short steps cannot all hold")
+    seen = Engagement(level if isinstance(level, str) else None, counts["requests"],
+                      counts["reported"], counts["steps"], counts["draft_tokens"],
+                      counts["accepted"], k, short, tuple(problems),
+                      str(section.get("why") or ""))
+    expected = section.get("expected")
+    return judge(seen, expected if isinstance(expected, str) else None)
 
 
 def _row(arm: str, cells: Sequence[Mapping[str, Any]]) -> EngagementRow | None:
@@ -65,21 +112,20 @@ def _row(arm: str, cells: Sequence[Mapping[str, Any]]) -> EngagementRow | None:
     if not sections and params == "-":
         return None
     expected = next((str(s.get("expected")) for s in sections if s.get("expected")), "")
-    judged = [(c.get("cell_id"), c["engagement"]) for c in cells
-              if isinstance(c.get("engagement"), Mapping)
-              and isinstance(c["engagement"].get("ok"), bool)]
-    failed = [str(cid) for cid, s in judged if s.get("ok") is False]
-    if not judged:
-        why = next((str(s.get("sentence")) for s in sections if s.get("sentence")), "no probe")
-        unseen = any(s.get("outcome") == "full_k" for s in sections)  # adaptive, no trim seen
+    verdicts = [(c.get("cell_id"), judged(c["engagement"])) for c in cells
+                if isinstance(c.get("engagement"), Mapping)]
+    held = [(cid, v) for cid, v in verdicts if v.ok is not None]
+    failed = [(str(cid), v) for cid, v in held if v.ok is False]
+    if not held:
+        why = next((v.sentence for _, v in verdicts if v.sentence), "no probe")
+        unseen = any(v.outcome == FULL_K for _, v in verdicts)  # adaptive, no trim seen
         outcome = f"{'not shown' if unseen else 'not measured'}: {why}"
     elif failed:
-        outcome = f"NOT SHOWN in {', '.join(failed)}: " + next(
-            str(s.get("sentence")) for _, s in judged if s.get("ok") is False)
+        outcome = f"NOT SHOWN in {', '.join(c for c, _ in failed)}: {failed[0][1].sentence}"
     else:
-        outcome = f"shown in {len(judged)} of {_cells(len(sections))}"
-    return EngagementRow(arm, EXPECTED.get(expected, expected or "-"), len(judged),
-                         len(judged) - len(failed), _steps(sections), outcome, params)
+        outcome = f"shown in {len(held)} of {_cells(len(sections))}"
+    return EngagementRow(arm, EXPECTED.get(expected, expected or "-"), len(held),
+                         len(held) - len(failed), _steps(sections), outcome, params)
 
 
 def engagement_rows(cells: Sequence[Mapping[str, Any]]) -> tuple[EngagementRow, ...]:

@@ -65,6 +65,8 @@ def launch_sections(src: Sources) -> tuple[Environment, Provenance, Serving | No
         ckpt.update({k: src.checkpoint[k] for k in ("num_shards", "total_bytes")
                      if src.checkpoint.get(k)})
     argv = [str(a) for a in prov.get("argv") or []]
+    if _attached(src, where):
+        return _attached_sections(src, prov, where)
     env = Environment(
         hardware=_hardware(prov, cfg),
         tensor_parallel_size=_parallel(argv, "--tensor-parallel-size", cfg,
@@ -103,10 +105,42 @@ def launch_sections(src: Sources) -> tuple[Environment, Provenance, Serving | No
     return env, provenance, serving
 
 
+NOT_KNOWN = ("not known (an attached server: dspark did not start it, and the smoke's record "
+             "holds no word of the server's own on it)")
+
+
+def _attached(src: Sources, where: str) -> bool:
+    """The facts would come from an attached smoke (no launch record of its own): its config
+    is dspark's defaults, not the server's."""
+    return (src.smoke is not None and where == str(src.smoke.directory)
+            and (not src.smoke.provenance or src.smoke.smoke.get("mode") == "attached"))
+
+
+def _attached_sections(src: Sources, prov: Mapping[str, Any], where: str
+                       ) -> tuple[Environment, Provenance, Serving | None]:
+    """An attached server's facts: only what it said itself (its version; the models it
+    serves when recorded from /v1/models), everything else not known."""
+    served = lookup(src.smoke.smoke if src.smoke else None, "server", "models")
+    model = (", ".join(str(m) for m in served) + " (the server's /v1/models)"
+             if isinstance(served, list) and served else NOT_KNOWN)
+    env = Environment(hardware=NOT_KNOWN, tensor_parallel_size=NOT_KNOWN,
+                      data_parallel_size=NOT_KNOWN, model=model, model_path=NOT_KNOWN,
+                      architecture=NOT_KNOWN, quantization=NOT_KNOWN,
+                      checkpoint_size=NOT_KNOWN, config_sha256=NOT_KNOWN,
+                      index_sha256=NOT_KNOWN, vllm_options=NOT_KNOWN, record=where)
+    server = prov.get("server")
+    provenance = Provenance(
+        image_tag=UNKNOWN, image_id=UNKNOWN, base_digest=UNKNOWN,
+        vllm_version=known(server) if server else NOT_KNOWN, vllm_commit=UNKNOWN,
+        vllm_patch=UNKNOWN, aiter_version=UNKNOWN, aiter_commit=UNKNOWN,
+        aiter_wheel_sha256=UNKNOWN, pytorch=UNKNOWN, rocm=UNKNOWN, cuda=UNKNOWN, record=where)
+    return env, provenance, None
+
+
 def reproduction_of(src: Sources) -> Reproduction | None:
     """The vLLM base and patch and the image caveat of the launch the sections describe."""
-    cfg, prov, _, _ = _launch_source(src)
-    if not cfg and not prov:
+    cfg, prov, _, where = _launch_source(src)
+    if (not cfg and not prov) or _attached(src, where):
         return None
     return reproduction(lookup(cfg, "runtime", "image") or {},
                         lookup(cfg, "runtime", "expected") or {}, prov.get("runtime") or {})

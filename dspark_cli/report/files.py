@@ -5,50 +5,37 @@ held: every string of the report goes through the secret filter before it is ren
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.secrets import redact_text
+from dspark_cli.launch.secrets import redact_text, redacted
 from dspark_cli.report import markdown, sources
 from dspark_cli.report.build import build
 from dspark_cli.report.sections import Report
 from dspark_cli.run_files import REPORT_JSON, REPORT_MD
-from dspark_cli.untrusted import write_atomic
-
-
-def redacted(value: Any) -> Any:
-    """`value` (the report, a section, any field) with every string through the filter."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: redacted(getattr(value, f.name))
-                                             for f in dataclasses.fields(value)})
-    if isinstance(value, tuple | list):
-        return type(value)(redacted(v) for v in value)
-    if isinstance(value, dict):
-        return {redacted(k): redacted(v) for k, v in value.items()}
-    return value
+from dspark_cli.untrusted import output_dir, printable, write_atomic
 
 
 def write_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Report, str]:
     """Build the report of the records under `run_dirs` and write it into `out_dir`; returns
     the (redacted) report and its Markdown."""
     out = out_dir.resolve()
+    if out.exists() and not out.is_dir():
+        output_dir(out)  # refused before anything is read
     src = sources.collect(run_dirs)
     try:
         report = redacted(build(src, str(out)))
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError,
+            RecursionError) as e:
         # what the specs (`record_specs.py`) do not hold a record to: still a bad record
-        raise UsageError(redact_text(
+        raise UsageError(printable(redact_text(
             f"a record under {', '.join(map(str, src.directories))} is malformed "
-            f"({type(e).__name__}: {e}); nothing was written."),
+            f"({type(e).__name__}: {e}); nothing was written.")),
             hint="restore the records from the run, or leave the run out") from None
-    text = redact_text(markdown.render(report))
-    out.mkdir(parents=True, exist_ok=True)
+    text = printable(redact_text(markdown.render(report)), newlines=True)
+    output_dir(out)
     write_atomic(out / REPORT_MD, text)
     write_atomic(out / REPORT_JSON, json.dumps(report.to_dict(), indent=2, sort_keys=True)
                  + "\n")

@@ -216,11 +216,8 @@ def _decisions(d: Decisions | None) -> list[str]:
     lines.append("")
     p = d.proposal
     if p and p["kind"] != "none":
-        checked = ("passed `dspark serve --dry-run --validate`" if p["preflight"]
-                   and all(p["preflight"]) else "did NOT pass the dry-run preflight"
-                   if p["preflight"] else "was not preflighted")
         lines += [f"**Proposal ({text(p['kind'])}):** {text(p['note'])}. "
-                  f"{text(p['statement'])} It {checked}.", ""]
+                  f"{text(p['statement'])} Preflight: {text(p['preflight'])}.", ""]
         lines += block(p["commands"], "bash")
         if p["validate_command"]:
             lines += ["", "Validate it as one more arm:", "", *block([p["validate_command"]],
@@ -265,7 +262,7 @@ def render(report: Report) -> str:
         [*_smoke(report.smoke), "", *log_findings(report.logs)],
         _environment(report.environment), _provenance(report.provenance, report.reproduction),
         _serving(report.serving), _methodology(report.methodology),
-        [*_results(report.results), *engagement(report.engagement)],
+        [*_results(report.results), *engagement(report.engagement), *report.watches],
         accuracy_section(report.accuracy),
     ]
     return "\n\n".join("\n".join(p).rstrip("\n") for p in parts) + "\n"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from dspark_cli.untrusted import printable
+
 # Record strings are untrusted: inline, every character that could open markup (emphasis,
 # a link or image, inline HTML or a comment, code, an entity) is escaped and line breaks are
 # folded, so no value starts a heading, a list or a fence; in code, the fence outgrows every
@@ -18,8 +20,7 @@ _LINE_BREAK = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 def text(value: object) -> str:
     """A record's string as inline Markdown text: it renders as written, nothing more."""
-    return _INLINE.sub(lambda m: _ENTITIES.get(m[0], "\\" + m[0]),
-                       _LINE_BREAK.sub(" ", str(value)))
+    return _INLINE.sub(lambda m: _ENTITIES.get(m[0], "\\" + m[0]), one_line(value))
 
 
 def _fence_for(body: str, least: int = 1) -> str:
@@ -28,7 +29,7 @@ def _fence_for(body: str, least: int = 1) -> str:
 
 def code(value: object) -> str:
     """A record's string as an inline code span, on one line."""
-    body = _LINE_BREAK.sub(" ", str(value))
+    body = one_line(value)
     fence = _fence_for(body)
     pad = " " if body.startswith("`") or body.endswith("`") else ""
     return f"{fence}{pad}{body}{pad}{fence}"
@@ -36,13 +37,14 @@ def code(value: object) -> str:
 
 def block(lines: Sequence[str], info: str = "") -> list[str]:
     """Lines as a fenced code block whose fence no line can close."""
+    lines = [printable(line, newlines=True) for line in lines]
     fence = _fence_for("\n".join(lines), 3)
     return [fence + info, *lines, fence]
 
 
 def cell(value: object) -> str:
     """A table cell (record strings in it already `text()`): pipes escaped, lines folded."""
-    return _LINE_BREAK.sub(" ", str(value)).replace("|", "\\|")
+    return one_line(value).replace("|", "\\|")
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -52,5 +54,5 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
 
 
 def one_line(value: object) -> str:
-    """A record's string on one line of a code block."""
-    return _LINE_BREAK.sub(" ", str(value))
+    """A record's string on one line, its control characters escaped (`printable`)."""
+    return printable(_LINE_BREAK.sub(" ", str(value)))

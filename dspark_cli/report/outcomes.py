@@ -1,11 +1,15 @@
-"""What the validation's own records say passed: the stages, the focused tests and the smoke
-(pure: records in, sections out)."""
+"""What passed, recomputed from the validation's lowest-level records each time (pure: records
+in, sections out): the Summary's stage status comes from the same records as the sections
+below it (the smoke's checks, the cells, the accuracy's per-document results, the focused
+tests' counts), never from validate.json's own word; a failed, skipped or inconclusive stage is
+said so wherever it is mentioned."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from dspark_cli.accuracy.records import SCORED, AccuracyRecord
 from dspark_cli.report.sections import NOT_RUN, CheckRow, Counters, Focused, Smoke, StageRow
 from dspark_cli.report.sources import SmokeRecords, Sources, lookup
 from dspark_cli.run_files import SMOKE_JSON
@@ -13,22 +17,107 @@ from dspark_cli.run_files import SMOKE_JSON
 SMOKE_LIMITS = ("It demonstrates that the server started, generated tokens and (where "
                 "speculative decoding is on) executed its speculative path. It is not a "
                 "throughput, latency, quality, or adaptive-vs-fixed performance measurement.")
+SMOKE_FAILED = ("The smoke FAILED: it does not demonstrate that a server started, generated "
+                "tokens or executed its speculative path; the failed checks above say what "
+                "went wrong.")
+_OK = ("passed", "skipped")
+
+
+def _check_status(c: Mapping[str, Any]) -> str:
+    """A smoke check's status, recomputed where its data holds the counts it was judged by
+    (the DSpark draft's parameters against their pin); else as recorded."""
+    status = str(c.get("status"))
+    data = c.get("data") if isinstance(c.get("data"), Mapping) else {}
+    if c.get("name") == "draft_params" and status != "skipped":
+        seen, pin = data.get("params"), data.get("expected")
+        if isinstance(pin, int) and not isinstance(pin, bool):
+            return "passed" if seen == pin and not isinstance(seen, bool) else "failed"
+    return status
+
+
+def smoke_passed(smoke: Mapping[str, Any]) -> bool:
+    """The smoke passed: its record says so and every check it holds passed or was skipped
+    (a record with no checks showed nothing)."""
+    checks = [c for c in smoke.get("checks") or () if isinstance(c, Mapping)]
+    return (lookup(smoke, "verdict", "passed") is True and bool(checks)
+            and all(_check_status(c) in _OK for c in checks))
+
+
+def _smoke_stage(rec: SmokeRecords) -> tuple[str, str]:
+    checks = [c for c in rec.smoke.get("checks") or () if isinstance(c, Mapping)]
+    failed = [str(c.get("name")) for c in checks if _check_status(c) not in _OK]
+    if smoke_passed(rec.smoke):
+        return "passed", f"{len(checks)} checks, none failed"
+    return "failed", (f"{len(failed)} of {len(checks)} checks failed or did not run: "
+                      f"{', '.join(failed)}" if failed else "the smoke's record says it failed"
+                      if checks else "no check recorded")
+
+
+def _bench_stage(src: Sources) -> tuple[str, str]:
+    cells = [c for c in lookup(src.bench.summary if src.bench else None, "cells") or ()
+             if isinstance(c, Mapping)]
+    invalid = [c for c in cells if c.get("valid") is not True]
+    return ("failed" if invalid or not cells else "passed",
+            f"{len(cells) - len(invalid)} of {len(cells)} cells valid")
+
+
+def _accuracy_stage(record: AccuracyRecord) -> tuple[str, str]:
+    from dspark_cli.accuracy.verdict import AccuracyVerdict, words
+
+    failed = [a.arm for a in record.arms if a.status != SCORED]
+    compared = record.comparisons()
+    detail = "; ".join([*(f"{a} failed" for a in failed),
+                        *(f"{c.arm} vs {c.baseline}: {words(c)}" for c in compared)])
+    if failed or any(c.verdict is AccuracyVerdict.DIFFERENT for c in compared):
+        return "failed", detail
+    if not compared or any(c.verdict is AccuracyVerdict.INCONCLUSIVE for c in compared):
+        return "inconclusive", detail or "no arm compared with the baseline"
+    return "passed", detail
+
+
+def _tests_stage(tests: Mapping[str, Any]) -> tuple[str, str] | None:
+    counts = tests.get("counts") if isinstance(tests.get("counts"), Mapping) else {}
+    if not counts:
+        return None
+    bad = sum(int(counts.get(k) or 0) for k in ("failed", "error", "errors"))
+    ran = sum(int(v or 0) for v in counts.values())
+    shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    if bad:
+        return "failed", shown
+    return ("passed", shown) if int(counts.get("passed") or 0) else (
+        "failed" if not ran else str(tests.get("status")), shown or "no tests collected")
+
+
+def _recomputed(src: Sources) -> dict[str, tuple[str, str]]:
+    """Each stage's status and detail from its own records, where the report has them."""
+    out = {}
+    if src.smoke is not None:
+        out["smoke"] = _smoke_stage(src.smoke)
+    if src.bench is not None:
+        out["bench"] = _bench_stage(src)
+    if src.accuracy is not None:
+        out["accuracy"] = _accuracy_stage(src.accuracy)
+    if src.tests is not None and (t := _tests_stage(src.tests)) is not None:
+        out["tests"] = t
+    return out
 
 
 def stages(src: Sources) -> tuple[StageRow, ...]:
-    """`dspark validate`'s stages as it recorded them, else one row per smoke or bench run."""
-    if src.validate is not None:
-        return tuple(StageRow(str(s["name"]), str(s["status"]), str(s.get("detail") or ""))
-                     for s in src.validate.get("stages", []))
+    """One row per stage: `dspark validate`'s stages in its order (else one per smoke or bench
+    run), each status recomputed from its records where the report has them; a recorded status
+    that disagrees is named beside the recomputed one."""
+    again = _recomputed(src)
+    recorded = [(str(s["name"]), str(s["status"]), str(s.get("detail") or ""))
+                for s in (src.validate or {}).get("stages", []) if isinstance(s, Mapping)]
     rows = []
-    if src.smoke is not None:
-        rows.append(StageRow("smoke", "passed" if lookup(src.smoke.smoke, "verdict", "passed")
-                             else "failed", str(lookup(src.smoke.smoke, "verdict", "summary"))))
-    if src.bench is not None:
-        invalid = [c for c in src.bench.cells if not c.get("valid")]
-        rows.append(StageRow("bench", "failed" if invalid else "passed",
-                             f"{len(src.bench.cells) - len(invalid)} of {len(src.bench.cells)} "
-                             "cells valid"))
+    for name, status, detail in recorded:
+        if name not in again:
+            rows.append(StageRow(name, status, detail))
+            continue
+        mine, why = again.pop(name)
+        note = "" if mine == status else f" (validate.json said {status}; recomputed)"
+        rows.append(StageRow(name, mine, why + note))
+    rows += [StageRow(name, status, detail) for name, (status, detail) in again.items()]
     return tuple(rows)
 
 
@@ -63,8 +152,10 @@ def smoke(rec: SmokeRecords | None) -> Smoke | None:
     if rec is None:
         return None
     s = rec.smoke
-    checks = tuple(CheckRow(str(c["name"]), str(c["status"]), str(c.get("evidence") or ""))
+    checks = tuple(CheckRow(str(c["name"]), _check_status(c), str(c.get("evidence") or ""))
                    for c in s.get("checks", []))
-    return Smoke(str(lookup(s, "verdict", "summary")), bool(lookup(s, "verdict", "passed")),
-                 str(s.get("mode")), checks, lookup(s, "request", "completion_tokens"),
-                 _counters(s), SMOKE_LIMITS, str(rec.directory / SMOKE_JSON))
+    passed = smoke_passed(s)
+    return Smoke(_smoke_stage(rec)[1] if not passed else str(lookup(s, "verdict", "summary")),
+                 passed, str(s.get("mode")), checks, lookup(s, "request", "completion_tokens"),
+                 _counters(s), SMOKE_LIMITS if passed else SMOKE_FAILED,
+                 str(rec.directory / SMOKE_JSON))

@@ -192,6 +192,8 @@ class Report:
     logs: LogFindings | None = None  # evidence lines, faults ruled out
     reproduction: Reproduction | None = None  # vLLM base and patch, the image caveat
     accuracy: Accuracy | None = None  # validate's accuracy stage (report/accuracy.py)
+    # The watches' evidence from the bench cells, as Markdown lines (report/watches_md.py)
+    watches: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dspark_cli.accuracy import records as accuracy_records
 from dspark_cli.accuracy.records import AccuracyRecord
 from dspark_cli.bench import records
 from dspark_cli.bench.merge import summarize_records
+from dspark_cli.bench.proposal_files import recompute
 from dspark_cli.errors import UsageError
 from dspark_cli.report import record_specs as specs
 from dspark_cli.run_files import (
@@ -39,7 +38,17 @@ from dspark_cli.run_files import (
     TESTS_JSON,
     VALIDATE_JSON,
 )
-from dspark_cli.untrusted import RecordError, Spec, check, contained, load_json, read_text
+from dspark_cli.untrusted import (
+    Spec,
+    check,
+    contained,
+    load_record,
+    load_yaml,
+    read_text,
+    shown_path,
+    text_path,
+    walk,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,9 @@ class BenchRecords:
     arm_launches: Mapping[str, str]  # arms/<arm>/launch.sh
     arm_provenance: Mapping[str, Mapping[str, Any]]
     plot: Path | None
+    # The proposal the recomputed winners make (never the run's proposal.json: a planted
+    # one would be shown as found); its preflight is not checked here.
+    proposal: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,24 +99,11 @@ def lookup(record: Mapping[str, Any] | None, *path: str) -> Any:
     return node
 
 
-def _record(path: Path, root: Path, spec: Spec, required: Sequence[str] = ()) -> Any:
-    """A JSON record inside `root`, held to its spec (None when there is none)."""
-    data = load_json(path, root)
-    if data is not None:
-        check(data, path, spec, required)
-    return data
-
-
 def read_yaml(path: Path, root: Path) -> dict[str, Any]:
     """A run's config.yaml inside `root`, held to `record_specs.CONFIG` ({} when absent)."""
-    text = read_text(path, root)
-    if text is None:
+    data = load_yaml(path, root)
+    if data is None:
         return {}
-    try:
-        # libyaml's loader where installed: a resolved config.yaml is hundreds of lines.
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as e:
-        raise RecordError(path, "the file", f"is not valid YAML ({e})") from None
     check(data, path, specs.CONFIG, specs.CONFIG_REQUIRED)
     return data
 
@@ -124,9 +123,9 @@ def _smoke(path: Path | None, root: Path) -> SmokeRecords | None:
     if path is None:
         return None
     d = path.parent
-    return SmokeRecords(d, _record(path, root, specs.SMOKE, specs.SMOKE_REQUIRED),
+    return SmokeRecords(d, load_record(path, root, specs.SMOKE, specs.SMOKE_REQUIRED),
                         read_yaml(d / CONFIG_YAML, root), read_text(d / LAUNCH_SH, root),
-                        _record(d / PROVENANCE_JSON, root, specs.PROVENANCE) or {})
+                        load_record(d / PROVENANCE_JSON, root, specs.PROVENANCE) or {})
 
 
 def _bench(root: Path | None) -> BenchRecords | None:
@@ -134,19 +133,20 @@ def _bench(root: Path | None) -> BenchRecords | None:
     included, as `bench --report` does: an edited summary.json never wins)."""
     if root is None:
         return None
-    read = {p: records.read(p, root) for p in sorted(root.rglob(CELL_JSON))}
+    read = {p: records.read(p, root) for p in walk(root, [CELL_JSON])[CELL_JSON]}
     arms = sorted(p for p in (root / ARMS_DIR).glob("*") if p.is_dir() and not p.is_symlink())
     plot = root / SUMMARY_PNG
     if plot.is_file() or plot.is_symlink():
         contained(plot, root)
+    summary = summarize_records(list(read.values()))
     return BenchRecords(
-        root, summarize_records(list(read.values())).as_dict(),
+        root, summary.as_dict(),
         tuple(r.to_dict() for p, r in read.items() if ".attempt" not in p.parent.name),
         {a.name: read_yaml(a / CONFIG_YAML, root) for a in arms},
         {a.name: t for a in arms if (t := read_text(a / LAUNCH_SH, root)) is not None},
         {a.name: prov for a in arms
-         if (prov := _record(a / PROVENANCE_JSON, root, specs.PROVENANCE)) is not None},
-        plot if plot.is_file() else None)
+         if (prov := load_record(a / PROVENANCE_JSON, root, specs.PROVENANCE)) is not None},
+        plot if plot.is_file() else None, recompute(summary, root, None).to_dict())
 
 
 def _bench_root(cell: Path, given: Path) -> Path:
@@ -175,20 +175,20 @@ def _belong_together(smoke: SmokeRecords | None, bench: BenchRecords | None) -> 
 def collect(directories: Sequence[Path]) -> Sources:
     """Every record under the directories, read as untrusted input (`untrusted.py`): nothing
     outside them is read or followed; UsageError when one is missing or holds none."""
-    dirs = tuple(d.resolve() for d in directories)
+    dirs = tuple(text_path(d).resolve() for d in directories)
     for d in dirs:
         if not d.is_dir():
-            raise UsageError(f"{d} is not a directory; give run directories of `dspark "
+            raise UsageError(f"{shown_path(d)} is not a directory; give run directories of `dspark "
                              "validate`, `dspark smoke` or `dspark bench`.")
     found: dict[str, list[Path]] = {n: [] for n in (VALIDATE_JSON, CHECKPOINT_JSON, TESTS_JSON,
                                                     SMOKE_JSON, CELL_JSON, SOURCE_JSON,
                                                     LINT_JSON, ACCURACY_JSON)}
     under: dict[Path, Path] = {}  # each record -> the given directory it was found under
     for d in dirs:
-        for name, paths in found.items():
-            for p in d.rglob(name):
+        for name, paths in walk(d, found).items():
+            for p in map(text_path, paths):
                 if ".attempt" not in p.parent.name:
-                    paths.append(p)
+                    found[name].append(p)
                     under.setdefault(p, d)
     roots = {_bench_root(c, under[c]): under[c] for c in found[CELL_JSON]}
     # A multirun's jobs share one sweep directory: its jobs' cells are one protocol.
@@ -198,7 +198,7 @@ def collect(directories: Sequence[Path]) -> Sources:
 
     def one(name: str, what: str, spec: Spec, required: Sequence[str] = ()) -> Any:
         path = _one(found[name], what)
-        return None if path is None else _record(path, under[path], spec, required)
+        return None if path is None else load_record(path, under[path], spec, required)
 
     smoke_json = _one(found[SMOKE_JSON], "smoke run")
     accuracy = _one(found[ACCURACY_JSON], "accuracy record")

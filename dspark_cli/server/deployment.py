@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.log_patterns import Pattern
 
 if TYPE_CHECKING:  # a dry run plans deployments without loading psutil
@@ -40,6 +41,7 @@ class Watch:
     metrics_timeout_s: float = 5.0
     attach_refused_s: float = 2.0  # not `ready_timeout_s`, which is for a server that boots
     metrics_settle_s: float = 3.0  # vLLM may count a request's last tokens just after answering
+    stall: StallSettings | None = None  # the stall watch (liveness.py); None: not watched
 
 
 class Deployment(abc.ABC):

@@ -17,9 +17,10 @@ from dspark_cli.server.process import STOP_SIGNALS
 from dspark_cli.server.session import ServerSession
 
 
-def serve(deployment: Deployment, watch: Watch) -> int:
+def serve(deployment: Deployment, watch: Watch, stall_exit: bool = False) -> int:
     """Run the server; exit code INTERRUPTED after a signal, ServerError when it fails or
-    exits on its own."""
+    exits on its own. With a stall watch (`watch.stall`), a stall prints one line; with
+    `stall_exit`, it also stops the server (ServerError, exit 3)."""
     received: list[int] = []
     session = ServerSession(deployment, watch,
                             echo=lambda line: print(line, file=sys.stderr, flush=True),
@@ -43,8 +44,7 @@ def serve(deployment: Deployment, watch: Watch) -> int:
                      else "; Ctrl-C stops it")
             print(f"dspark: ready at {session.base_url} after {boot:.1f} s{stops}",
                   file=sys.stderr, flush=True)
-            code = session.wait()
-            ended = session.stop_reason()
+            code, ended = _wait(session, stall_exit)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -54,6 +54,21 @@ def serve(deployment: Deployment, watch: Watch) -> int:
     if deployment.queued:
         raise ServerError(f"{ended} on its own; its output: {deployment.log_path}")
     raise ServerError(f"the server exited with code {code}; log: {deployment.log_path}")
+
+
+def _wait(session: ServerSession, stall_exit: bool) -> tuple[int | None, str | None]:
+    """Until the server ends (or stalls, with `stall_exit`): its exit code and why it ended."""
+    while True:
+        code = session.wait()
+        stall = session.stalled
+        if stall is None or code is not None:
+            return code, session.stop_reason()
+        if stall_exit:  # the one line is the error's
+            raise ServerError(f"{stall.reason}; the server was stopped (watch.serve_exit)",
+                              reason=stall.reason)
+        print(f"dspark: {stall.reason}", file=sys.stderr, flush=True)
+        if session.stall_watch is not None:  # it tripped, so it runs: watch for the next one
+            session.stall_watch.rearm()
 
 
 def _check_teardown(session: ServerSession) -> None:

@@ -9,6 +9,9 @@ into one `Teardown`.
 
 from __future__ import annotations
 
+import getpass
+import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -33,6 +36,18 @@ class NodeProcess:
     @property
     def prefix(self) -> str:
         return f"[node {self.rank}] " if self.rank else ""
+
+
+def inductor_cache_dir(env: Mapping[str, str]) -> str:
+    """torch Inductor's default cache directory for a process started with `env`:
+    `<its TMPDIR>/torchinductor_<user>` (torch._inductor.runtime.cache_dir_utils)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container's arbitrary uid)
+        user = f"uid_{os.getuid()}"
+    user = re.sub(r'[\\/:*?"<>|]', "_", user)
+    temp = env.get("TMPDIR") or tempfile.gettempdir()
+    return os.path.join(temp, f"torchinductor_{user}")
 
 
 class LocalDeployment(Deployment):
@@ -72,10 +87,16 @@ class LocalDeployment(Deployment):
 
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` with a fresh private TMPDIR: vLLM leaves sockets and vllm_dist_* files there;
-        short, because ZeroMQ's IPC socket paths must fit in 107 bytes. Removed at stop."""
+        short, because ZeroMQ's IPC socket paths must fit in 107 bytes. Removed at stop. The
+        compile caches stay where a hand-started vLLM keeps them, so a cold boot per cell costs
+        no recompilation: vLLM's own (~/.cache/vllm), Triton's (~/.triton) and FlashInfer's
+        (~/.cache/flashinfer) follow HOME, which is kept; torch Inductor's default follows
+        TMPDIR, so it is pinned to the one the user's TMPDIR gives, unless they set it."""
         scratch = Path(tempfile.mkdtemp(prefix="dspark-"))
         self._scratch.append(scratch)
-        return {**env, "TMPDIR": str(scratch)}
+        out = {**env, "TMPDIR": str(scratch)}
+        out.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor_cache_dir(env))
+        return out
 
     def base_url(self) -> str:
         return self.planned_url

@@ -1,5 +1,6 @@
-"""The server log patterns config names (`logs.fatal`, `logs.degraded`, `logs.evidence`:
-name -> regex, null switched off), compiled once and checked while the config is read.
+"""The server log patterns config names (`logs.fatal`, `logs.degraded`, `logs.evidence`,
+`logs.fallbacks`: name -> regex, null switched off), compiled once and checked while the config
+is read.
 
 Apart from logscan.py so the matching there stays config-free: it takes compiled `Pattern`s,
 and a broken regex is a usage error (exit 2) naming its key before any server starts.
@@ -55,6 +56,12 @@ def evidence_patterns(logs: Any) -> tuple[Pattern, ...]:
     """The `logs.evidence` patterns (an asked-for feature ran), watched like required lines;
     null ones are switched off."""
     return _enabled(logs, "evidence")
+
+
+def fallback_patterns(logs: Any) -> tuple[Pattern, ...]:
+    """The `logs.fallbacks` patterns (speculative decoding ran other than asked), watched like
+    required lines; null ones are switched off."""
+    return _enabled(logs, "fallbacks")
 
 
 def _enabled(logs: Any, key: str) -> tuple[Pattern, ...]:

@@ -25,6 +25,7 @@ from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
 from dspark_cli.server import probe
 from dspark_cli.server.deployment import Deployment, Watch
+from dspark_cli.server.liveness import Stall, StallWatch
 from dspark_cli.server.logscan import LogSnapshot, LogWatcher
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
 from dspark_cli.server.process import Teardown
@@ -52,6 +53,7 @@ class ServerSession:
         self.final_log: LogSnapshot | None = None
         self.started_at = 0.0
         self._started = False
+        self.stall_watch: StallWatch | None = None
 
     @property
     def managed(self) -> bool:
@@ -83,6 +85,9 @@ class ServerSession:
             self.watcher = LogWatcher(d.log_path, self.watch.fatal, self.watch.watch,
                                       context=self.watch.context_lines).start()
         self.started_at = time.monotonic()
+        stall = self.watch.stall
+        if stall is not None and stall.enabled:
+            self.stall_watch = StallWatch(d.base_url, stall).start()
         if d.managed:
             if self._echo is not None:
                 d.listen(self._echo)
@@ -112,7 +117,7 @@ class ServerSession:
         exit code of a process here that ended, else None."""
         d = self.deployment
         aborted = self._abort if d.queued and self._abort is not None else lambda: None
-        while d.managed and not (d.ended() or aborted()):
+        while d.managed and not (d.ended() or aborted() or self.stalled):
             time.sleep(poll_s)
         return d.exit_code()
 
@@ -136,7 +141,24 @@ class ServerSession:
         reason = self._abort() if self._abort is not None else None
         if reason:
             return reason
+        if self.stalled is not None:
+            return self.stalled.reason
         return self.deployment.ended() if self._started else None
+
+    @property
+    def stalled(self) -> Stall | None:
+        """The stall the watch saw (`watch.stall_s`): requests in the engine, no token."""
+        return self.stall_watch.tripped if self.stall_watch is not None else None
+
+    def stall_evidence(self) -> dict[str, object] | None:
+        """The stall's counters and the log's last lines, for a record; None: no stall."""
+        stall = self.stalled
+        if stall is None:
+            return None
+        snapshot = self.log_snapshot()
+        tail = (snapshot.tail[-TAIL_LINES:] if snapshot is not None
+                else self.deployment.tail(TAIL_LINES))
+        return {**stall.to_dict(), "log_tail": list(tail)}
 
     def log_snapshot(self) -> LogSnapshot | None:
         """The log as of now, read up to the current end of the file."""

@@ -1,5 +1,8 @@
-"""vLLM's per-request speculative-decoding metrics, read back from completions, and what they
-show: whether verification proposed fewer than K tokens in some steps (trimming).
+"""What the verify steps of a set of requests show: whether verification proposed fewer than K
+tokens in some steps (trimming). Read from the launch as `dspark serve` starts it, nothing
+added: from vLLM's per-request speculative-decoding metrics where the server reports them (its
+own config asks for them, serve's launch too), else from the growth of vLLM's /metrics
+spec-decode counters over the same requests (`observed`).
 
 With `--per-request-spec-decode-metrics {summary,detailed}` (vLLM 0.32, "experimental, shape
 may change") a completion of one sequence carries `metrics.speculative_decoding`:
@@ -10,17 +13,23 @@ so its steps propose fewer. A response is untrusted input: a field of the wrong 
 out of range or arrays that disagree with the totals make the answer malformed (`ValueError`),
 never a number.
 
-Public API: `parse(body)` -> `RequestSteps | None`; `Engagement.of(level, answers)`;
-`judge(engagement, expected)` -> `Judgement`; `expected_of(speculative_config, rule)`.
+Public API: `parse(body)` -> `RequestSteps | None`; `observed(answers, problems, counters,
+k)` -> `Engagement`; `judge(engagement, expected)` -> `Judgement`; `expected_of(...)`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dspark_cli.server.metrics import SpecDecode
 
 ADAPTIVE, FIXED, AT_MOST = "adaptive", "fixed_k", "at_most_k"  # what the launch expects
+# Where the steps were read (`Engagement.level`).
+PER_REQUEST = "per-request metrics the server reports"
+COUNTERS = "/metrics spec-decode counters"
 TRIMMED, FULL_K, UNEXPECTED, NOT_MEASURED = "trimmed", "full_k", "unexpected_trim", "not_measured"
 
 
@@ -124,6 +133,21 @@ class Engagement:
                 "trimmed_tokens": self.trimmed_tokens}
 
 
+def observed(answers: Sequence[RequestSteps | None], problems: Sequence[str],
+             counters: SpecDecode | None, k: int | None) -> Engagement:
+    """The steps of a set of requests: their own per-request metrics where the server reports
+    them, else the /metrics counters' growth over them (`counters`; None: unreadable, or the
+    server drafts nothing). vLLM counts every verify step as one draft of K slots."""
+    if problems or any(a is not None for a in answers):
+        return Engagement.of(PER_REQUEST, answers, problems)
+    n = len(answers)
+    if counters is None:
+        return Engagement(None, n, 0, 0, 0, 0, k, None,
+                          why="no spec-decode counters on /metrics around the requests")
+    return Engagement(COUNTERS, n, n if counters.drafts else 0, counters.drafts,
+                      counters.draft_tokens, counters.accepted, k, None)
+
+
 @dataclass(frozen=True)
 class Judgement:
     """`outcome`: trimmed, full_k, unexpected_trim or not_measured; `ok` whether the
@@ -151,18 +175,16 @@ def judge(e: Engagement, expected: str | None) -> Judgement:
         return Judgement(NOT_MEASURED, False, "malformed per-request metrics: "
                          + "; ".join(e.problems))
     if e.level is None or expected is None:
-        return Judgement(NOT_MEASURED, None, e.why or "no per-request metrics asked for")
+        return Judgement(NOT_MEASURED, None, e.why or "no verify steps read")
     if e.reported == 0 or e.steps == 0:
-        return Judgement(NOT_MEASURED, False, f"asked vLLM for per-request spec-decode "
-                         f"metrics ({e.level}), but {e.requests - e.reported} of {e.requests} "
-                         "answers carried none" if e.reported < e.requests else
-                         f"{e.reported} answers reported no verify step")
+        return Judgement(NOT_MEASURED, False, f"vLLM's {e.level} counted no verify step over "
+                         f"{e.requests} requests")
     short = (f"{e.short_steps} of {e.steps} steps proposed fewer than K={e.k}"
              if e.short_steps is not None else
              f"{e.trimmed_tokens} of {e.steps} x K={e.k} draft slots left out")
     trimmed = e.trimmed_tokens > 0
     shown = (f"{short} ({e.draft_tokens} draft tokens, {e.accepted} accepted, "
-             f"{e.reported} requests)")
+             f"{e.reported} requests; {e.level})")
     if expected == ADAPTIVE:
         return (Judgement(TRIMMED, True, f"adaptive verification trimmed: {shown}") if trimmed
                 else Judgement(FULL_K, None, f"adaptive verification is configured, but no "

@@ -14,6 +14,7 @@ from dspark_cli.server.metrics import GENERATION_TOKENS, engine_tokens, spec_dec
 from dspark_cli.smoke.engagement_check import check_engagement
 from dspark_cli.smoke.evidence import log_evidence
 from dspark_cli.smoke.expectations import Expectations
+from dspark_cli.smoke.fallback_check import check_fallbacks
 from dspark_cli.smoke.observations import (
     CheckResult,
     Observations,
@@ -54,6 +55,21 @@ def check_alive(exp: Expectations, obs: Observations) -> CheckResult:
         return CheckResult("server_alive", Status.passed, "/health 200 after the request")
     return CheckResult("server_alive", Status.failed, "/health did not answer 200 after the "
                        "request")
+
+
+def check_liveness(exp: Expectations, obs: Observations) -> CheckResult:
+    """Requests in the engine kept generating: the stall watch (`watch.stall_s`) did not trip
+    while /health kept answering."""
+    if obs.stall is not None:
+        return CheckResult("liveness", Status.failed, str(obs.stall.get("sentence", "stalled")),
+                           dict(obs.stall))
+    if exp.stall_s is None:
+        return CheckResult("liveness", Status.skipped, "the stall watch is off (watch.stall_s)")
+    if not obs.boot.healthy:
+        return not_run("liveness", obs)
+    return CheckResult("liveness", Status.passed,
+                       f"no stall: tokens grew whenever requests ran (watch.stall_s="
+                       f"{exp.stall_s:g})", {"stall_s": exp.stall_s})
 
 
 def check_startup_lines(exp: Expectations, obs: Observations) -> CheckResult:
@@ -222,9 +238,9 @@ def check_spec_decode(exp: Expectations, obs: Observations) -> CheckResult:
         f"mean acceptance length {data['mean_acceptance_length']}", data)
 
 
-CHECKS = (check_health, check_alive, check_startup_lines, check_draft_params, check_no_fatal,
-          check_overrides, check_log_evidence, check_request, check_generation, check_engines,
-          check_spec_decode, check_engagement)
+CHECKS = (check_health, check_alive, check_liveness, check_startup_lines, check_draft_params,
+          check_no_fatal, check_overrides, check_fallbacks, check_log_evidence, check_request,
+          check_generation, check_engines, check_spec_decode, check_engagement)
 
 
 def evaluate(exp: Expectations, obs: Observations) -> tuple[CheckResult, ...]:

@@ -1,10 +1,13 @@
-"""The smoke's `engagement` check: vLLM's own per-request speculative-decoding metrics of the
-smoke's answers, held to what the launch expects (adaptive verification trims some step below
-K; a fixed-K drafter proposes K in every step). Pure, like the other checks."""
+"""The smoke's `engagement` check: the verify steps of the smoke's requests, held to what the
+launch expects (adaptive verification trims some step below K; a fixed-K drafter proposes K in
+every step), read from the launch as `dspark serve` starts it: the answers' per-request metrics
+where the server reports them, else the growth of /metrics' spec-decode counters
+(`spec_metrics.observed`). Pure, like the other checks."""
 
 from __future__ import annotations
 
-from dspark_cli.server.spec_metrics import NOT_MEASURED, Engagement, judge
+from dspark_cli.server.metrics import spec_decode
+from dspark_cli.server.spec_metrics import NOT_MEASURED, Engagement, judge, observed
 from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.smoke.observations import CheckResult, Observations, RequestState, not_run
 from dspark_cli.status import Status
@@ -13,14 +16,14 @@ NAME = "engagement"
 
 
 def engagement(exp: Expectations, obs: Observations) -> Engagement | None:
-    """What the answers' metrics showed (None when there were no answers to read)."""
+    """What the requests' steps showed (None when there were no answers to read)."""
     if exp.steps is None or obs.request.state is not RequestState.ok:
         return None
-    req, ask = obs.request, exp.steps.ask
-    level = ask.level
-    if level is None and any(s is not None for s in req.spec_steps):
-        level = "as the server was started"  # attached to a server that reports them
-    return Engagement.of(level, req.spec_steps, req.spec_problems, ask.why)
+    req = obs.request
+    counters = (None if obs.metrics_before is None or obs.metrics_after is None
+                else spec_decode(obs.metrics_after.delta(obs.metrics_before)))
+    return observed(req.spec_steps or (None,) * exp.requests, req.spec_problems, counters,
+                    exp.spec.k if exp.spec else None)
 
 
 def check_engagement(exp: Expectations, obs: Observations) -> CheckResult:
@@ -30,8 +33,7 @@ def check_engagement(exp: Expectations, obs: Observations) -> CheckResult:
     if seen is None:
         return not_run(NAME, obs)
     verdict = judge(seen, exp.steps.expected)
-    data = {**seen.to_dict(), "asked": exp.steps.ask.to_dict(), "expected": exp.steps.expected,
-            "outcome": verdict.outcome}
+    data = {**seen.to_dict(), "expected": exp.steps.expected, "outcome": verdict.outcome}
     if verdict.ok is None:
         return CheckResult(NAME, Status.skipped, f"not shown: {verdict.sentence}", data)
     if verdict.outcome == NOT_MEASURED or not verdict.ok:

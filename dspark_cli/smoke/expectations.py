@@ -15,13 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.spec_metrics_flag import MetricsAsk
 from dspark_cli.server.draft_params import DraftParams, draft_params_spec
 from dspark_cli.server.log_patterns import (
     Pattern,
     compile_patterns,
     degraded_patterns,
     evidence_patterns,
+    fallback_patterns,
     fatal_patterns,
 )
 
@@ -40,10 +40,9 @@ class SpecRule:
 
 @dataclass(frozen=True)
 class StepsExpect:
-    """What the launch asked vLLM to report per request, and what its steps must show
-    (`server/spec_metrics.py`: adaptive trims, fixed K proposes K every step)."""
+    """What the launch's verify steps must show (`server/spec_metrics.py`: adaptive trims,
+    fixed K proposes K every step)."""
 
-    ask: MetricsAsk
     expected: str | None
 
 
@@ -63,12 +62,18 @@ class Expectations:
     engines: int = 1
     # Lines where vLLM overrode what was asked (`logs.degraded`): reported, never a failure.
     degraded: tuple[Pattern, ...] = ()
-    # Per-request spec-decode metrics: set by the smoke once the launch is planned.
+    # What the verify steps must show: set by the smoke once the launch is planned.
     steps: StepsExpect | None = None
     # Lines that show a feature ran (`logs.evidence`, by family), and the families this
     # configuration's required lines name (the profile expects them).
     evidence: tuple[Pattern, ...] = ()
     expected_evidence: tuple[str, ...] = ()
+    # The stall watch's threshold (`watch.stall_s`; None: off).
+    stall_s: float | None = None
+    # Lines where speculative decoding ran other than asked (`logs.fallbacks`), and whether the
+    # launch asked for adaptive verification (then one of them fails the smoke).
+    fallbacks: tuple[Pattern, ...] = ()
+    adaptive: bool = False
 
     @property
     def requests(self) -> int:
@@ -79,7 +84,7 @@ class Expectations:
     def watch(self) -> tuple[Pattern, ...]:
         """Every line pattern the log watcher records a first match of."""
         extra = (self.draft_params.pattern,) if self.draft_params is not None else ()
-        return self.required + extra + self.degraded + self.evidence
+        return self.required + extra + self.degraded + self.evidence + self.fallbacks
 
 
 def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
@@ -138,4 +143,6 @@ def expectations(cfg: DictConfig) -> Expectations:
         context_lines=int(cfg.logs.context_lines),
         evidence=evidence,
         expected_evidence=tuple(p.name for p in evidence if p.regex.pattern in lines),
+        fallbacks=fallback_patterns(cfg.logs),
+        stall_s=float(stall) if (stall := OmegaConf.select(cfg, "watch.stall_s")) else None,
     )

@@ -85,6 +85,8 @@ class Observations:
     # Attached: /health after the request (None when not probed).
     final_health: bool | None = None
     log: LogSnapshot | None = None
+    # The stall watch tripped (`server/liveness.py`): its counters and the log's last lines.
+    stall: Mapping[str, Any] | None = None
 
 
 def not_run(name: str, obs: Observations) -> CheckResult:

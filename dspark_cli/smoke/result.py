@@ -14,6 +14,7 @@ from dspark_cli.server.metrics import GENERATION_TOKENS, SpecDecode, engine_toke
 from dspark_cli.smoke.observations import CheckResult, RequestOutcome
 from dspark_cli.smoke.runner import SmokeRun, Timings
 from dspark_cli.smoke.verdict import Verdict
+from dspark_cli.untrusted import write_atomic
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class SmokeResult:
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(SCRUB(json.dumps(self.to_dict(), indent=2) + "\n"))
+        write_atomic(path, SCRUB(json.dumps(self.to_dict(), indent=2) + "\n"))
 
 
 def _round(value: float | None) -> float | None:

@@ -163,7 +163,8 @@ class _Smoke:
             return replace(obs, request=RequestOutcome(RequestState.interrupted), ended=ended,
                            died_during="the request", stopped_by=ended)
         if kind == "interrupted":
-            return replace(obs, request=request, stopped_by=request.detail)
+            return replace(obs, request=request, stopped_by=request.detail,
+                           stall=self.session.stall_evidence())
         obs = replace(obs, request=request, metrics_before=before)
         if request.state is RequestState.ok and before is not None:
             try:

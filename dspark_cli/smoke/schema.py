@@ -32,10 +32,6 @@ class SmokeConf:
     metrics_timeout_s: float = 10.0
     startup_lines: list[str] = field(default_factory=list)
     conditional_lines: list[ConditionalLines] = field(default_factory=list)
-    # vLLM's --per-request-spec-decode-metrics level the smoke asks for where the installed
-    # vLLM has the flag and the launch speculates (null: not asked); the answers then show
-    # whether verification trimmed (check `engagement`).
-    spec_metrics: str | None = "detailed"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The smoke's verdict and exit code, from its check results (pure).
 
 Exit codes (README "Exit codes"): 0 every check passed or did not apply; 3 the server failed to
-start or stay healthy (the `health` or `server_alive` check failed); 1 any other check failed.
+start or stay healthy (the `health`, `server_alive` or `liveness` check failed: a stall is a
+server that stopped generating); 1 any other check failed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from dspark_cli.errors import ExitCode
 from dspark_cli.smoke.observations import CheckResult
 
-SERVER_CHECKS = ("health", "server_alive")
+SERVER_CHECKS = ("health", "server_alive", "liveness")
 
 
 @dataclass(frozen=True)

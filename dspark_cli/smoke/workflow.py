@@ -14,12 +14,13 @@ from omegaconf import DictConfig
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.console import progress
 from dspark_cli.deploy.start import attach, ready
+from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.provenance import collect
-from dspark_cli.launch.spec_metrics_flag import as_started, ask_spec_metrics
 from dspark_cli.run_files import SMOKE_JSON
 from dspark_cli.server.deployment import Watch
+from dspark_cli.server.liveness import settings_of
 from dspark_cli.server.process import stop_signals_as_interrupt
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import expected_of
@@ -44,7 +45,8 @@ def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations,
     the provenance."""
     watch = Watch(float(cfg.server.ready_timeout_s), exp.fatal, exp.watch, exp.context_lines,
                   exp.metrics_timeout_s, float(cfg.server.attach_refused_s),
-                  float(cfg.server.metrics_settle_s))
+                  float(cfg.server.metrics_settle_s),
+                  stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s))
     if cfg.server.url:
         return ServerSession(attach(cfg, plan), watch), None, collect(plan.model_path, None)
     start = ready(cfg, plan, directory, beside=True)
@@ -69,16 +71,22 @@ def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations,
     return session, validation, collect(plan.model_path, start.machine)
 
 
+def smoke_plan(cfg: DictConfig) -> LaunchPlan:
+    """The launch the smoke boots: `dspark serve`'s plan of the same config, nothing added (one
+    launch; the engagement evidence is read from what that launch reports)."""
+    return build_plan(cfg)
+
+
 def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
     callable as a stage of `dspark validate`."""
-    cfg, ask = ask_spec_metrics(cfg, cfg.smoke.spec_metrics, "smoke.spec_metrics")
-    plan = build_plan(cfg)
+    plan = smoke_plan(cfg)
     layout = checked_layout(plan)
     exp = replace(expectations(cfg), engines=layout.engines,
-                  steps=StepsExpect(as_started(cfg, ask), expected_of(
+                  steps=StepsExpect(expected_of(
                       plan.arg("speculative_config"),
                       cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)))
+    exp = replace(exp, adaptive=EffectiveLaunch.of(plan).adaptive)
     session, validation, provenance = _session(cfg, plan, exp, directory)
     progress(f"run directory {shlex.quote(str(directory))}")
     with stop_signals_as_interrupt():

@@ -5,7 +5,6 @@ composed config. Nothing runs, nothing is probed: the smoke's launch is what `ds
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +63,9 @@ def _smoke(cfg: DictConfig, script: str) -> list[str]:
 def _accuracy(cfg: DictConfig, directory: Path) -> tuple[Any, list[str]]:
     """The accuracy stage's spec (None: skipped) and its lines: every arm, lm_eval's command
     with the arm's server URL and served name left to the boot."""
-    from dspark_cli.accuracy.plan import TASK, accuracy_spec, eval_argv
+    from dspark_cli.accuracy.plan import TASK, accuracy_spec, default_python, eval_argv
 
-    spec = accuracy_spec(plain(cfg.validate.accuracy), sys.executable,
+    spec = accuracy_spec(plain(cfg.validate.accuracy), default_python(),
                          [str(a) for a in cfg.bench.arms])
     if spec is None:
         return None, ["5. accuracy: skipped (validate.accuracy=null)"]

@@ -25,6 +25,7 @@ from dspark_cli.run_files import (
     TESTS_JSON,
 )
 from dspark_cli.status import Status
+from dspark_cli.untrusted import write_atomic
 from dspark_cli.validate.source import LintPlan, changed_python, lint, revision
 
 if TYPE_CHECKING:  # the accuracy stage's machinery is imported when it runs
@@ -47,7 +48,7 @@ class StageResult:
 def _write_json(path: Path, data: Any) -> None:
     """A stage's record, redacted (a checkpoint's path may hold a URL password)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(redact_text(json.dumps(data, indent=2) + "\n"))
+    write_atomic(path, redact_text(json.dumps(data, indent=2) + "\n"))
 
 
 def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:

@@ -65,10 +65,11 @@ def dump() -> dict[str, dict[str, Any]]:
     from dspark_cli.vllm.shim import patch_version_lookup
 
     patch_version_lookup()
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    from dspark_cli.vllm.serve_args import serve_cli_args
+
+    parser = serve_cli_args().make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     table: dict[str, dict] = {}
     for action in parser._actions:
         if not action.option_strings or action.dest == "help":

@@ -24,11 +24,13 @@ def check(args: list[str]) -> dict:
     patch_version_lookup()
     try:
         from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.entrypoints.launchers.cli_args import (
-            make_arg_parser,
-            validate_parsed_serve_args,
-        )
         from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        from dspark_cli.vllm.serve_args import serve_cli_args
+
+        cli_args = serve_cli_args()
+        make_arg_parser = cli_args.make_arg_parser
+        validate_parsed_serve_args = cli_args.validate_parsed_serve_args
     except ModuleNotFoundError as e:  # vLLM or torch is not installed (or broken) here
         return {"ok": False, "stage": "import", "error": str(e), "module": e.name}
 

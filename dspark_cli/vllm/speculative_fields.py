@@ -10,7 +10,10 @@ from pathlib import Path
 
 def has_field(name: str) -> bool:
     """Whether the installed vLLM's SpeculativeConfig declares `name`; False without vLLM."""
-    spec = importlib.util.find_spec("vllm")
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):  # an import hook that refuses it: not installed here
+        return False
     for root in (spec.submodule_search_locations or []) if spec else []:
         source = Path(root) / "config" / "speculative.py"
         if source.is_file():

@@ -22,6 +22,7 @@ MISCOUNT_BY = 3
 SHORT_BY = 7
 LOSSY_INDEX = 3  # the token lossy_speculation changes
 TRIM_EVERY = 3  # adaptive: every third step proposes K - 2 (at least one) tokens
+STALL_TOKENS = 5  # stalled: what a request generates before the engine stops
 
 
 class Engine:
@@ -51,6 +52,10 @@ class Engine:
         self.running = Gauge(
             "vllm:num_requests_running", "Running requests.", labels, registry=self.registry
         ).labels(*values)
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Waiting requests.", labels, registry=self.registry
+        ).labels(*values)
+        self.served = 0  # completions answered (stalled: until --stall-after)
         self.spec = None
         if args.k:
             self.spec = (
@@ -70,6 +75,17 @@ class Engine:
         if self.args.event_file:
             with open(self.args.event_file, "w") as f:
                 f.write(repr(time.time()))
+
+    def stalls(self) -> bool:
+        """Whether this completion meets the stalled engine: then it is counted as running,
+        with its first STALL_TOKENS tokens generated, and never finishes."""
+        with self.lock:
+            if self.args.scenario != "stalled" or self.served < self.args.stall_after:
+                self.served += 1
+                return False
+            self.running.inc()
+            self.generation.inc(STALL_TOKENS)
+            return True
 
     def generate(self, prompt_tokens: int, max_tokens: int) -> tuple[int, list[tuple[int, int]]]:
         """Account one completion: how many tokens were generated, and its verify steps."""

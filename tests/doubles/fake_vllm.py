@@ -27,6 +27,9 @@ Scenarios (what a broken vLLM does; `healthy` is the reference):
     preemption         every completion adds one to vllm:num_preemptions
     lossy_speculation  with --speculative other than none, the first answer that returns token
                        ids (a lossless probe) has one token changed: a broken verification
+    stalled            after --stall-after completions, the engine stops producing tokens: each
+                       later request counts as running, generates STALL_TOKENS tokens, then
+                       never another, while /health keeps answering 200 (a decode stall)
 
 With `"stream": true` (what `vllm bench serve` sends) a completion is answered as server-sent
 events: one chunk per token, then a usage chunk, then `data: [DONE]`.
@@ -58,9 +61,9 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if __package__:
-    from .fake_engine import Engine
+    from .fake_engine import STALL_TOKENS, Engine
 else:  # run as a script (`python tests/doubles/fake_vllm.py`): its directory is sys.path[0]
-    from fake_engine import Engine
+    from fake_engine import STALL_TOKENS, Engine
 
 SCENARIOS = (
     "healthy",
@@ -74,6 +77,7 @@ SCENARIOS = (
     "counter_mismatch",
     "preemption",
     "lossy_speculation",
+    "stalled",
 )
 VERSION = "0.32.0"
 SCRIPT = Path(__file__).resolve()
@@ -143,6 +147,9 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 return
             if self.fault_or_hang():
                 return
+            if engine.stalls():
+                self.stall(bool(body.get("stream")))
+                return
             prompt = str(body.get("prompt", ""))
             prompt_tokens = max(len(prompt.split()), 1)
             n, steps = engine.generate(prompt_tokens, int(body.get("max_tokens", 16)))
@@ -185,6 +192,19 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 "total_tokens": prompt_tokens + n}})
             body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
             self.wfile.write(body.encode())
+
+        def stall(self, stream: bool) -> None:
+            """A decode stall: the request runs, a few tokens come, then nothing, forever."""
+            if stream:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                chunk = {"id": "cmpl-fake", "object": "text_completion", "model": args.model,
+                         "choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode() * STALL_TOKENS)
+                self.wfile.flush()
+            engine.mark_event()
+            threading.Event().wait()
 
         def fault_or_hang(self) -> bool:
             """The scenario's misbehaviour during a completion; True when it answered."""
@@ -250,6 +270,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"),
                    default="none", help="answer each completion's verify steps (vLLM 0.32)")
     p.add_argument("--per-boot", help="a JSON list: each start's own arguments, in order")
+    p.add_argument("--stall-after", type=int, default=0,
+                   help="stalled: completions served before the engine stops")
     return p.parse_args(argv)
 
 

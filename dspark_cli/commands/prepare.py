@@ -1,0 +1,57 @@
+"""`dspark prepare speed-bench SRC`: the seed protocol's request file from a local copy of the
+SPEED-Bench release; stdout is the override that pins it (stderr says what was written).
+
+    huggingface-cli download nvidia/SPEED-Bench --repo-type dataset --local-dir /data/sb
+    dspark prepare speed-bench /data/sb
+    dspark prepare speed-bench rows.jsonl --subset throughput_1k --out /data/speed_bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+DEFAULT_DIR = Path("data/speed_bench")  # conf/bench/speed_bench_throughput_1k.yaml's path
+
+
+def needs_machine(opts: argparse.Namespace) -> bool:
+    return False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", choices=["speed-bench"], help="the benchmark's release")
+    parser.add_argument("source", type=Path, metavar="SRC",
+                        help="the release's local copy: a directory or a .jsonl/.parquet file")
+    parser.add_argument("--subset", default="throughput_1k",
+                        help="the split (default throughput_1k, the seed protocol's)")
+    parser.add_argument("--out", type=Path, metavar="DIR", default=DEFAULT_DIR,
+                        help="where <subset>.jsonl goes (default data/speed_bench, where the "
+                        "seed protocol reads it: bench.dataset.path)")
+    parser.add_argument("--drop-placeholders", action="store_true",
+                        help="keep only rows the release holds in full (another set)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(cfg: None, opts: argparse.Namespace) -> int:
+    from dspark_cli.bench.speed_bench import prepare
+
+    out = opts.out.expanduser() / f"{opts.subset}.jsonl"
+    done = prepare(opts.source.expanduser(), opts.subset, out, opts.drop_placeholders)
+    pin = [f"bench.dataset.sha256={done.sha256}"]
+    if opts.out.expanduser().resolve() != DEFAULT_DIR.resolve():
+        pin.insert(0, f"bench.dataset.path={out.parent.resolve()}")
+    if opts.subset != "throughput_1k":
+        pin.insert(0, f"bench.dataset.subset={opts.subset}")
+    if opts.json:
+        print(json.dumps({**done.to_dict(), "overrides": pin}, indent=2))
+        return 0
+    dropped = f" ({done.dropped} placeholder rows left out)" if done.dropped else ""
+    quoted = " ".join(shlex.quote(p) for p in pin)
+    print(f"dspark: wrote {done.out}: {done.rows} requests{dropped}, sha256 {done.sha256}; the "
+          f"bench takes it with: dspark bench bench=speed_bench_throughput_1k {quoted}",
+          file=sys.stderr)
+    print(quoted)  # the overrides alone: PIN=$(dspark prepare speed-bench SRC)
+    return 0

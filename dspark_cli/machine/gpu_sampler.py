@@ -1,0 +1,329 @@
+"""Sample every GPU while a cell runs, through the vendor's tool found in the image.
+
+A throttled or half-idle GPU explains a number nothing else does (AIPerf and InferenceX record
+GPU telemetry per run). On NVIDIA, `nvidia-smi --query-gpu=... -lms N` prints one CSV line per
+GPU every N ms; a reader thread keeps them with the time they arrived. On ROCm, `amd-smi metric
+--json` (or `rocm-smi --json`) is asked every interval. Without any of them (a CPU machine)
+nothing is sampled, and the caller says so once.
+
+Standalone (the lead runs it on a GPU host):
+    python -m dspark_cli.machine.gpu_sampler --interval 0.2 --duration 5 --out gpus.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+# What each sample holds, in this order: utilisation (%), memory used (MiB), power (W), SM clock
+# (MHz), temperature (C), and the active clock-throttle reasons (a bit mask; None: unknown).
+FIELDS = ("utilization_pct", "memory_used_mib", "power_w", "sm_clock_mhz", "temperature_c",
+          "throttle_reasons")
+NVIDIA_QUERY = ("index", "utilization.gpu", "memory.used", "power.draw", "clocks.sm",
+                "temperature.gpu", "clocks_throttle_reasons.active")
+# nvidia-smi's throttle-reason bits that slow a busy GPU down (idle 0x1, application clocks 0x2
+# and sync boost 0x20 do not): SW power cap, HW slowdown, SW/HW thermal, HW power brake.
+THROTTLE_BITS = 0x4 | 0x8 | 0x40 | 0x80 | 0x100
+TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi")
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float  # seconds since the sampler started
+    gpu: str
+    values: tuple[float | None, ...]  # FIELDS
+
+    def get(self, name: str) -> float | None:
+        return self.values[FIELDS.index(name)]
+
+
+def _number(text: str) -> float | None:
+    text = text.strip()
+    try:
+        return float(int(text, 16)) if text.startswith("0x") else float(text)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+def parse_nvidia_line(line: str, columns: int) -> tuple[str, tuple[float | None, ...]] | None:
+    """One `--format=csv,noheader,nounits` line of NVIDIA_QUERY (or all but its last column)."""
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) != columns or not parts[0].isdigit():
+        return None
+    values = [_number(p) for p in parts[1:]]
+    values += [None] * (len(FIELDS) - len(values))
+    return parts[0], tuple(values)
+
+
+def _amd_value(entry: Any) -> float | None:
+    """amd-smi's `{"value": 93, "unit": "%"}` or a bare number/string."""
+    if isinstance(entry, Mapping):
+        entry = entry.get("value")
+    if isinstance(entry, int | float):
+        return float(entry)
+    if isinstance(entry, str):
+        digits = "".join(ch for ch in entry if ch.isdigit() or ch == ".")
+        return _number(digits) if digits else None
+    return None
+
+
+def parse_amd_smi(text: str) -> list[tuple[str, tuple[float | None, ...]]]:
+    """`amd-smi metric --usage --power --clock --temperature --mem-usage --json`."""
+    data = json.loads(text)
+    rows = data if isinstance(data, list) else data.get("gpu_data", [data])
+    out = []
+    for row in rows:
+        if not isinstance(row, Mapping):
+            continue
+        usage, power = row.get("usage") or {}, row.get("power") or {}
+        clock = (row.get("clock") or {}).get("gfx_0") or {}
+        temp, mem = row.get("temperature") or {}, row.get("mem_usage") or {}
+        out.append((str(row.get("gpu", len(out))), (
+            _amd_value(usage.get("gfx_activity")), _amd_value(mem.get("used_vram")),
+            _amd_value(power.get("socket_power")), _amd_value(clock.get("clk")),
+            _amd_value(temp.get("hotspot") or temp.get("edge")), None)))
+    return out
+
+
+def find_tool() -> str | None:
+    """The first vendor tool on PATH that answers (nvidia-smi: it lists a GPU; a tool without
+    its driver does not), or None."""
+    for tool in TOOLS:
+        if not shutil.which(tool):
+            continue
+        if tool != "nvidia-smi":
+            return tool
+        try:
+            done = subprocess.run([tool, "--query-gpu=index", "--format=csv,noheader,nounits"],
+                                  capture_output=True, text=True, timeout=15,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0 and done.stdout.strip():
+            return tool
+    return None
+
+
+class GpuSampler:
+    """Samples in a background reader (nvidia-smi -lms) or poller (amd-smi); `stop()` returns
+    the samples. `tool` None samples nothing."""
+
+    def __init__(self, interval_s: float, tool: str | None = None) -> None:
+        self.interval_s = interval_s
+        self.tool = tool
+        self.samples: list[Sample] = []
+        self.error: str | None = None
+        self._start = 0.0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # a process is started only while not stopped
+        self._proc: subprocess.Popen[str] | None = None
+        self._thread: threading.Thread | None = None
+
+    def now(self) -> float:
+        """Seconds since the sampler started (the samples' clock)."""
+        return time.monotonic() - self._start
+
+    def start(self) -> GpuSampler:
+        self._start = time.monotonic()
+        if self.tool == "nvidia-smi":
+            self._thread = threading.Thread(target=self._nvidia, daemon=True,
+                                            name="dspark-gpu-sampler")
+        elif self.tool in ("amd-smi", "rocm-smi"):
+            self._thread = threading.Thread(target=self._amd, daemon=True,
+                                            name="dspark-gpu-sampler")
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def stop(self) -> list[Sample]:
+        with self._lock:
+            self._stop.set()
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._thread is not None:
+            self._thread.join(10)
+        return list(self.samples)
+
+    def _nvidia(self) -> None:
+        for query in (NVIDIA_QUERY, NVIDIA_QUERY[:-1]):  # an old driver lacks the last field
+            argv = ["nvidia-smi", f"--query-gpu={','.join(query)}",
+                    "--format=csv,noheader,nounits", "-lms", str(max(int(self.interval_s * 1000),
+                                                                    10))]
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                try:
+                    proc = self._proc = subprocess.Popen(
+                        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        stdin=subprocess.DEVNULL)
+                except OSError as exc:
+                    self.error = f"nvidia-smi: {exc}"
+                    return
+            got = self._read(proc.stdout, len(query))
+            proc.wait()
+            if got or self._stop.is_set():
+                return
+        self.error = "nvidia-smi answered no sample line"
+
+    def _read(self, stream: IO[str] | None, columns: int) -> int:
+        got = 0
+        last_error = ""
+        for line in stream or ():
+            parsed = parse_nvidia_line(line, columns)
+            if parsed is None:
+                last_error = line.strip()
+                continue
+            got += 1
+            self.samples.append(Sample(round(self.now(), 3), parsed[0], parsed[1]))
+        if not got and last_error:
+            self.error = f"nvidia-smi: {last_error[:200]}"
+        elif got:
+            self.error = None  # a refused first query is not this one's error
+        return got
+
+    def _amd(self) -> None:
+        argv = (["amd-smi", "metric", "--usage", "--power", "--clock", "--temperature",
+                 "--mem-usage", "--json"] if self.tool == "amd-smi" else
+                ["rocm-smi", "--showuse", "--showpower", "--showtemp", "--showmemuse",
+                 "--json"])
+        while not self._stop.is_set():
+            t = round(self.now(), 3)
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+                rows = parse_amd_smi(done.stdout) if self.tool == "amd-smi" else parse_rocm_smi(
+                    done.stdout)
+                self.samples += [Sample(t, gpu, values) for gpu, values in rows]
+            except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError) as exc:
+                self.error = f"{self.tool}: {type(exc).__name__}: {exc}"[:300]
+            self._stop.wait(self.interval_s)
+
+
+def parse_rocm_smi(text: str) -> list[tuple[str, tuple[float | None, ...]]]:
+    """`rocm-smi --showuse --showpower --showtemp --showmemuse --json` ({"card0": {...}})."""
+    data = json.loads(text)
+    out = []
+    for card, row in data.items():
+        if not card.startswith("card") or not isinstance(row, Mapping):
+            continue
+
+        def pick(*words: str, row: Mapping[str, Any] = row) -> float | None:
+            key = next((k for k in row if all(w in k.lower() for w in words)), None)
+            return _amd_value(row[key]) if key is not None else None
+
+        out.append((card[4:], (pick("gpu use"), None, pick("power"), pick("sclk"),
+                               pick("temperature"), None)))
+    return out
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    """One GPU's means over a window, and whether it throttled or sat idle there."""
+
+    gpu: str
+    samples: int
+    means: Mapping[str, float | None] = field(default_factory=dict)
+    max_temperature_c: float | None = None
+    throttled_share: float | None = None  # share of samples with a slowdown bit set
+    idle: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "samples": self.samples, "means": dict(self.means),
+                "max_temperature_c": self.max_temperature_c,
+                "throttled_share": self.throttled_share, "idle": self.idle}
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None and math.isfinite(v)]
+    return round(sum(kept) / len(kept), 2) if kept else None
+
+
+def summarize(samples: Sequence[Sample], start: float | None = None, end: float | None = None,
+              idle_below: float = 10.0) -> list[GpuSummary]:
+    """Per GPU, the means of the samples in [start, end] (None: open), the throttled share and
+    the idle flag (mean utilisation below `idle_below` percent)."""
+    window = [s for s in samples if (start is None or s.t >= start)
+              and (end is None or s.t <= end)]
+    out = []
+    for gpu in sorted({s.gpu for s in window}, key=lambda g: (len(g), g)):
+        mine = [s for s in window if s.gpu == gpu]
+        means = {name: _mean([s.get(name) for s in mine]) for name in FIELDS[:-1]}
+        bits = [s.get("throttle_reasons") for s in mine]
+        known = [int(b) for b in bits if b is not None]
+        temps = [t for s in mine if (t := s.get("temperature_c")) is not None]
+        util = means["utilization_pct"]
+        out.append(GpuSummary(
+            gpu, len(mine), means, max(temps) if temps else None,
+            round(sum(1 for b in known if b & THROTTLE_BITS) / len(known), 3) if known else None,
+            util is not None and util < idle_below))
+    return out
+
+
+def record(tool: str | None, interval_s: float, samples: Sequence[Sample],
+           window: tuple[float, float] | None, idle_below: float,
+           error: str | None = None) -> dict[str, Any]:
+    """The cell's `gpus` section: the tool, per-GPU summaries over the whole run and over the
+    measured phase (`window`), and the flags (a GPU that throttled or sat idle there)."""
+    measured = summarize(samples, *window, idle_below=idle_below) if window else []
+    flags = [f"GPU {g.gpu} sat idle in the measured phase (mean utilisation "
+             f"{g.means.get('utilization_pct')}% < {idle_below:g}%)" for g in measured if g.idle]
+    flags += [f"GPU {g.gpu} throttled in {g.throttled_share:.0%} of the measured phase's "
+              "samples (power or thermal slowdown)" for g in measured
+              if g.throttled_share]
+    return {"tool": tool, "interval_s": interval_s, "samples": len(samples),
+            "window_s": None if window is None else [round(w, 3) for w in window],
+            "whole_run": [g.to_dict() for g in summarize(samples, idle_below=idle_below)],
+            "measured": [g.to_dict() for g in measured], "flags": flags, "error": error}
+
+
+def samples_dict(samples: Sequence[Sample]) -> dict[str, Any]:
+    """Every sample, for the cell's own `gpus.json`."""
+    return {"fields": ["t", "gpu", *FIELDS],
+            "rows": [[s.t, s.gpu, *s.values] for s in samples]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dspark_cli.machine.gpu_sampler",
+        description="Sample every GPU through its vendor's tool for a while; print the "
+                    "per-GPU means (and write every sample with --out).")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds to sample")
+    parser.add_argument("--out", type=Path, help="write the summary and every sample here")
+    parser.add_argument("--idle-below", type=float, default=10.0,
+                        help="mean utilisation (%%) below which a GPU counts as idle")
+    opts = parser.parse_args(argv)
+    tool = find_tool()
+    if tool is None:
+        print("gpu_sampler: no vendor tool (nvidia-smi, amd-smi, rocm-smi) on PATH: nothing "
+              "to sample", file=sys.stderr)
+        return 1
+    sampler = GpuSampler(opts.interval, tool).start()
+    time.sleep(opts.duration)
+    samples = sampler.stop()
+    doc = {**record(tool, opts.interval, samples, (0.0, opts.duration), opts.idle_below,
+                    sampler.error), "all_samples": samples_dict(samples)}
+    if opts.out is not None:
+        opts.out.write_text(json.dumps(doc, indent=2) + "\n")
+    shown = {k: v for k, v in doc.items() if k != "all_samples"}
+    print(json.dumps(shown, indent=2))
+    return 0 if samples else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

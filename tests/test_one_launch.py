@@ -1,0 +1,79 @@
+"""One launch: what `dspark smoke` and every `dspark bench` arm boot is what `dspark serve`
+boots for the same config, the port and run paths aside. Dry-run plans of the real CLI (serve,
+bench) and the smoke's own planning step, compared argv for argv and variable for variable:
+nothing (such as `--per-request-spec-decode-metrics`) is added to the measured launch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.smoke import schema as smoke_schema
+from dspark_cli.smoke.workflow import smoke_plan
+from tests.conftest import compose_config, run_dspark
+
+ARMS = ("none", "draft_model", "ngram")
+BASE = ("+hw=cpu",)
+
+
+def comparable(argv: Sequence[str], env: dict[str, str], run_dir: Path | None) -> dict[str, Any]:
+    """The launch without what differs by design: the port and paths under the run
+    directory."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--port":
+            skip = True
+            continue
+        if run_dir is not None and str(run_dir) in a:
+            continue
+        out.append(a)
+    return {"argv": out, "env": {k: v for k, v in env.items()
+                                 if run_dir is None or str(run_dir) not in v}}
+
+
+def serve_launch(arm: str, cwd: Path) -> dict[str, Any]:
+    done = run_dspark("serve", *BASE, f"speculative={arm}", "--dry-run", "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout)
+    return comparable(plan["argv"], plan["env"], None)
+
+
+def test_smoke_and_every_bench_arm_boot_what_serve_boots(tmp_path: Path) -> None:
+    served = {arm: serve_launch(arm, tmp_path) for arm in ARMS}
+    assert "--speculative-config" in served["draft_model"]["argv"]
+    run = tmp_path / "bench"
+    done = run_dspark("bench", "bench=cpu", *BASE, f"bench.arms=[{','.join(ARMS)}]",
+                      f"hydra.run.dir={run}", "--dry-run", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cells = json.loads(done.stdout)["cells"]
+    assert {c["arm"] for c in cells} == set(ARMS) and len(cells) == len(ARMS) * 2
+    for cell in cells:
+        launch = cell["launch"]
+        assert comparable(launch["argv"], launch["env"], run) == served[cell["arm"]], cell["id"]
+    smoke_schema.register()
+    for arm in ARMS:
+        overrides = [*BASE, f"speculative={arm}"]
+        smoke = smoke_plan(compose_config(overrides, config="smoke"))
+        serve = build_plan(compose_config(overrides, config="serve"))
+        assert smoke.argv == serve.argv and dict(smoke.env) == dict(serve.env), arm
+        assert comparable(smoke.argv, dict(smoke.env), None)["argv"] == served[arm]["argv"]
+
+
+@pytest.mark.parametrize("key", ["smoke.spec_metrics", "bench.spec_metrics"])
+def test_no_setting_adds_a_flag_to_the_measured_launch(tmp_path: Path, key: str) -> None:
+    """The settings that used to add `--per-request-spec-decode-metrics` to smoke and bench
+    launches only are gone: a launch flag is the config's (`serving.extra_args`), serve's too."""
+    command = key.split(".")[0]
+    # (a smoke composed anyway would only attach to nothing, and fail with 3, not 2)
+    args = (("bench=cpu", "--dry-run") if command == "bench" else
+            ("server.url=http://127.0.0.1:1", "server.attach_refused_s=0.5"))
+    done = run_dspark(command, *BASE, f"{key}=detailed", *args, cwd=tmp_path)
+    assert done.returncode == 2 and "spec_metrics" in done.stderr, done.stderr[-2000:]

@@ -1,0 +1,200 @@
+"""A Qwen3 DSpark draft (`Qwen3DSparkModel`, vLLM 0.26's self-contained DSpark draft) under
+`dspark verify-checkpoint model=qwen3_dspark_draft`: real safetensors files, the keys and tensor
+names vLLM 0.26's qwen3_dspark.py / qwen3_dflash.py read, fail closed on a missing Markov head."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from checkpoint_factory import build_checkpoint, fingerprint, write_shard
+
+from dspark_cli.checkpoint.verify import verify_checkpoint
+from tests.conftest import dspark_argv
+
+REPO = Path(__file__).resolve().parents[1]
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER, VOCAB, RANK = 32, 2, 1, 16, 64, 48, 4
+
+# The names and shapes read off vLLM 0.26's Qwen3DSparkModel for this config (the loader adds
+# `model.`; q/k/v and gate/up are fused on load): written out, not derived, so a change to
+# dspark's own table cannot pass unnoticed.
+VLLM_026_TENSORS = {
+    "fc.weight": [HIDDEN, 2 * HIDDEN],
+    "hidden_norm.weight": [HIDDEN],
+    "norm.weight": [HIDDEN],
+    "markov_head.markov_w1.weight": [VOCAB, RANK],
+    "markov_head.markov_w2.weight": [VOCAB, RANK],
+    "layers.0.self_attn.q_proj.weight": [HEADS * HEAD_DIM, HIDDEN],
+    "layers.0.self_attn.k_proj.weight": [KV_HEADS * HEAD_DIM, HIDDEN],
+    "layers.0.self_attn.v_proj.weight": [KV_HEADS * HEAD_DIM, HIDDEN],
+    "layers.0.self_attn.o_proj.weight": [HIDDEN, HEADS * HEAD_DIM],
+    "layers.0.self_attn.q_norm.weight": [HEAD_DIM],
+    "layers.0.self_attn.k_norm.weight": [HEAD_DIM],
+    "layers.0.mlp.gate_proj.weight": [INTER, HIDDEN],
+    "layers.0.mlp.up_proj.weight": [INTER, HIDDEN],
+    "layers.0.mlp.down_proj.weight": [HIDDEN, INTER],
+    "layers.0.input_layernorm.weight": [HIDDEN],
+    "layers.0.post_attention_layernorm.weight": [HIDDEN],
+}
+
+
+def draft_config(**changes: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "architectures": ["Qwen3DSparkModel"], "model_type": "qwen3",
+        "hidden_size": HIDDEN, "intermediate_size": INTER, "num_hidden_layers": 1,
+        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+        "vocab_size": VOCAB, "rms_norm_eps": 1e-6, "markov_rank": RANK, "dspark_block_size": 4,
+        "dflash_config": {"mask_token_id": 3, "target_layer_ids": [1, 2]},
+    }
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return config
+
+
+def write_draft(root: Path, config: dict[str, Any] | None = None,
+                tensors: dict[str, list[int]] | None = None) -> Path:
+    """A draft directory: config.json and one model.safetensors of bf16 tensors."""
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps(config or draft_config()))
+    write_shard(root / "model.safetensors",
+                {n: ("BF16", np.zeros(shape, np.uint16))
+                 for n, shape in (VLLM_026_TENSORS if tensors is None else tensors).items()})
+    return root
+
+
+def codes(root: Path) -> list[str]:
+    return [p.code for p in verify_checkpoint(root).problems]
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(dspark_argv("verify-checkpoint", *args), cwd=cwd, capture_output=True,
+                          text=True, timeout=120,
+                          env={"PYTHONPATH": os.pathsep.join(
+                              p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+                               "PATH": "/usr/bin:/bin", "HOME": str(cwd)})
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def test_a_complete_draft_passes_the_profile_and_nothing_is_written(tmp_path: Path) -> None:
+    draft = write_draft(tmp_path / "draft")
+    before = fingerprint(draft)
+    done = cli("model=qwen3_dspark_draft", f"model.path={draft}", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["checks"] == {"structure": "passed", "pins": "passed", "head": "passed"}
+    assert report["draft_kind"] == "qwen3_dspark" and report["head_verified"] is True
+    assert fingerprint(draft) == before
+    table = cli("model=qwen3_dspark_draft", f"model.path={draft}", cwd=tmp_path).stdout
+    assert "Qwen3 DSpark draft: keys, Markov head" in table
+
+
+@pytest.mark.parametrize("gone", ["markov_head.markov_w1.weight", "markov_head.markov_w2.weight"])
+def test_a_missing_markov_head_fails_closed(tmp_path: Path, gone: str) -> None:
+    draft = write_draft(tmp_path / "draft",
+                        tensors={n: s for n, s in VLLM_026_TENSORS.items() if n != gone})
+    done = cli("model=qwen3_dspark_draft", f"model.path={draft}", "--json", cwd=tmp_path)
+    assert done.returncode == 1
+    problems = json.loads(done.stdout)["problems"]
+    assert [(p["code"], p["subject"]) for p in problems] == [("markov-head-missing", gone)]
+    assert "speculative=none" in problems[0]["hint"]
+
+
+def test_a_markov_head_of_another_rank_is_refused(tmp_path: Path) -> None:
+    draft = write_draft(tmp_path / "draft", draft_config(markov_rank=RANK * 2))
+    found = verify_checkpoint(draft).problems
+    assert {(p.code, p.subject, p.actual) for p in found} == {
+        ("markov-head-shape", "markov_head.markov_w1.weight", str([VOCAB, RANK])),
+        ("markov-head-shape", "markov_head.markov_w2.weight", str([VOCAB, RANK])),
+    }
+    assert found[0].expected.startswith(str([VOCAB, RANK * 2]))
+
+
+@pytest.mark.parametrize(("changes", "subject"), [
+    ({"markov_rank": None}, "markov_rank"),
+    ({"dflash_config": {"target_layer_ids": [1, 2]}}, "mask token"),
+    ({"dflash_config": {"mask_token_id": 3}}, "target layer ids"),
+])
+def test_a_key_vllm_needs_is_missing(tmp_path: Path, changes: dict[str, Any],
+                                     subject: str) -> None:
+    draft = write_draft(tmp_path / "draft", draft_config(**changes))
+    found = verify_checkpoint(draft).problems
+    assert [(p.code, p.subject) for p in found] == [("dspark-key-missing", subject)]
+
+
+def test_the_keys_vllm_also_reads_are_accepted(tmp_path: Path) -> None:
+    """The mask token at top level or as dspark_noise_token_id, and the layer ids as
+    dspark_target_layer_ids (vLLM 0.26's spec_decode/utils.py and eagle3_utils.py)."""
+    config = draft_config(dflash_config=None, dspark_noise_token_id=5,
+                          dspark_target_layer_ids=[0, 3])
+    assert codes(write_draft(tmp_path / "draft", config)) == []
+
+
+def test_a_mask_token_outside_the_vocabulary_is_refused(tmp_path: Path) -> None:
+    config = draft_config(dflash_config={"mask_token_id": VOCAB, "target_layer_ids": [1, 2]})
+    assert codes(write_draft(tmp_path / "draft", config)) == ["dspark-key-invalid"]
+
+
+def test_fc_must_match_the_target_layers(tmp_path: Path) -> None:
+    """Three target layers make fc [hidden, 3 x hidden]: a two-layer fc is refused, as vLLM's
+    combine_hidden_states would refuse the hidden states at the first request."""
+    config = draft_config(dflash_config={"mask_token_id": 3, "target_layer_ids": [0, 1, 2]})
+    found = verify_checkpoint(write_draft(tmp_path / "draft", config)).problems
+    assert [(p.code, p.subject, p.actual) for p in found] == [
+        ("draft-tensor-shape", "fc.weight", str([HIDDEN, 2 * HIDDEN]))]
+
+
+def test_a_missing_decoder_tensor_is_named(tmp_path: Path) -> None:
+    gone = "layers.0.self_attn.k_norm.weight"
+    draft = write_draft(tmp_path / "draft",
+                        tensors={n: s for n, s in VLLM_026_TENSORS.items() if n != gone})
+    assert [(p.code, p.subject) for p in verify_checkpoint(draft).problems] == [
+        ("draft-tensor-missing", gone)]
+
+
+def test_midlayer_names_load_as_layer_0(tmp_path: Path) -> None:
+    tensors = {n.replace("layers.0.", "midlayer."): s for n, s in VLLM_026_TENSORS.items()}
+    assert codes(write_draft(tmp_path / "draft", tensors=tensors)) == []
+
+
+def test_a_reduced_draft_vocabulary_needs_d2t(tmp_path: Path) -> None:
+    config = draft_config(draft_vocab_size=VOCAB // 2)
+    tensors = {**VLLM_026_TENSORS, "markov_head.markov_w2.weight": [VOCAB // 2, RANK]}
+    assert [(p.code, p.subject) for p in
+            verify_checkpoint(write_draft(tmp_path / "a", config, tensors)).problems] == [
+        ("draft-tensor-missing", "d2t")]
+    assert codes(write_draft(tmp_path / "b", config, {**tensors, "d2t": [VOCAB // 2]})) == []
+
+
+def test_the_profile_refuses_a_checkpoint_that_is_no_qwen3_dspark_draft(tmp_path: Path) -> None:
+    ckpt = build_checkpoint(tmp_path / "dsv4")
+    done = cli("model=qwen3_dspark_draft", f"model.path={ckpt}", "--json", cwd=tmp_path)
+    assert done.returncode == 1
+    assert {p["code"] for p in json.loads(done.stdout)["problems"]} == {"pin-mismatch"}
+
+
+@pytest.mark.vllm
+def test_the_tiny_pair_maker_writes_what_the_profiles_pass(tmp_path: Path) -> None:
+    """The maker (torch, transformers) writes a Qwen3 target and a draft whose tensors are
+    the ones vLLM 0.26 loads; both pass verify-checkpoint."""
+    from dspark_cli.vllm.tiny_model import build_qwen3_dspark
+
+    target, draft = build_qwen3_dspark(tmp_path / "target", tmp_path / "draft-dspark")
+    config = json.loads((draft / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3DSparkModel"] and config["markov_rank"] > 0
+    assert config["dspark_block_size"] == 4
+    tokenizer = json.loads((draft / "tokenizer.json").read_text())
+    mask = config["dflash_config"]["mask_token_id"]
+    assert {t["id"]: t["content"] for t in tokenizer["added_tokens"]}[mask] == "<|mask|>"
+    assert cli("model=qwen3_dspark_draft", f"model.path={draft}", cwd=tmp_path).returncode == 0
+    target_report = json.loads(cli("model=local", f"model.path={target}", "--json",
+                                   cwd=tmp_path).stdout)
+    assert target_report["ok"] is True and target_report["dspark"] is False
