@@ -24,8 +24,6 @@ EXAMPLES = (
     ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run", "the seed's, planned"),
     ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x", "run it: fixed vs adaptive K"),
     ("dspark bench bench=cpu", "a protocol sized for a CPU machine (minutes)"),
-    ("dspark bench bench=cpu hydra.run.dir=runs/b1", "run again: resumes runs/b1"),
-    ("dspark bench --report runs/bench/multirun-<time>", "merge a sweep's cells"),
 )
 
 
@@ -36,11 +34,10 @@ def needs_machine(opts: argparse.Namespace) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan's summary (cells, cold boots, requests, estimated "
-                        "wall time) and check its inputs; start nothing")
+                        help="the plan: cells, boots, requests, wall time; inputs checked")
     parser.add_argument("--commands", action="store_true",
-                        help="with --dry-run: every cell's launch command and every phase's "
-                        "load command, shell-ready")
+                        help="with --dry-run: every cell's launch and load commands, "
+                        "shell-ready")
     parser.add_argument("--json", action="store_true",
                         help="print a machine-readable plan (with --dry-run) or summary")
     parser.add_argument("--stop-on-failure", action="store_true",

@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
 EXAMPLES = (
     ("dspark validate +hw=mi350x --dry-run", "every stage's plan on the seed's machine"),
     ("dspark validate +hw=mi350x", "checkpoint, tests, smoke, bench, accuracy, report"),
-    ("dspark validate +hw=mi350x validate.bench=null", "without the bench stage"),
     ("dspark validate", "no +hw: detected (no GPU: tiny model, smoke, bench=cpu)"),
 )
 
@@ -54,8 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-going", action="store_true",
                         help="run the later stages after a failed one")
     parser.add_argument("--json", action="store_true",
-                        help="print report.json instead of report.md on stdout (with "
-                        "--dry-run: the plan of every stage as JSON)")
+                        help="report.json on stdout, not report.md (with --dry-run: every "
+                        "stage's plan)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="say why for each preflight rule not checked here")
 
