@@ -42,18 +42,16 @@ def _option_lines(group: str, how: str) -> list[str]:
 
 
 def groups(config: str, plans_launch: bool, only: tuple[str, ...] | None) -> list[str]:
-    """The config groups section: the `+` groups (hw first) where the command plans a launch,
-    then the groups the command's config composes (or the `only` ones it reads); a group of one
-    option that is always composed is no pick, and is left out."""
-    lines = []
+    """The config groups section: hw first where the command plans a launch, then the groups
+    the command's config composes (or the `only` ones it reads)."""
+    names = list(only) if only is not None else catalog.groups_of(config)
+    lines = ["config groups (+hw picks its model, speculative, compilation, serving; KEY=VALUE "
+             "sets any key):"]
     if plans_launch:
-        lines += _option_lines("hw", "+hw=NAME (left out: detected; it picks model, speculative, "
-                                     "compilation, serving)")
-        for name in catalog.opt_in_groups():
-            if name != "hw":
-                lines += _option_lines(name, f"+{name}=NAME")
-    for name in list(only) if only is not None else catalog.groups_of(config):
-        if only is not None or len(catalog.options(name)) > 1:
+        lines += _option_lines("hw", "+hw=NAME (left out: detected on this machine)")
+        lines += _option_lines("image", "+image=NAME")
+    for name in names:
+        if len(catalog.options(name)) > 1:  # a group of one option is no choice to make
             lines += _option_lines(name, f"{name}=NAME")
     return lines
 
@@ -67,21 +65,17 @@ def command_help(name: str, summary: str, parser: argparse.ArgumentParser, modul
                  config: str | None) -> str:
     """The whole help text of `dspark <name>`: argparse lays out the usage and the flags,
     between the examples and the groups."""
-    parser.description = "\n".join([summary[:1].upper() + summary[1:] + ".", "", "examples:",
+    parser.description = "\n".join([summary[:1].upper() + summary[1:] + ".", "examples:",
                                      *examples(getattr(module, "EXAMPLES", ()))])
     epilog = ["config groups:"] if config is not None else []
     more = f"More: docs/{name}.md"
     if config is not None:
         opts, _ = parser.parse_known_args([])
         plans_launch = bool(module.needs_machine(opts))
-        epilog += [*groups(config, plans_launch, getattr(module, "GROUPS", None)),
-                   "Any setting: KEY=VALUE (serving.args.max_num_seqs=512). `--cfg job` prints "
-                   "the whole composed config,",
-                   f"`--info` how; `-m` sweeps (a=1,2); `--debug` tracebacks. {more}, "
-                   "docs/configuration.md.", exit_codes_help()]
+        epilog += [*groups(config, plans_launch, getattr(module, "GROUPS", None)), ""]
         parser.usage = f"dspark {name} [GROUP=NAME ...] [KEY=VALUE ...] [flags]"
-    else:
-        epilog += [f"{more}. `--debug` shows tracebacks.", exit_codes_help()]
+        more += ", docs/configuration.md; `--cfg job` prints the whole composed config"
+    epilog += [more + ".", exit_codes_help()]
     parser.epilog = "\n".join(epilog)
     parser.formatter_class = _formatter
     return parser.format_help()

@@ -45,6 +45,7 @@ COUNT = "a non-negative integer"
 NUMBER = "a finite number"
 AMOUNT = "a finite non-negative number"
 FRACTION = "a number from 0 to 1"
+MARGIN = "a number from 0 up to (not including) 1"
 TEXT = "a string"
 MAP = "a JSON object"
 LIST = "a list"
@@ -284,10 +285,10 @@ def _is(value: Any, kind: str) -> bool:
     if kind in (INT, COUNT):
         return (isinstance(value, int) and not isinstance(value, bool)
                 and (kind == INT or value >= 0))
-    if kind in (NUMBER, AMOUNT, FRACTION):
+    if kind in (NUMBER, AMOUNT, FRACTION, MARGIN):
         return (isinstance(value, int | float) and not isinstance(value, bool)
                 and math.isfinite(value) and (kind == NUMBER or value >= 0)
-                and (kind != FRACTION or value <= 1))
+                and (kind != FRACTION or value <= 1) and (kind != MARGIN or value < 1))
     return isinstance(value, {TEXT: str, MAP: dict, LIST: list}[kind])
 
 

@@ -142,7 +142,8 @@ def test_when_the_proposal_wins_the_next_proposal_composes(tmp_path: Path, kind:
     won: the next proposal names a fresh arm, carries `proposed`'s profile beside its own, and
     its `dspark serve` command composes through Hydra (the profile on Hydra's search path,
     the schedule forced over the one the profile holds) into a plan."""
-    first = tmp_path / "first"
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()  # run directories: the bench made them
     found = proposal.propose(CROSSOVER, PROFILES, True, ["+hw=cpu"], first,
                              ["none", "draft_model"])
     proposal.write(found, first)
@@ -150,7 +151,6 @@ def test_when_the_proposal_wins_the_next_proposal_composes(tmp_path: Path, kind:
     arms = ("none", "draft_model", "proposed")
     profiles, foreign = proposal_files.own_profiles(arms, launch)
     assert list(foreign) == ["proposed"]
-    second = tmp_path / "second"
     again = [w(2, "proposed"), w(8, "none")] if kind == "schedule" else \
         [w(2, "proposed"), w(8, "proposed")]
     made = proposal.propose(again, profiles, True, ["+hw=cpu"], second, arms,

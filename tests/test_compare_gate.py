@@ -156,3 +156,41 @@ def test_a_stale_summary_is_never_shown_over_invalid_cells(runs: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["counts"]["valid"] == 0
     assert json.loads((runs / "b" / "summary.json").read_text())["counts"]["valid"] == 0
+
+
+def _leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(node, dict | list) and node:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        return [leaf for k, v in items for leaf in _leaves(v, (*path, k))]
+    return [path]
+
+
+def test_every_field_of_the_cells_edited_is_a_result_or_a_usage_error(runs: Path) -> None:
+    """Every field of B's cell records set to null, text or a list (in every cell, as one
+    careless edit would): compare ends with a comparison or a UsageError (exit 2), never
+    another exception (exit 70)."""
+    from dspark_cli.compare.files import render
+    from dspark_cli.compare.runs import compare_runs
+    from dspark_cli.errors import UsageError
+
+    paths = sorted((runs / "b" / "cells").glob("*/cell.json"))
+    texts = {p: p.read_text() for p in paths}
+    fields = _leaves(json.loads(texts[paths[0]]))
+    assert len(fields) > 40
+    outcomes = {"compared": 0, "refused": 0}
+    for field in fields:
+        for value in (None, "x", []):
+            for p in paths:
+                data = json.loads(texts[p])
+                node = data
+                for step in field[:-1]:
+                    node = node.get(step) if isinstance(node, dict) else None
+                if isinstance(node, dict | list) and node:  # where this cell has the field
+                    node[field[-1]] = value
+                p.write_text(json.dumps(data))
+            try:
+                render(compare_runs(runs / "a", runs / "b"))
+                outcomes["compared"] += 1
+            except UsageError:
+                outcomes["refused"] += 1
+    assert outcomes["compared"] and outcomes["refused"]

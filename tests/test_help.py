@@ -17,11 +17,11 @@ CONF = REPO / "conf"
 MAX_LINES = 60
 # The groups each command composes, hw where a launch is planned on this machine.
 GROUPS = {
-    "serve": ("hw", "image", "model", "speculative", "compilation", "serving", "deploy"),
-    "smoke": ("hw", "image", "model", "speculative", "compilation", "serving", "deploy"),
-    "bench": ("hw", "image", "model", "speculative", "compilation", "serving", "deploy", "bench"),
-    "validate": ("hw", "image", "model", "speculative", "compilation", "serving", "deploy",
-                 "bench"),
+    "serve": ("hw", "model", "speculative", "compilation", "serving", "deploy"),
+    "smoke": ("hw", "model", "speculative", "compilation", "serving", "deploy"),
+    "bench": ("hw", "model", "speculative", "compilation", "serving", "deploy", "bench"),
+    "validate": ("hw", "model", "speculative", "compilation", "serving", "deploy", "bench"),
+    "env": ("hw", "model", "speculative", "compilation", "serving", "deploy"),
     "verify-checkpoint": ("model",),
     "env": ("hw", "image"),
     "report": (),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ from dspark_cli.config.choices import Platform
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.rules import RULES, Context, Status, run_rules
 from dspark_cli.machine.detect import Gpu, Machine
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import REPO, compose_config, dspark_argv, dspark_env, run_dspark
 from tests.fake_gpu import fake_host
 
 MI350X = Machine(Platform.rocm, tuple(Gpu(i, "AMD Instinct MI350X", "gfx950") for i in range(8)))
@@ -70,8 +72,45 @@ def test_rule_fires(rule: str, overrides: list[str], machine: Machine | None) ->
     assert found.key and found.message
 
 
+# Rules whose firing case needs another installed vLLM: held by their own tests below.
+INSTALLED_VLLM_CASES = {"adaptive-in-installed-vllm"}
+
+
 def test_every_rule_has_a_firing_case() -> None:
-    assert {r.id for r in RULES} <= {c[0] for c in CASES}
+    assert {r.id for r in RULES} <= {c[0] for c in CASES} | INSTALLED_VLLM_CASES
+
+
+def vllm_026(root: Path) -> Path:
+    """vLLM 0.26.0 as installed in the H200 image, as far as the rule reads it: its metadata and
+    a SpeculativeConfig with DSpark but no enable_adaptive_verification."""
+    (root / "vllm-0.26.0.dist-info").mkdir(parents=True)
+    (root / "vllm-0.26.0.dist-info/METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vllm\nVersion: 0.26.0\n")
+    (root / "vllm/config").mkdir(parents=True)
+    (root / "vllm/__init__.py").write_text("")
+    (root / "vllm/config/__init__.py").write_text("")
+    (root / "vllm/config/speculative.py").write_text(
+        "class SpeculativeConfig:\n    num_speculative_tokens: int | None = None\n"
+        "    method: str | None = None\n    dspark_draft_topk: int | None = None\n")
+    return root
+
+
+def test_adaptive_verification_is_refused_on_a_vllm_without_it(tmp_path: Path) -> None:
+    """On the H200's vLLM 0.26 the seed's adaptive arm is refused before anything boots, by
+    name and version; the fixed-K arm passes the rule (vLLM 0.32 here has the field)."""
+    env = dspark_env({"PYTHONPATH": os.pathsep.join([str(vllm_026(tmp_path / "site")),
+                                                     str(REPO)])})
+    done = subprocess.run(dspark_argv("serve", "+hw=h200", "--dry-run"), capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 1
+    assert ("adaptive-in-installed-vllm FAILED: the installed vLLM 0.26.0 (vllm) has no "
+            "adaptive verification") in done.stderr
+    assert "use speculative=dspark_fixed" in done.stderr and "Traceback" not in done.stderr
+    fixed = subprocess.run(dspark_argv("serve", "+hw=h200", "speculative=dspark_fixed",
+                                       "--dry-run"), capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=120)
+    assert "adaptive-in-installed-vllm FAILED" not in fixed.stderr
+    assert failed(["+hw=h200"]) == set(), "the vLLM installed here has adaptive verification"
 
 
 def test_the_seed_passes_every_plan_rule() -> None:

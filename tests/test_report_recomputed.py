@@ -149,16 +149,21 @@ def test_engagement_and_draft_parameters_are_recomputed_from_counts(records: Pat
 
 
 def test_goodput_met_is_recomputed_from_the_counts_and_the_objective(tmp_path: Path) -> None:
-    """`"met": "false"` (a string) and an edited `true` over too few good requests: both are
-    recomputed from good of requests against the objective's percentile."""
+    """An edited `"met": true` over too few good requests is recomputed from good of requests
+    against the objective's percentile; `"met": "false"` (a string) is no boolean: refused by
+    the reader, never counted as met."""
     from dspark_cli.bench.goodput import Objectives
     from dspark_cli.bench.merge import summarize_records
     from dspark_cli.bench.records import collect
+    from dspark_cli.untrusted import RecordError
 
     run = bench_run(tmp_path / "run", repeats=3, objectives=Objectives(2000, 80, None, 99))
-    for cell in (run / "cells").glob("*/cell.json"):
-        edit_json(cell, lambda d: d["goodput"].update(
-            met="false" if d["arm"] == "none" else True))
+    cells = sorted((run / "cells").glob("*/cell.json"))
+    edit_json(cells[0], lambda d: d["goodput"].update(met="false"))
+    with pytest.raises(RecordError, match=r"goodput\.met must be a JSON boolean"):
+        collect(run)
+    for cell in cells:
+        edit_json(cell, lambda d: d["goodput"].update(met=True))
     summary = summarize_records(collect(run))
     for r in summary.results:
         g = r.goodput

@@ -22,6 +22,7 @@ from dspark_cli.untrusted import (
     INT,
     LIST,
     MAP,
+    MARGIN,
     NUMBER,
     TEXT,
 )
@@ -32,7 +33,7 @@ FIELDS = {
     "reasons": LIST, "reasons.*": TEXT, "protocol": MAP, "protocol.name": TEXT,
     "protocol.arms": LIST, "protocol.arms.*": TEXT, "protocol.baseline": TEXT,
     "protocol.concurrencies": LIST, "protocol.concurrencies.*": COUNT, "protocol.repeats": COUNT,
-    "protocol.equivalence_margin": AMOUNT, "output_throughput": AMOUNT,
+    "protocol.equivalence_margin": MARGIN, "output_throughput": AMOUNT,
     "request_throughput": AMOUNT, "total_output_tokens": COUNT, "acceptance_length": AMOUNT,
     "accepted_per_draft": AMOUNT, "latency_ms": MAP, "latency_ms.*": MAP,
     "latency_ms.*.*": AMOUNT, "boot_s": AMOUNT, "finished_at": TEXT, "teardown": MAP,

@@ -23,7 +23,7 @@ from dspark_cli.errors import ExitCode, worst
 EXAMPLES = (
     ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run", "the seed's, planned"),
     ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x", "run it: fixed vs adaptive K"),
-    ("dspark bench bench=cpu", "a protocol sized for a CPU machine (minutes)"),
+    ("dspark bench --report runs/bench/multirun-<time>", "merge a sweep's cells"),
 )
 
 
@@ -34,10 +34,9 @@ def needs_machine(opts: argparse.Namespace) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
-                        help="the plan: cells, boots, requests, wall time; inputs checked")
+                        help="print the plan's summary, check its inputs; start nothing")
     parser.add_argument("--commands", action="store_true",
-                        help="with --dry-run: every cell's launch and load commands, "
-                        "shell-ready")
+                        help="with --dry-run: every launch and load command, shell-ready")
     parser.add_argument("--json", action="store_true",
                         help="print a machine-readable plan (with --dry-run) or summary")
     parser.add_argument("--stop-on-failure", action="store_true",

@@ -17,6 +17,13 @@ from omegaconf import DictConfig
 
 from dspark_cli.errors import DsparkError, ExitCode
 
+EXAMPLES = (
+    ("dspark env", "this host: GPUs, profile, vLLM, torch, AITER"),
+    ("dspark env +hw=mi350x --check", "exit 1 if a seed run here would be refused"),
+    ("dspark env +hw=mi350x +image=seed_mi350x", "against the report's image pins"),
+    ("dspark env --json", "the same facts for a machine"),
+)
+
 if TYPE_CHECKING:
     from dspark_cli.machine.detect import Machine
     from dspark_cli.status import Finding

@@ -14,6 +14,12 @@ import shlex
 import sys
 from pathlib import Path
 
+EXAMPLES = (
+    ("dspark prepare speed-bench /data/sb", "the seed's set; stdout: its pin (PIN=$(...))"),
+    ("dspark prepare speed-bench rows.jsonl --drop-placeholders", "complete rows only"),
+    ("dspark prepare speed-bench /data/sb --subset throughput_2k", "another split"),
+)
+
 DEFAULT_DIR = Path("data/speed_bench")  # conf/bench/speed_bench_throughput_1k.yaml's path
 
 

@@ -53,8 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-going", action="store_true",
                         help="run the later stages after a failed one")
     parser.add_argument("--json", action="store_true",
-                        help="report.json on stdout, not report.md (with --dry-run: every "
-                        "stage's plan)")
+                        help="report.json on stdout, not report.md (with --dry-run: the plan)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="say why for each preflight rule not checked here")
 

@@ -54,7 +54,7 @@ def facts(bench: BenchRecords) -> dict[str, Any]:
             if not _volatile(key.lstrip(".")):
                 out[f"config.{arm}{key}"] = value
     for arm, text in sorted(bench.arm_launches.items()):
-        for i, line in enumerate(text.splitlines(), 1):
+        for i, line in enumerate(text.split("\n"), 1):  # a shell's lines: \n only
             if line.strip() and not line.lstrip().startswith("#"):
                 out[f"launch.{arm}:{i}"] = line.strip()
     for arm, prov in sorted(bench.arm_provenance.items()):

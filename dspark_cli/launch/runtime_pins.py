@@ -96,9 +96,10 @@ def finding(expected: Mapping[str, Any] | None, dry_run: bool,
     if dry_run:
         said = (f"a real run in this environment would refuse: {'; '.join(wrong)}" if wrong
                 else "this environment matches them")
+        # what a real run here would refuse is said even where skips are summed up in one line
         return Finding(RULE, Status.skipped,
                        f"runtime pins ({', '.join(pinned)}) are checked at run time; {said}",
-                       KEY)
+                       KEY, note=f"runtime pins: {said}" if wrong else None)
     if wrong:
         return Finding(RULE, Status.failed,
                        "the installed software differs from the pins: " + "; ".join(wrong)

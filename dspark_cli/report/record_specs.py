@@ -4,7 +4,7 @@ and the field). Keys are dotted paths; `*` is every item of a list or value of a
 
 from __future__ import annotations
 
-from dspark_cli.untrusted import AMOUNT, BOOL, COUNT, INT, LIST, MAP, NUMBER, TEXT
+from dspark_cli.untrusted import BOOL, COUNT, INT, LIST, MAP, MARGIN, NUMBER, TEXT
 
 VALIDATE = {"stages": LIST, "stages.*": MAP, "stages.*.name": TEXT, "stages.*.status": TEXT,
             "stages.*.detail": TEXT, "exit_code": INT}
@@ -72,5 +72,5 @@ CONFIG = {"model": MAP, "model.path": TEXT, "model.name": TEXT, "model.args": MA
           "bench.warmups.*.concurrency": COUNT, "bench.warmups.*.output_tokens": COUNT,
           "bench.measured_prompts": COUNT, "bench.concurrencies": LIST,
           "bench.concurrencies.*": COUNT, "bench.arms": LIST, "bench.arms.*": TEXT,
-          "bench.baseline": TEXT, "bench.repeats": COUNT, "bench.equivalence_margin": AMOUNT}
+          "bench.baseline": TEXT, "bench.repeats": COUNT, "bench.equivalence_margin": MARGIN}
 CONFIG_REQUIRED = ("bench.warmups.*.num_prompts", "bench.warmups.*.output_tokens")
