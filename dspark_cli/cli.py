@@ -114,8 +114,8 @@ def with_hardware(overrides: list[str], detect: bool) -> list[str]:
 def _parser(name: str, add_arguments: Callable[[argparse.ArgumentParser], None]) -> Any:
     parser = argparse.ArgumentParser(prog=f"dspark {name}", add_help=False, allow_abbrev=False)
     parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
-    parser.add_argument("--debug", action="store_true",  # said in the help's footer
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--debug", action="store_true",
+                        help="show Python tracebacks for errors")
     add_arguments(parser)
     return parser
 

@@ -67,7 +67,7 @@ def command_help(name: str, summary: str, parser: argparse.ArgumentParser, modul
     between the examples and the groups."""
     parser.description = "\n".join([summary[:1].upper() + summary[1:] + ".", "examples:",
                                      *examples(getattr(module, "EXAMPLES", ()))])
-    epilog = ["config groups:"] if config is not None else []
+    epilog = []
     more = f"More: docs/{name}.md"
     if config is not None:
         opts, _ = parser.parse_known_args([])

@@ -29,15 +29,6 @@ if TYPE_CHECKING:
     from dspark_cli.status import Finding
 
 
-EXAMPLES = (
-    ("dspark env", "this host: GPUs and profile, vLLM, torch, AITER, pins"),
-    ("dspark env +hw=mi350x +image=seed_mi350x --check", "exit 1 if the seed's run is refused"),
-    ("dspark env --json", "the same facts as JSON"),
-)
-# The groups the facts depend on are the `+` ones (hw, image), listed for every launch.
-GROUPS = ()
-
-
 def needs_machine(opts: argparse.Namespace) -> bool:
     """Without `+hw`, the profile this machine matches; none matching is reported, not an
     error (no profile is then composed)."""

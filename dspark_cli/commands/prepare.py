@@ -23,13 +23,6 @@ EXAMPLES = (
 DEFAULT_DIR = Path("data/speed_bench")  # conf/bench/speed_bench_throughput_1k.yaml's path
 
 
-EXAMPLES = (
-    ("dspark prepare speed-bench /data/SPEED-Bench", "the seed protocol's request file, pinned"),
-    ("dspark prepare speed-bench /data/throughput_1k.parquet", "from one file of the release"),
-    ("dspark prepare speed-bench /data/SPEED-Bench --json", "the result as JSON"),
-)
-
-
 def needs_machine(opts: argparse.Namespace) -> bool:
     return False
 

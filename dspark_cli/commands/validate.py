@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
 EXAMPLES = (
     ("dspark validate +hw=mi350x --dry-run", "every stage's plan on the seed's machine"),
     ("dspark validate +hw=mi350x", "checkpoint, tests, smoke, bench, accuracy, report"),
+    ("dspark validate +hw=mi350x validate.bench=null", "without the bench stage"),
     ("dspark validate", "no +hw: detected (no GPU: tiny model, smoke, bench=cpu)"),
 )
 

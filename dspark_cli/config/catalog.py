@@ -84,10 +84,3 @@ def all_groups() -> list[str]:
     """Every group under conf/ a person may pick an option of."""
     return sorted(p.name for p in conf_dir().iterdir()
                   if p.is_dir() and p.name not in _INTERNAL and any(p.glob("*.yaml")))
-
-
-def opt_in_groups() -> list[str]:
-    """The groups no primary config composes by default, picked with `+group=NAME` (`hw`, and a
-    software image's pins)."""
-    composed = {g for path in conf_dir().glob("*.yaml") for g in groups_of(path.stem)}
-    return [g for g in all_groups() if g not in composed]
