@@ -237,6 +237,8 @@ def settle_run_dir(code: int) -> None:
 
     from hydra.core.hydra_config import HydraConfig
 
+    from dspark_cli.console import progress
+
     if not HydraConfig.initialized():
         return
     hydra = HydraConfig.get()
@@ -258,4 +260,4 @@ def settle_run_dir(code: int) -> None:
                     break
                 parent.rmdir()
             return
-    print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
+    progress(f"run directory {shlex.quote(str(directory))}")  # quiet once a terminal is gone
