@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,10 @@ def smoke_run(root: Path, overrides: tuple[str, ...] = (),
     }
     (root / "smoke.json").write_text(json.dumps(smoke, indent=2) + "\n")
     return root
+
+
+def edit_json(path: Path, change: Callable[[Any], None]) -> None:
+    """Edit a record as an operator (or an attacker) would: read, change, write back."""
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))

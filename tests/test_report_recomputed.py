@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import yaml
 
 from dspark_cli.bench.proposal_files import NOT_CHECKED
 from tests.conftest import run_dspark
-from tests.report_factory import bench_run, smoke_run
+from tests.report_factory import bench_run, edit_json, smoke_run
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +34,6 @@ def records(pristine: Path, tmp_path: Path) -> Path:
     root = tmp_path / "records"
     shutil.copytree(pristine, root, symlinks=True)
     return root
-
-
-def edit_json(path: Path, change: Callable[[Any], None]) -> None:
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
 
 
 def report(*dirs: Path) -> subprocess.CompletedProcess[str]:

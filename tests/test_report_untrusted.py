@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from dspark_cli.report import markdown
 from tests.conftest import run_dspark
-from tests.report_factory import bench_run, smoke_run
+from tests.report_factory import bench_run, edit_json, smoke_run
 
 SECRET = "hf_plantedSecret12345"
 URL_PW = "urlpw-planted-6789"
@@ -38,12 +37,6 @@ def records(pristine: Path, tmp_path: Path) -> Path:
     root = tmp_path / "records"
     shutil.copytree(pristine, root, symlinks=True)
     return root
-
-
-def edit_json(path: Path, change: Callable[[Any], None]) -> None:
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
 
 
 def report(*dirs: Path, out: Path) -> Any:
