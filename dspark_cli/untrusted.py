@@ -320,7 +320,11 @@ def check(record: Any, path: Path | str, spec: Spec, required: Sequence[str] = (
         parent, _, last = dotted.rpartition(".")
         places = _at(record, parent.split("."), "") if parent else [("", record)]
         for where, node in places:
-            if isinstance(node, dict) and node.get(last) is None:
+            if last == "*":  # every element: `protocol.arms.*` holds no null
+                for field, value in _at(node, ["*"], where):
+                    if value is None:
+                        raise RecordError(path, field, "is missing")
+            elif isinstance(node, dict) and node.get(last) is None:
                 raise RecordError(path, f"{where}.{last}" if where else last, "is missing")
     for dotted, kind in spec.items():
         for where, value in _at(record, dotted.split("."), ""):

@@ -68,7 +68,8 @@ FIELDS |= {  # the watches' sections, read by report/watches_md.py
     "gpus.measured.*.means": MAP, "gpus.measured.*.means.*": NUMBER,
 }
 REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protocol.arms",
-            "protocol.baseline", "protocol.concurrencies")
+            "protocol.arms.*", "protocol.baseline", "protocol.concurrencies",
+            "protocol.concurrencies.*")
 
 
 @dataclass(frozen=True)
