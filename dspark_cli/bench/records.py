@@ -28,8 +28,6 @@ def read(path: Path, root: Path | None = None) -> CellRecord:
     if data is None:
         raise RecordError(path, "the file", "does not exist")
     check(data, path, FIELDS, REQUIRED)
-    if not all(isinstance(a, str) for a in data["protocol"]["arms"]):  # check() allows null
-        raise RecordError(path, "protocol.arms", "must list the arms' names, never null")
     if data["valid"] and data.get("output_throughput") is None:
         raise RecordError(path, "output_throughput", "is missing from a cell marked valid "
                           "(a valid cell measured its throughput)")
