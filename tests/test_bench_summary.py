@@ -272,3 +272,62 @@ def test_an_old_cell_record_loads_as_one_repeat_with_its_kept_evidence() -> None
     assert rec.latency_ms == {"ttft": {"p50": 11.0, "p99": 19.0}, "itl": {"p99": 7.5}}
     again = CellRecord.from_dict(rec.to_dict())
     assert again == rec and again.evidence["loadgen"] == old["loadgen"]
+
+
+def _gpus(util: float, power: float, flags: list[str]) -> dict[str, Any]:
+    """A cell's `gpus` record as machine/gpu_sampler.record writes it, for two GPUs."""
+    measured = [{"gpu": str(i), "means": {"utilization_pct": util + 10 * i, "power_w": power,
+                                          "sm_clock_mhz": 1980.0, "memory_used_mib": 70000.0,
+                                          "temperature_c": 60.0},
+                 "throttled_share": 0.0, "idle": False} for i in range(2)]
+    return {"tool": "nvidia-smi", "interval_s": 0.5, "measured": measured, "flags": flags,
+            "whole_run": measured, "error": None}
+
+
+def test_gpu_means_and_flags_reach_the_summary_table_and_plot(tmp_path: Path) -> None:
+    """Each sampled cell's GPU means (over its GPUs) are in summary.json and the table; a GPU
+    that throttled or sat idle is listed in `gpu_flags`, in the table, and ringed on the plot
+    (the picture differs from the same run without the flag)."""
+    flag = "GPU 1 throttled in 40% of the measured phase's samples (reasons 0x4)"
+    recs = [cell("none", 64, 500, gpus=_gpus(90.0, 600.0, [])),
+            cell("fixed", 64, 1000, gpus=_gpus(40.0, 695.0, [flag])),
+            cell("adaptive", 64, 1500), cell("fixed", 4, 200), cell("adaptive", 4, 300)]
+
+    def run(root: Path, cells: list[dict[str, Any]]):
+        for rec in cells:
+            d = records.cell_dir(root, f"{rec['arm']}-c{rec['concurrency']}")
+            d.mkdir(parents=True)
+            (d / records.CELL_JSON).write_text(json.dumps(rec))
+        return merge(root)
+
+    rep = run(tmp_path / "flagged", recs)
+    data = json.loads(rep.summary_json.read_text())
+    assert data["gpu_flags"] == [{"cell_id": "fixed-c64", "flag": flag}]
+    by_id = {c["cell_id"]: c["gpus"] for c in data["cells"]}
+    assert by_id["fixed-c64"] == {"tool": "nvidia-smi", "gpus": 2, "means": {
+        "utilization_pct": 45.0, "power_w": 695.0, "sm_clock_mhz": 1980.0,
+        "memory_used_mib": 70000.0, "temperature_c": 60.0}, "flags": [flag]}
+    assert by_id["none-c64"]["means"]["utilization_pct"] == 95.0
+    assert by_id["adaptive-c64"] is None
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(table(rep.summary))
+    text = console.export_text()
+    assert "GPUs in the measured phase" in text and flag in text
+    row = next(line for line in text.splitlines() if "none-c64" in line)
+    assert "95.0" in row and "600.0" in row and "none" in row.split("│")[-2]
+    quiet = [{**r, "gpus": {**r["gpus"], "flags": []}} if "gpus" in r else r for r in recs]
+    plain = run(tmp_path / "quiet", quiet)
+    assert json.loads(plain.summary_json.read_text())["gpu_flags"] == []
+    assert rep.plot_png.read_bytes() != plain.plot_png.read_bytes()
+
+
+def test_a_run_without_gpu_samples_shows_no_gpu_table(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    s = summary_of([cell("fixed", 64, 1000), cell("adaptive", 64, 1500)])
+    assert s.as_dict()["gpu_flags"] == [] and all(c.gpus is None for c in s.cells)
+    console = Console(record=True, width=200)
+    console.print(table(s))
+    assert "GPUs in the measured phase" not in console.export_text()

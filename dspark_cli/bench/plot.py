@@ -1,6 +1,7 @@
 """The protocol's picture: output throughput per arm and speedup over the baseline, both against
 concurrency, with their intervals as error bars when there are repeats. Valid cells are drawn as
-lines; an invalid cell is a red cross, never a line point.
+lines; an invalid cell is a red cross, never a line point; a cell whose GPUs throttled or sat
+idle in its measured phase is ringed in black (summary.json's `gpu_flags` say which and why).
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ def plot(summary: Summary, directory: Path) -> Path:
                 zorder=3,
             )
             invalid_label = "_nolegend_"
+    flagged = [c for c in summary.cells if c.gpu_flags and c.output_throughput is not None]
+    if flagged:
+        ax_tp.scatter([c.concurrency for c in flagged], [c.output_throughput for c in flagged],
+                      s=160, facecolors="none", edgecolors="black", linewidths=2, zorder=4,
+                      label="GPU throttled or idle")
     for arm in summary.arms:
         if arm == summary.baseline:
             continue

@@ -127,8 +127,28 @@ def table(summary: Summary) -> RenderableType:
             _num(result.accepted_per_draft, ".2f"),
             *(_latency(result, m) for m in ("ttft", "tpot", "itl")),
         )
-    return Group(t, lat, *_lossless(summary), *decision_render.tables(summary),
-                 summary.results_sentence)
+    return Group(t, lat, *_gpus(summary), *_lossless(summary),
+                 *decision_render.tables(summary), summary.results_sentence)
+
+
+def _gpus(summary: Summary) -> list[RenderableType]:
+    """Per sampled cell its GPUs' means in the measured phase, and any that throttled or sat
+    idle there (in red: a number such a GPU produced is not the hardware's)."""
+    from rich.table import Table
+
+    sampled = [c for c in summary.cells if c.gpus]
+    if not sampled:
+        return []
+    t = Table(title="GPUs in the measured phase (means over each cell's GPUs)")
+    for name in ("cell", "GPUs", "util %", "power W", "SM MHz", "flags"):
+        t.add_column(name, justify="left" if name in ("cell", "flags") else "right")
+    for c in sampled:
+        means = c.gpus["means"] if c.gpus else {}
+        t.add_row(c.cell_id, str(c.gpus["gpus"] if c.gpus else "-"),
+                  _num(means.get("utilization_pct"), ".1f"), _num(means.get("power_w"), ".1f"),
+                  _num(means.get("sm_clock_mhz"), ".0f"),
+                  "[red]" + "; ".join(c.gpu_flags) + "[/]" if c.gpu_flags else "none")
+    return [t]
 
 
 def _lossless(summary: Summary) -> list[RenderableType]:

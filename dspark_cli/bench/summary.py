@@ -18,7 +18,7 @@ from typing import Any
 from dspark_cli.bench import goodput as gp
 from dspark_cli.bench import lossless, stats, verdicts, winners
 from dspark_cli.bench.cell import CellRecord
-from dspark_cli.bench.summary_rows import ArmResult, CellRow, SpeedupRow
+from dspark_cli.bench.summary_rows import ArmResult, CellRow, SpeedupRow, cell_gpus
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class Summary:
             "results_sentence": self.results_sentence,
             "objectives": None if self.objectives is None else self.objectives.to_dict(),
             "winners": [w.to_dict() for w in self.winners],
+            "gpu_flags": [{"cell_id": c.cell_id, "flag": f} for c in self.cells
+                          for f in c.gpu_flags],
             "lossless": lossless.by_arm([(c.arm, c.cell_id, c.lossless, c.lossless_check)
                                          for c in self.cells], self.arms),
             "counts": {
@@ -72,9 +74,11 @@ class Summary:
 
 
 def _row(record: CellRecord) -> CellRow:
-    """The record's fields of the same names; `speedup` is its arm's, set once all are read."""
-    return CellRow(speedup=None, **{f.name: getattr(record, f.name) for f in fields(CellRow)
-                                    if f.name not in ("speedup", "lossless_check")})
+    """The record's fields of the same names, its GPUs in one row; `speedup` is its arm's, set
+    once all are read."""
+    return CellRow(speedup=None, gpus=cell_gpus(record.evidence.get("gpus")),
+                   **{f.name: getattr(record, f.name) for f in fields(CellRow)
+                      if f.name not in ("speedup", "lossless_check", "gpus")})
 
 
 def _lossless(rows: Sequence[CellRow], concurrencies: Sequence[int]) -> list[CellRow]:

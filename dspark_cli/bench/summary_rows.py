@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from statistics import fmean
 from typing import Any
 
 from dspark_cli.bench import goodput as gp
 from dspark_cli.bench import stats, verdicts
 
 Latency = Mapping[str, Mapping[str, float]]
+# The per-GPU means (machine/gpu_sampler.py) a cell's row carries, averaged over its GPUs.
+GPU_MEANS = ("utilization_pct", "power_w", "sm_clock_mhz", "memory_used_mib", "temperature_c")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,12 @@ class CellRow:
     degraded: tuple[str, ...] = ()  # lines where vLLM overrode what was asked (still valid)
     lossless_check: Mapping[str, Any] | None = None  # their comparison with the reference's
     goodput: gp.Goodput | None = None  # under the protocol's objectives
+    gpus: dict[str, Any] | None = None  # `cell_gpus` of its record; None: not sampled
+
+    @property
+    def gpu_flags(self) -> list[str]:
+        """A GPU that throttled or sat idle in the measured phase, one line each."""
+        return list((self.gpus or {}).get("flags") or ())
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "concurrency": self.concurrency, "repeat": self.repeat,
@@ -48,7 +57,29 @@ class CellRow:
                 "latency_ms": plain_latency(self.latency_ms), "boot_s": self.boot_s,
                 "speedup": self.speedup, "lossless": self.lossless_check,
                 "degraded": list(self.degraded),
-                "goodput": None if self.goodput is None else self.goodput.to_dict()}
+                "goodput": None if self.goodput is None else self.goodput.to_dict(),
+                "gpus": self.gpus}
+
+
+def cell_gpus(section: Any) -> dict[str, Any] | None:
+    """A cell's `gpus` record in one row: the tool, how many GPUs were sampled in the measured
+    phase, each GPU_MEANS averaged over them, and the sampler's flags (a GPU that throttled or
+    sat idle); None when nothing was sampled."""
+    if not isinstance(section, Mapping):
+        return None
+    measured = [g.get("means") for g in section.get("measured") or ()
+                if isinstance(g, Mapping) and isinstance(g.get("means"), Mapping)]
+    flags = [str(f) for f in section.get("flags") or ()]
+    if not measured and not flags:
+        return None
+    means = {}
+    for key in GPU_MEANS:
+        values = [float(v) for m in measured if isinstance(v := m.get(key), int | float)
+                  and not isinstance(v, bool)]
+        if values:
+            means[key] = round(fmean(values), 1)
+    return {"tool": str(section.get("tool") or ""), "gpus": len(measured), "means": means,
+            "flags": flags}
 
 
 @dataclass(frozen=True)

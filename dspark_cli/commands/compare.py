@@ -2,7 +2,8 @@
 config, launch, runtime versions and pins, image, checkpoint hashes) and, per arm and
 concurrency, B's throughput over A's with its interval and verdict. Exit 1 when the gate fails
 (a cell slower beyond the caller's margin, a cell A measured that B did not, nothing compared),
-2 when the runs do not belong together or an argument is wrong.
+2 when the runs do not belong together or an argument is wrong. An arm whose median cold start
+grew beyond `--boot-margin` is flagged, never gated.
 
     dspark compare runs/validate/<old> runs/validate/<new>
     dspark compare runs/bench/a runs/bench/b --json --out compare/
@@ -40,20 +41,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--margin", type=float, default=None, metavar="FRACTION",
                         help="the equivalence margin the gate judges by, in [0, 1) "
                         "(default 0.05); never taken from the runs' records")
+    parser.add_argument("--boot-margin", type=float, default=None, metavar="FRACTION",
+                        help="how much an arm's median cold start may grow before it is "
+                        "flagged, in [0, 10] (default 0.25); a flag, never a gate failure")
 
 
 def run(cfg: None, opts: argparse.Namespace) -> int:
     """`cfg` is None: a comparison composes no config, it reads records."""
+    from dspark_cli.compare.boot import DEFAULT_BOOT_MARGIN, check_boot_margin
     from dspark_cli.compare.files import render, write
     from dspark_cli.compare.runs import DEFAULT_MARGIN, check_margin, compare_runs
     from dspark_cli.launch.secrets import redacted
     from dspark_cli.untrusted import output_dir, shown_path
 
     margin = check_margin(DEFAULT_MARGIN if opts.margin is None else opts.margin)
+    boot_margin = check_boot_margin(DEFAULT_BOOT_MARGIN if opts.boot_margin is None
+                                    else opts.boot_margin)
     out = (opts.out or opts.run_b).expanduser()
     if out.exists() and not out.is_dir():
         output_dir(out)  # refused before anything is read
-    found = compare_runs(opts.run_a.expanduser(), opts.run_b.expanduser(), margin)
+    found = compare_runs(opts.run_a.expanduser(), opts.run_b.expanduser(), margin,
+                         boot_margin)
     paths = write(found, out)
     if opts.json:
         print(json.dumps(redacted(found.to_dict()), indent=2))

@@ -68,6 +68,10 @@ def render(found: Comparison) -> str:
     for side, cells in found.only.items():
         if cells:
             lines.append(f"only in {side.upper()}: {shown(', '.join(cells))}")
+    if found.boot:
+        lines += ["", f"Cold start (median cold_start.boot_s per arm; a growth beyond "
+                  f"{found.boot_margin:.0%} is flagged, never gated):"]
+        lines += [f"  {'FLAG ' if c.flagged else ''}{shown(c.sentence())}" for c in found.boot]
     lines += ["", "gate: " + ("passed: every cell A measured was measured by B, none slower"
                               if found.passed else f"FAILED: {_why_failed(found)}")]
     return "\n".join(lines) + "\n"

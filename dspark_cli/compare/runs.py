@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dspark_cli.compare.boot import (
+    DEFAULT_BOOT_MARGIN,
+    BootChange,
+    boot_changes,
+    check_boot_margin,
+    flags,
+)
 from dspark_cli.compare.cells import CellChange, compare, failures, gate, only_in_one
 from dspark_cli.compare.changes import Change, changes
 from dspark_cli.errors import UsageError
@@ -29,6 +36,12 @@ class Comparison:
     changes: tuple[Change, ...]
     cells: tuple[CellChange, ...]
     only: dict[str, list[str]]
+    boot: tuple[BootChange, ...] = ()  # cold start per arm: flagged, never gated
+    boot_margin: float = DEFAULT_BOOT_MARGIN
+
+    @property
+    def flags(self) -> list[str]:
+        return flags(self.boot)
 
     @property
     def failures(self) -> list[str]:
@@ -43,7 +56,8 @@ class Comparison:
                 "margin": self.margin, "passed": self.passed,
                 "slower": [f"{c.arm} c{c.concurrency} {c.metric}" for c in self.cells
                            if c.slower],
-                "failures": self.failures,
+                "failures": self.failures, "boot_margin": self.boot_margin,
+                "flags": self.flags, "cold_start": [c.to_dict() for c in self.boot],
                 "changes": [c.to_dict() for c in self.changes],
                 "cells": [c.to_dict() for c in self.cells], "only_in": self.only}
 
@@ -112,11 +126,13 @@ def _refuse_apart(a: BenchRecords, b: BenchRecords) -> None:
                          hint="compare two runs of the same protocol, model and dataset")
 
 
-def compare_runs(a_dir: Path, b_dir: Path, margin: float = DEFAULT_MARGIN) -> Comparison:
-    margin = check_margin(margin)
+def compare_runs(a_dir: Path, b_dir: Path, margin: float = DEFAULT_MARGIN,
+                 boot_margin: float = DEFAULT_BOOT_MARGIN) -> Comparison:
+    margin, boot_margin = check_margin(margin), check_boot_margin(boot_margin)
     a, b = _bench(a_dir), _bench(b_dir)
     _refuse_apart(a, b)
     sa, sb = a.summary or {}, b.summary or {}
     goodput = sa.get("objectives") is not None and sa.get("objectives") == sb.get("objectives")
     return Comparison(a.directory, b.directory, str(sa.get("protocol")), margin,
-                      changes(a, b), compare(sa, sb, margin, goodput), only_in_one(sa, sb))
+                      changes(a, b), compare(sa, sb, margin, goodput), only_in_one(sa, sb),
+                      boot_changes(a.cells, b.cells, boot_margin), boot_margin)
