@@ -88,10 +88,22 @@ def command(port: int, scenario: str = "healthy", *extra: str) -> list[str]:
     return [sys.executable, str(SCRIPT), "--port", str(port), "--scenario", scenario, *extra]
 
 
+_SAY = threading.Lock()
+
+
+def say(line: str, flush: bool = True) -> None:
+    """One line in one write, under a lock: `print` writes a line and its newline apart, so the
+    engine's and the HTTP threads' lines could run together in the log the watcher reads."""
+    with _SAY:
+        sys.stdout.write(line + "\n")
+        if flush:
+            sys.stdout.flush()
+
+
 def log(message: str, prefix: str = "") -> None:
     """Print one vLLM-style INFO line and flush (the watcher reads the file live)."""
     stamp = time.strftime("%m-%d %H:%M:%S")
-    print(f"{prefix}INFO {stamp} [fake_vllm.py] {message}", flush=True)
+    say(f"{prefix}INFO {stamp} [fake_vllm.py] {message}", flush=True)
 
 
 def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
@@ -102,7 +114,7 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, fmt: str, *a: object) -> None:
             host, port = self.client_address[:2]
-            print(f"INFO:     {host}:{port} - {fmt % a}", flush=True)
+            say(f"INFO:     {host}:{port} - {fmt % a}", flush=True)
 
         def send_json(self, status: int, body: object) -> None:
             data = json.dumps(body).encode()
@@ -210,12 +222,12 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             """The scenario's misbehaviour during a completion; True when it answered."""
             scenario = args.scenario
             if args.fault_line:
-                print(args.fault_line, flush=True)
+                say(args.fault_line, flush=True)
                 engine.mark_event()
                 self.send_json(500, {"error": {"message": "fault", "code": 500}})
                 return True
             if scenario == "gpu_fault":
-                print(
+                say(
                     "Memory access fault by GPU node-2 (Agent handle: 0x55d1c0a8e2f0) on address "
                     "0x7f3a10000000. Reason: Page not present or supervisor privilege.",
                     flush=True,
@@ -227,7 +239,7 @@ def make_handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 os.kill(os.getpid(), signal.SIGKILL)
             elif scenario == "traceback":
                 prefix = f"(EngineCore_DP0 pid={os.getpid()}) "
-                print(
+                say(
                     f"{prefix}ERROR {time.strftime('%m-%d %H:%M:%S')} [core.py:1042] "
                     "EngineCore encountered a fatal error.\n"
                     f"{prefix}Traceback (most recent call last):\n"
@@ -292,7 +304,7 @@ class QuietDisconnects(ThreadingHTTPServer):
 
     def handle_error(self, request: object, client_address: object) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
-            print(f"INFO:     client {client_address} disconnected", flush=True)
+            say(f"INFO:     client {client_address} disconnected", flush=True)
         else:
             super().handle_error(request, client_address)
 
@@ -312,8 +324,8 @@ def main(argv: list[str] | None = None) -> None:
     server = QuietDisconnects((args.host, args.port), make_handler(engine))
     server.daemon_threads = True
     log(f"Starting vLLM server on http://{args.host}:{args.port}")
-    print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
-    print("INFO:     Waiting for application startup.", flush=True)
+    say(f"INFO:     Started server process [{os.getpid()}]", flush=True)
+    say("INFO:     Waiting for application startup.", flush=True)
 
     def boot() -> None:
         time.sleep(args.boot_delay)
@@ -323,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.scenario == "never_healthy":
             return
         engine.ready.set()
-        print("INFO:     Application startup complete.", flush=True)
+        say("INFO:     Application startup complete.", flush=True)
 
     threading.Thread(target=boot, daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
