@@ -55,7 +55,7 @@ FIELDS = {
     "goodput.output_goodput": AMOUNT, "goodput.vllm_request_goodput": AMOUNT,
     "goodput.met": BOOL, "completed": COUNT, "failed": COUNT,
 }
-FIELDS |= {  # the watches' sections, read by report/watches_md.py
+FIELDS |= {  # the watches' sections, read by report/watches.py
     "per_position_acceptance": LIST, "per_position_acceptance.*": AMOUNT, "stall": MAP,
     "stall.sentence": TEXT, "request_set": MAP, "request_set.name": TEXT,
     "request_set.sha256": TEXT, "request_set.chat_templated": BOOL,
