@@ -17,7 +17,7 @@ from dspark_cli.report.sources import BenchRecords
 _VOLATILE = ("hydra", "bench.arm", "bench.concurrency", "bench.repeat")
 # The protocol as its cells recorded it (the summary recomputed from them).
 _PROTOCOL = ("protocol", "arms", "baseline", "concurrencies", "repeats", "equivalence_margin",
-             "objectives")
+             "objectives", "prefix_caching")
 
 
 @dataclass(frozen=True)
