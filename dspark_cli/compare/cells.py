@@ -21,6 +21,7 @@ from statistics import fmean, median
 from typing import Any
 
 from dspark_cli.bench import verdicts
+from dspark_cli.bench.protocol import variant
 from dspark_cli.errors import UsageError
 
 METRICS = ("output_throughput", "output_goodput")
@@ -181,7 +182,9 @@ def _boots(cells: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
         cold = c.get("cold_start")
         boot = cold.get("boot_s") if isinstance(cold, Mapping) else None
         if isinstance(boot, int | float) and not isinstance(boot, bool):
-            out.setdefault(str(c.get("arm")), []).append(float(boot))
+            # a variant with prefix caching off is its own arm (`<arm>+pc-off`)
+            out.setdefault(variant(str(c.get("arm")), c.get("prefix_caching") is not False),
+                           []).append(float(boot))
     return out
 
 

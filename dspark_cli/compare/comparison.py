@@ -46,7 +46,7 @@ from dspark_cli.untrusted import output_dir, png_bytes, printable, shown_path, w
 _VOLATILE = ("hydra", "bench.arm", "bench.concurrency", "bench.repeat")
 # The protocol as its cells recorded it (the summary recomputed from them).
 _PROTOCOL = ("protocol", "arms", "baseline", "concurrencies", "repeats", "equivalence_margin",
-             "objectives")
+             "objectives", "prefix_caching")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dspark_cli.bench import verdicts
+from dspark_cli.bench.protocol import variant
 from dspark_cli.report.decisions import Decisions, decisions, decisions_section
 from dspark_cli.report.markup import UNKNOWN, code, known, table, text
 from dspark_cli.report.sources import BenchRecords, lookup
@@ -214,9 +215,16 @@ def results_sentence(speedups: Mapping[tuple[str, int], Mapping[str, Any]]) -> s
                                       for _, s in sorted(speedups.items()) if s.get("ratio")])
 
 
+def _cell_of(c: Mapping[str, Any], arm: str, concurrency: int) -> bool:
+    """Whether summary cell `c` is of result `arm` (a variant: `<arm>+pc-off` with prefix
+    caching off) at `concurrency`."""
+    return (variant(str(c["arm"]), c.get("prefix_caching") is not False),
+            int(c["concurrency"])) == (arm, concurrency)
+
+
 def _reasons(summary: Mapping[str, Any], arm: str, concurrency: int) -> tuple[str, ...]:
     cells = [c for c in summary.get("cells") or ()
-             if (c["arm"], int(c["concurrency"])) == (arm, concurrency) and not c.get("valid")]
+             if _cell_of(c, arm, concurrency) and not c.get("valid")]
     many = len({c.get("repeat", 1) for c in summary.get("cells") or ()}) > 1
     return tuple((f"repeat {c.get('repeat', 1)}: " if many else "") + r
                  for c in cells for r in c.get("reasons") or ())
@@ -225,7 +233,7 @@ def _reasons(summary: Mapping[str, Any], arm: str, concurrency: int) -> tuple[st
 def _degraded(summary: Mapping[str, Any], arm: str, concurrency: int) -> tuple[str, ...]:
     """The families of override lines (`logs.degraded`) this arm's cells showed."""
     lines = [str(line) for c in summary.get("cells") or ()
-             if (c["arm"], int(c["concurrency"])) == (arm, concurrency)
+             if _cell_of(c, arm, concurrency)
              for line in c.get("degraded") or ()]
     return tuple(dict.fromkeys(line.split(":", 1)[0] for line in lines))
 
