@@ -197,11 +197,11 @@ class _CellRun:
                     "total_output_tokens"))
         if self.ctx.prompts is not None:  # after the counters were read: they stay the load's
             progress(f"{self.cell.id}: lossless: {len(self.ctx.prompts.prompts)} greedy prompts")
-            self.greedy = answer(session.base_url, self.arm.plan.served_model_name,
+            self.greedy = answer(session.http, session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts, self.ctx.protocol.phase_timeout_s)
         if self.arm.expected_steps is not None:
             progress(f"{self.cell.id}: engagement: {self.cell.concurrency} requests at once")
-            self.engaged = probe(session.base_url, self.arm.plan.served_model_name,
+            self.engaged = probe(session.http, session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
                                  self.cell.concurrency, self.ctx.protocol.sampling,
                                  self.ctx.protocol.phase_timeout_s,
