@@ -157,9 +157,8 @@ def smoke_run(root: Path, overrides: tuple[str, ...] = (),
     by the real scanner with the composed profile's expectations."""
     from dspark_cli.server.logscan import scan_lines
     from dspark_cli.smoke import schema
-    from dspark_cli.smoke.checks import check_log_evidence, check_no_fatal
+    from dspark_cli.smoke.checks import Boot, Observations, check_log_evidence, check_no_fatal
     from dspark_cli.smoke.expectations import expectations
-    from dspark_cli.smoke.observations import Boot, Observations
     from tests.conftest import compose_config
 
     schema.register()

@@ -17,9 +17,11 @@ import yaml
 
 from dspark_cli.accuracy import lm_eval_entry
 from dspark_cli.accuracy.plan import ANSWER_PATTERN, TASK, accuracy_spec, eval_argv, task_yaml
-from dspark_cli.accuracy.records import SCORED, AccuracyRecord, ArmScore
-from dspark_cli.accuracy.verdict import (
+from dspark_cli.accuracy.records import (
+    SCORED,
+    AccuracyRecord,
     AccuracyVerdict,
+    ArmScore,
     Paired,
     compare,
     difference_interval,

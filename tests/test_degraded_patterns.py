@@ -14,9 +14,8 @@ from dspark_cli.bench.summary import summarize
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.log_patterns import Pattern, compile_patterns
 from dspark_cli.server.logscan import degraded_lines, scan_lines
-from dspark_cli.smoke.checks import check_overrides
+from dspark_cli.smoke.checks import Boot, Observations, check_overrides
 from dspark_cli.smoke.expectations import expectations
-from dspark_cli.smoke.observations import Boot, Observations
 from dspark_cli.status import Status
 from tests.test_fatal_patterns import families, source_message
 from tests.test_smoke_checks import HEALTHY_LINES, smoke_cfg

@@ -19,10 +19,8 @@ from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.log_patterns import Pattern, compile_patterns
 from dspark_cli.server.logscan import scan_lines
-from dspark_cli.smoke.checks import check_overrides
+from dspark_cli.smoke.checks import Boot, Observations, check_fallbacks, check_overrides
 from dspark_cli.smoke.expectations import expectations
-from dspark_cli.smoke.fallback_check import check_fallbacks
-from dspark_cli.smoke.observations import Boot, Observations
 from dspark_cli.status import Status
 from tests.test_fatal_patterns import families, source_message
 from tests.test_smoke_checks import smoke_cfg

@@ -14,21 +14,19 @@ from dspark_cli.server.logscan import scan_lines
 from dspark_cli.server.metrics import parse
 from dspark_cli.smoke import schema as smoke_schema
 from dspark_cli.smoke.checks import (
-    check_draft_params,
-    check_generation,
-    check_spec_decode,
-    evaluate,
-    spec_problems,
-)
-from dspark_cli.smoke.expectations import expectations
-from dspark_cli.smoke.observations import (
     Boot,
     CheckResult,
     Observations,
     RequestOutcome,
     RequestState,
+    check_draft_params,
+    check_generation,
+    check_spec_decode,
+    decide,
+    evaluate,
+    spec_problems,
 )
-from dspark_cli.smoke.verdict import decide
+from dspark_cli.smoke.expectations import expectations
 from dspark_cli.status import Status
 
 
@@ -242,7 +240,7 @@ def test_verdict_exit_codes(statuses: dict[str, Status], code: ExitCode) -> None
 def test_background_check_fails_closed_and_vetoes_only_once_failed() -> None:
     import threading
 
-    from dspark_cli.smoke.background import BackgroundCheck
+    from dspark_cli.smoke.runner import BackgroundCheck
 
     gate = threading.Event()
 
@@ -268,7 +266,7 @@ def test_background_check_fails_closed_and_vetoes_only_once_failed() -> None:
 def test_a_raced_call_ends_done_failed_interrupted_or_timed_out() -> None:
     import threading
 
-    from dspark_cli.smoke.background import race
+    from dspark_cli.smoke.runner import race
 
     def boom() -> None:
         raise OSError("connection reset")

@@ -12,9 +12,15 @@ from dspark_cli.config import schema
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.metrics import engine_tokens, parse
 from dspark_cli.smoke import schema as smoke_schema
-from dspark_cli.smoke.checks import check_engines, check_generation
+from dspark_cli.smoke.checks import (
+    Boot,
+    Observations,
+    RequestOutcome,
+    RequestState,
+    check_engines,
+    check_generation,
+)
 from dspark_cli.smoke.expectations import Expectations, expectations
-from dspark_cli.smoke.observations import Boot, Observations, RequestOutcome, RequestState
 from dspark_cli.status import Status
 
 

@@ -5,7 +5,7 @@ group, its output in the run directory's `server.log`, torn down on every path. 
 (`server.url=URL`): no boot and no teardown; log checks only with `server.log=FILE`. On a
 cluster engine (`deploy=slurm`): the deployment is submitted through it, checked from this host
 at its head, and cancelled until the engine says it is gone. The exit code is the verdict's
-(`smoke/verdict.py`, codes from `errors.ExitCode`).
+(`smoke/checks.py`, codes from `errors.ExitCode`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         print(json.dumps(doc.to_dict(), indent=2))
     else:
         from dspark_cli.console import output
-        from dspark_cli.smoke.render import render
+        from dspark_cli.smoke.result import render
 
         output().print(render(doc))
     progress(f"report: {shlex.quote(str(directory / SMOKE_JSON))}")

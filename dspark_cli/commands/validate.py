@@ -88,7 +88,7 @@ def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     from dspark_cli.launch import checks
     from dspark_cli.launch.layout_rules import checked_layout
     from dspark_cli.launch.plan import build_plan
-    from dspark_cli.validate.plan import plan_doc, plan_text
+    from dspark_cli.validate.stages import plan_doc, plan_text
 
     directory = Path.cwd() / "runs" / "validate" / "<time>"
     plan = build_plan(cfg)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dspark_cli.accuracy.records import SCORED, AccuracyRecord
-from dspark_cli.accuracy.verdict import AccuracyComparison, words
+from dspark_cli.accuracy.records import SCORED, AccuracyComparison, AccuracyRecord, words
 from dspark_cli.report.markup import table, text
 
 HEADER = ("arm", "accuracy (lm_eval)", "correct", "difference to baseline, 95%",

@@ -110,7 +110,7 @@ def _bench_stage(src: Sources) -> tuple[str, str]:
 
 
 def _accuracy_stage(record: AccuracyRecord) -> tuple[str, str]:
-    from dspark_cli.accuracy.verdict import AccuracyVerdict, words
+    from dspark_cli.accuracy.records import AccuracyVerdict, words
 
     failed = [a.arm for a in record.arms if a.status != SCORED]
     compared = record.comparisons()

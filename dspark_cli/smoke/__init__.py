@@ -1,6 +1,6 @@
 """`dspark smoke`: expectations from config, pure checks with evidence, a verdict, a result.
 
-expectations.py (config -> what to check), checks.py (observations -> results), verdict.py
-(results -> exit code), runner.py (the live side: server, log watcher, HTTP), result.py (JSON
-and table), schema.py (the `smoke` config section).
+expectations.py (config -> what to check), checks.py (observations -> results -> the verdict
+and exit code), runner.py (the live side: server, log watcher, HTTP), result.py (JSON and
+table), schema.py (the `smoke` config section).
 """

@@ -1,27 +1,188 @@
-"""The smoke's checks: pure functions from what was observed to a frozen result with evidence.
+"""The smoke's checks and its verdict: pure functions from what was observed (`Observations`,
+filled by the runner's side effects) to frozen `CheckResult`s with evidence, and the exit code
+they give, so each rule is testable without a server. Every check is always reported:
+`skipped` when it does not apply to this configuration, `not_run` when an earlier failure
+ended the smoke first.
 
-The runner gathers `Observations` (side effects); everything here only judges them, so each
-rule is testable without a server. Every check is always reported: `skipped` when it does not
-apply to this configuration, `not_run` when an earlier failure ended the smoke first.
-"""
+`engagement`: the verify steps of the smoke's requests, held to what the launch expects
+(adaptive verification trims some step below K; a fixed-K drafter proposes K in every step),
+read from the launch as `dspark serve` starts it: the answers' per-request metrics where the
+server reports them, else the growth of /metrics' spec-decode counters
+(`spec_metrics.observed`).
+
+`fallbacks`: lines where speculative decoding ran other than the launch asked
+(`logs.fallbacks`: the V1 model runner chosen, adaptive verification refused). Reported and
+passed, except where the launch asked for adaptive verification: then it did not run as asked,
+and the check fails (vLLM does not fail closed on it).
+
+The log evidence: for each `logs.evidence` family (a line that shows an asked-for feature ran:
+breakable CUDA graphs, the ROCm indexer's flattened path), whether this profile expects it and
+the line that showed it. A missing expected line fails the smoke through `startup_lines` (it is
+one of them); this only shows it.
+
+Exit codes (README "Exit codes"): 0 every check passed or did not apply; 3 the server failed to
+start or stay healthy (the `health`, `server_alive` or `liveness` check failed: a stall is a
+server that stopped generating); 1 any other check failed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspark_cli.compat import StrEnum
 from dspark_cli.config.choices import DraftTokensRule
+from dspark_cli.errors import ExitCode
 from dspark_cli.server.draft_params import seen_params
-from dspark_cli.server.logscan import degraded_lines
-from dspark_cli.server.metrics import GENERATION_TOKENS, engine_tokens, spec_decode
-from dspark_cli.smoke.engagement_check import check_engagement
-from dspark_cli.smoke.evidence import log_evidence
+from dspark_cli.server.logscan import LogSnapshot, degraded_lines
+from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, engine_tokens, spec_decode
+from dspark_cli.server.spec_metrics import NOT_MEASURED, Engagement, RequestSteps, judge, observed
 from dspark_cli.smoke.expectations import Expectations
-from dspark_cli.smoke.fallback_check import check_fallbacks
-from dspark_cli.smoke.observations import (
-    CheckResult,
-    Observations,
-    RequestState,
-    not_run,
-)
 from dspark_cli.status import Status
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: Status
+    evidence: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status.value, "evidence": self.evidence,
+                "data": dict(self.data)}
+
+
+class RequestState(StrEnum):
+    ok = "ok"  # HTTP 200 with a usage block
+    http_error = "http_error"
+    transport_error = "transport_error"  # connection refused/reset: the server went away
+    timeout = "timeout"  # no response within the request timeout: a queue hang
+    interrupted = "interrupted"  # a fatal line or the server's death ended the wait
+    not_run = "not_run"
+
+
+@dataclass(frozen=True)
+class Boot:
+    healthy: bool
+    seconds: float | None  # launch (or attach) -> first /health 200
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    state: RequestState
+    latency_s: float | None = None
+    http_status: int | None = None
+    completion_tokens: int | None = None
+    detail: str = ""
+    # vLLM's per-request spec-decode metrics of each answer (None: the answer had none) and
+    # why an answer's were malformed (`server/spec_metrics.py`).
+    spec_steps: tuple[RequestSteps | None, ...] = ()
+    spec_problems: tuple[str, ...] = ()
+
+
+NOT_RUN = RequestOutcome(RequestState.not_run)
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything the runner saw; None where a phase never happened."""
+
+    managed: bool
+    boot: Boot
+    request: RequestOutcome = NOT_RUN
+    # Managed: the exit code if the server died on its own before the verdict.
+    exit_code: int | None = None
+    died_during: str | None = None
+    # Managed on a cluster engine: why the deployment ended on its own before the verdict
+    # ("Slurm job 12 FAILED"); `cluster` says the server was such a deployment.
+    ended: str | None = None
+    cluster: bool = False
+    # What ended the smoke early ("fatal log line", "server exited"), if anything did.
+    stopped_by: str | None = None
+    metrics_before: Scrape | None = None
+    metrics_after: Scrape | None = None
+    metrics_error: str | None = None
+    # Attached: /health after the request (None when not probed).
+    final_health: bool | None = None
+    log: LogSnapshot | None = None
+    # The stall watch tripped (`server/liveness.py`): its counters and the log's last lines.
+    stall: Mapping[str, Any] | None = None
+
+
+def not_run(name: str, obs: Observations) -> CheckResult:
+    why = obs.stopped_by or ("the server never became healthy" if not obs.boot.healthy
+                             else "an earlier failure")
+    return CheckResult(name, Status.not_run, f"not run: {why}")
+
+
+def log_evidence(exp: Expectations, log: LogSnapshot | None) -> tuple[Status, str, dict[str, Any]]:
+    """(status, evidence, data) of the `log_evidence` check."""
+    if log is None:
+        return Status.skipped, "no server log", {}
+    if not exp.evidence:
+        return Status.skipped, "no evidence families configured (logs.evidence)", {}
+    families: dict[str, dict[str, Any]] = {}
+    shown = []
+    for p in exp.evidence:
+        m = log.found.get(p.name)
+        expected = p.name in exp.expected_evidence
+        families[p.name] = {"expected": expected, "line_no": m.line_no if m else None,
+                            "line": m.line.strip() if m else None}
+        if m:
+            shown.append(f"{p.name}: line {m.line_no}" + ("" if expected else " (not expected)"))
+        else:
+            shown.append(f"{p.name}: {'EXPECTED' if expected else 'not expected'}, not seen")
+    return Status.passed, "; ".join(shown), {"evidence": families}
+
+
+NAME = "engagement"
+
+
+def engagement(exp: Expectations, obs: Observations) -> Engagement | None:
+    """What the requests' steps showed (None when there were no answers to read)."""
+    if exp.steps is None or obs.request.state is not RequestState.ok:
+        return None
+    req = obs.request
+    counters = (None if obs.metrics_before is None or obs.metrics_after is None
+                else spec_decode(obs.metrics_after.delta(obs.metrics_before)))
+    return observed(req.spec_steps or (None,) * exp.requests, req.spec_problems, counters,
+                    exp.spec.k if exp.spec else None)
+
+
+def check_engagement(exp: Expectations, obs: Observations) -> CheckResult:
+    if exp.spec is None or exp.steps is None:
+        return CheckResult(NAME, Status.skipped, "no speculative decoding configured")
+    seen = engagement(exp, obs)
+    if seen is None:
+        return not_run(NAME, obs)
+    verdict = judge(seen, exp.steps.expected)
+    data = {**seen.to_dict(), "expected": exp.steps.expected, "outcome": verdict.outcome}
+    if verdict.ok is None:
+        return CheckResult(NAME, Status.skipped, f"not shown: {verdict.sentence}", data)
+    if verdict.outcome == NOT_MEASURED or not verdict.ok:
+        return CheckResult(NAME, Status.failed, verdict.sentence, data)
+    return CheckResult(NAME, Status.passed, verdict.sentence, data)
+
+
+def check_fallbacks(exp: Expectations, obs: Observations) -> CheckResult:
+    if obs.log is None:
+        return CheckResult("fallbacks", Status.skipped, "no server log")
+    lines = list(degraded_lines(obs.log, exp.fallbacks))
+    data = {"lines": lines, "adaptive": exp.adaptive}
+    if not lines:
+        return CheckResult("fallbacks", Status.passed, "speculative decoding ran as asked "
+                           f"({len(exp.fallbacks)} fallback families watched)", data)
+    more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+    if exp.adaptive:
+        return CheckResult("fallbacks", Status.failed, "adaptive verification was asked for, "
+                           f"but {lines[0].strip()}{more}", data)
+    return CheckResult("fallbacks", Status.passed, f"FALLBACK: {lines[0].strip()}{more}", data)
 
 
 def check_health(exp: Expectations, obs: Observations) -> CheckResult:
@@ -246,3 +407,24 @@ CHECKS = (check_health, check_alive, check_liveness, check_startup_lines, check_
 def evaluate(exp: Expectations, obs: Observations) -> tuple[CheckResult, ...]:
     """Every check's result, in report order."""
     return tuple(check(exp, obs) for check in CHECKS)
+
+
+SERVER_CHECKS = ("health", "server_alive", "liveness")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    exit_code: ExitCode
+    summary: str
+
+
+def decide(results: Sequence[CheckResult]) -> Verdict:
+    failed = [r for r in results if r.failed]
+    if not failed:
+        return Verdict(True, ExitCode.OK, f"{len(results)} checks, none failed")
+    server = [r for r in failed if r.name in SERVER_CHECKS]
+    first = (server or failed)[0]
+    code = ExitCode.SERVER if server else ExitCode.CHECK_FAILED
+    names = ", ".join(r.name for r in failed)
+    return Verdict(False, code, f"{names} failed: {first.evidence}")

@@ -1,5 +1,5 @@
-"""What a smoke found, frozen, with `to_dict()` (smoke.json, `--json`); `render.py` draws it
-for people."""
+"""What a smoke found, frozen, with `to_dict()` (smoke.json, `--json`), and `render`: the
+checks table, the fatal lines' context and the verdict for people."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.metrics import GENERATION_TOKENS, SpecDecode, engine_tokens, spec_decode
-from dspark_cli.smoke.observations import CheckResult, RequestOutcome
+from dspark_cli.smoke.checks import CheckResult, RequestOutcome, Verdict
 from dspark_cli.smoke.runner import SmokeRun, Timings
-from dspark_cli.smoke.verdict import Verdict
+from dspark_cli.status import Status
 from dspark_cli.untrusted import write_atomic
 
 
@@ -89,3 +89,37 @@ def build(run: SmokeRun, *, mode: str, base_url: str, log_path: Path | None,
     return SmokeResult(run.verdict, mode, base_url, log_path, profiles, run.results,
                        run.timings, run.decided_at, run.observations.request, counters(run),
                        run.server_version, provenance)
+
+
+STYLE = {Status.passed: "green", Status.failed: "bold red", Status.skipped: "dim",
+         Status.not_run: "yellow"}
+
+
+def render(result: SmokeResult) -> Any:
+    """A rich renderable of the result."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"dspark smoke ({result.mode}, {result.base_url})",
+                  title_justify="left")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("evidence", overflow="fold")
+    for check in result.checks:
+        table.add_row(check.name, Text(check.status.value, style=STYLE[check.status]),
+                      check.evidence)
+    parts: list[Any] = [table]
+    for check in result.checks:
+        for event in check.data.get("events", [])[:1]:
+            parts.append(Text(f"log around the {event['pattern']} line (line {event['line_no']}):",
+                              style="bold"))
+            parts.append(Text("\n".join("  " + line for line in event["context"])))
+    shown = {k: "-" if v is None else f"{v} s" for k, v in result.timings.to_dict().items()}
+    parts.append(Text(f"boot-to-health {shown['boot_to_health_s']}, request "
+                      f"{shown['request_latency_s']}, teardown {shown['teardown_s']}, "
+                      f"total {shown['total_s']}"))
+    verdict = result.verdict
+    parts.append(Text(("PASS" if verdict.passed else "FAIL") + f": {verdict.summary}",
+                      style="bold green" if verdict.passed else "bold red"))
+    return Group(*parts)

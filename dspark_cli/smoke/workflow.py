@@ -25,10 +25,9 @@ from dspark_cli.server.process import stop_signals_as_interrupt
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import expected_of
 from dspark_cli.smoke import result
-from dspark_cli.smoke.background import BackgroundCheck
 from dspark_cli.smoke.expectations import Expectations, StepsExpect, expectations
 from dspark_cli.smoke.result import SmokeResult
-from dspark_cli.smoke.runner import run_smoke
+from dspark_cli.smoke.runner import BackgroundCheck, run_smoke
 
 CHECK = "vllm_accepts_command"
 
