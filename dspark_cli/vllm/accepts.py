@@ -18,40 +18,48 @@ RULE, KEY = "vllm-accepts-command", "serving.extra_args"
 
 
 def vllm_accepts_command(argv: Sequence[str], env: Mapping[str, str], label: str = "",
-                         timeout_s: float = ACCEPTS_TIMEOUT_S) -> Finding:
+                         timeout_s: float = ACCEPTS_TIMEOUT_S,
+                         asked: Verdicts | None = None) -> Finding:
     """vLLM's verdict on one `vllm serve ...` argv with its env; `label` (e.g. "node 1: ")
-    starts the message."""
-    return vllm_accepts_commands([argv], env, [label], timeout_s)[0]
+    starts the message; `asked`: the command's answers so far (None: ask afresh)."""
+    return vllm_accepts_commands([argv], env, [label], timeout_s, asked)[0]
 
 
 _Key = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]  # (argv, env)
-# vLLM's answers in this process, by (argv, env): a command asked about again (the smoke's, then
-# the same arm's in the bench; several arms asked at once) costs no second vLLM import.
-_ANSWERS: dict[_Key, dict] = {}
-# Commands to be asked about with the next question in their environment (`defer`).
-_DEFERRED: dict[tuple[tuple[str, str], ...], list[tuple[str, ...]]] = {}
 
 
-def defer(argvs: Sequence[Sequence[str]], env: Mapping[str, str]) -> None:
-    """Ask about `argvs` (in `env`) together with the next command asked about in `env`: a
-    bench's arms in one vLLM import, taken when the first arm's preflight has passed and its
-    model is there (so a failing preflight costs no import, and vLLM builds the engine config)."""
-    _DEFERRED.setdefault(tuple(sorted(env.items())), []).extend(tuple(a) for a in argvs)
+class Verdicts:
+    """vLLM's answers within one command, held by the command that asks and passed to each
+    start: a command asked about again (validate's smoke, then the same arm in its bench) costs
+    no second vLLM import, and commands taken along (`take_along`: a bench's arms) are asked
+    with the next question in their environment."""
+
+    def __init__(self) -> None:
+        self.answers: dict[_Key, dict] = {}
+        self.along: dict[tuple[tuple[str, str], ...], list[tuple[str, ...]]] = {}
+
+    def take_along(self, argvs: Sequence[Sequence[str]], env: Mapping[str, str]) -> None:
+        """Ask about `argvs` (in `env`) together with the next command asked about in `env`:
+        a bench's arms in one vLLM import, taken when the first arm's preflight has passed and
+        its model is there (a failing preflight costs no import; vLLM builds the engine
+        config)."""
+        self.along.setdefault(tuple(sorted(env.items())), []).extend(tuple(a) for a in argvs)
 
 
 def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str],
-                          labels: Sequence[str],
-                          timeout_s: float = ACCEPTS_TIMEOUT_S) -> tuple[Finding, ...]:
-    """One finding per argv; those not answered before in this process are asked in one
-    subprocess (vLLM is imported once), with the commands deferred in `env`, which may take
-    `timeout_s` seconds."""
+                          labels: Sequence[str], timeout_s: float = ACCEPTS_TIMEOUT_S,
+                          asked: Verdicts | None = None) -> tuple[Finding, ...]:
+    """One finding per argv; those not in `asked` are asked in one subprocess (vLLM is
+    imported once), with the commands `asked` takes along in `env`, which may take `timeout_s`
+    seconds. The complete answers are added to `asked`."""
     from dspark_cli.vllm.shim import require_engine
 
     require_engine()  # not installed: neither validated nor run, say what to install
+    asked = asked if asked is not None else Verdicts()
     env_key = tuple(sorted(env.items()))
     keys = [(tuple(a), env_key) for a in argvs]
-    along = [(a, env_key) for a in _DEFERRED.pop(env_key, [])]
-    missing = list(dict.fromkeys(k for k in (*keys, *along) if k not in _ANSWERS))
+    along = [(a, env_key) for a in asked.along.pop(env_key, [])]
+    missing = list(dict.fromkeys(k for k in (*keys, *along) if k not in asked.answers))
     if missing:
         try:
             done = subprocess.run(
@@ -68,11 +76,11 @@ def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str]
         answers = dict(zip(missing, results, strict=True))
         # Kept: the complete answers. One given before the model's config.json is there (the
         # engine config not built) is asked again, once `ready()` has made the model.
-        _ANSWERS.update((k, r) for k, r in answers.items()
-                        if not r["ok"] or r["stage"] == "engine-config")
+        asked.answers.update((k, r) for k, r in answers.items()
+                             if not r["ok"] or r["stage"] == "engine-config")
     else:
         answers = {}
-    return tuple(_finding(_ANSWERS.get(k) or answers[k], label)
+    return tuple(_finding(asked.answers.get(k) or answers[k], label)
                  for k, label in zip(keys, labels, strict=True))
 
 
