@@ -1,7 +1,8 @@
 """Run the smoke over a server session: the side effects (HTTP, the log, teardown).
 
 Every wait races the server: a fatal log line or the process exiting ends it at once (the
-watcher signals within ~20 ms, the session polls every 20 ms), so a broken server gets its
+watcher signals within ~20 ms, the session's wait between health polls ends on it or on the
+process's exit), so a broken server gets its
 verdict within a second instead of at a timeout. What was seen goes into `Observations`; the
 pure checks in `checks.py` judge it. The session tears a managed server down on every path.
 """
