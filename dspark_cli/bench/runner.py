@@ -301,12 +301,12 @@ def run_cells(cells: Sequence[Cell], arms: dict[str, Arm],
     for cell in cells:
         if cell not in pending:
             progress(f"{cell.id}: finished and valid in an earlier run; skipped")
-    prepared = prepare([arms[name] for name in dict.fromkeys(c.arm for c in pending)])
+    prepared = prepare([arms[name] for name in dict.fromkeys(c.variant for c in pending)])
     done = []
     for i, cell in enumerate(pending, start=1):
         tag = f"[{i}/{len(pending)}] {cell.id}"
         progress(f"{tag}: booting a cold server")
-        record = run_cell(cell, arms[cell.arm], prepared[cell.arm], ctx)
+        record = run_cell(cell, arms[cell.variant], prepared[cell.variant], ctx)
         done.append(record)
         if record.valid:
             progress(f"{tag}: valid, {record.output_throughput:.1f} output tok/s")
