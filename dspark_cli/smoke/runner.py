@@ -2,8 +2,9 @@
 
 Every wait races the server: a fatal log line or the process exiting ends it at once (the
 watcher signals within ~20 ms, the session's wait between health polls ends on it or on the
-process's exit), so a broken server gets its verdict within a second instead of at a timeout. What was seen goes into `Observations`; the
-pure checks in `checks.py` judge it. The session tears a managed server down on every path.
+process's exit), so a broken server gets its verdict within a second instead of at a timeout.
+What was seen goes into `Observations`; the pure checks in `checks.py` judge it. The session
+tears a managed server down on every path.
 """
 
 from __future__ import annotations
