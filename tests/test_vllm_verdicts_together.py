@@ -30,7 +30,7 @@ def validator_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     real = subprocess.run
 
     def spy(argv: Any, *args: Any, **kwargs: Any) -> Any:
-        if "dspark_cli.vllm.parser_check" in argv:
+        if "dspark_cli.vllm.accepts" in argv:
             runs.append(kwargs["input"])
         return real(argv, *args, **kwargs)
 

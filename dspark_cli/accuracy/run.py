@@ -42,9 +42,9 @@ from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.run_files import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
 from dspark_cli.server import watchdog
 from dspark_cli.server.deployment import Watch
-from dspark_cli.server.groups import descendants, stop_group
-from dspark_cli.server.log_patterns import fatal_patterns
+from dspark_cli.server.logscan import fatal_patterns
 from dspark_cli.server.session import ServerSession
+from dspark_cli.server.watchdog import descendants, stop_group
 from dspark_cli.status import Finding, Status
 from dspark_cli.untrusted import write_atomic
 from dspark_cli.vllm.accepts import Verdicts

@@ -46,7 +46,7 @@ def claimed_ports(cfg: DictConfig) -> Iterator[DictConfig]:
         return
     from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch.plan import client_host
-    from dspark_cli.server.port_claim import claimed_port
+    from dspark_cli.server.process import claimed_port
 
     host = client_host(cfg.server.host)
     nodes = int(cfg.hw.nodes) if deploy_target(cfg).here else 1
@@ -73,7 +73,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.deploy.start import ask_vllm_together
     from dspark_cli.server.liveness import settings_of
-    from dspark_cli.server.log_patterns import (
+    from dspark_cli.server.logscan import (
         degraded_patterns,
         fallback_patterns,
         fatal_patterns,

@@ -8,8 +8,7 @@ apply to this configuration, `not_run` when an earlier failure ended the smoke f
 from __future__ import annotations
 
 from dspark_cli.config.choices import DraftTokensRule
-from dspark_cli.server.draft_params import seen_params
-from dspark_cli.server.logscan import degraded_lines
+from dspark_cli.server.logscan import degraded_lines, seen_params
 from dspark_cli.server.metrics import GENERATION_TOKENS, engine_tokens, spec_decode
 from dspark_cli.smoke.engagement_check import check_engagement
 from dspark_cli.smoke.evidence import log_evidence

@@ -2,12 +2,11 @@
 launch expects (adaptive verification trims some step below K; a fixed-K drafter proposes K in
 every step), read from the launch as `dspark serve` starts it: the answers' per-request metrics
 where the server reports them, else the growth of /metrics' spec-decode counters
-(`spec_metrics.observed`). Pure, like the other checks."""
+(`metrics.observed`). Pure, like the other checks."""
 
 from __future__ import annotations
 
-from dspark_cli.server.metrics import spec_decode
-from dspark_cli.server.spec_metrics import NOT_MEASURED, Engagement, judge, observed
+from dspark_cli.server.metrics import NOT_MEASURED, Engagement, judge, observed, spec_decode
 from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.smoke.observations import CheckResult, Observations, RequestState, not_run
 from dspark_cli.status import Status

@@ -10,8 +10,7 @@ from typing import Any
 
 from dspark_cli.compat import StrEnum
 from dspark_cli.server.logscan import LogSnapshot
-from dspark_cli.server.metrics import Scrape
-from dspark_cli.server.spec_metrics import RequestSteps
+from dspark_cli.server.metrics import RequestSteps, Scrape
 from dspark_cli.status import Status
 
 
@@ -55,7 +54,7 @@ class RequestOutcome:
     completion_tokens: int | None = None
     detail: str = ""
     # vLLM's per-request spec-decode metrics of each answer (None: the answer had none) and
-    # why an answer's were malformed (`server/spec_metrics.py`).
+    # why an answer's were malformed (`server/metrics.py`).
     spec_steps: tuple[RequestSteps | None, ...] = ()
     spec_problems: tuple[str, ...] = ()
 

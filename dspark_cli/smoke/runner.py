@@ -17,10 +17,9 @@ import httpx
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
 from dspark_cli.server.logscan import LogSnapshot
-from dspark_cli.server.metrics import Scrape, ScrapeError
+from dspark_cli.server.metrics import Scrape, ScrapeError, request_steps
 from dspark_cli.server.process import Teardown
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.spec_metrics import parse
 from dspark_cli.smoke.background import BackgroundCheck, race
 from dspark_cli.smoke.checks import evaluate
 from dspark_cli.smoke.expectations import Expectations
@@ -89,7 +88,8 @@ def complete(client: httpx.Client, base_url: str, model: str, prompt: str, max_t
         return RequestOutcome(RequestState.http_error, latency, 200,
                               detail="HTTP 200 without usage.completion_tokens")
     try:
-        return RequestOutcome(RequestState.ok, latency, 200, tokens, spec_steps=(parse(body),))
+        return RequestOutcome(RequestState.ok, latency, 200, tokens,
+                              spec_steps=(request_steps(body),))
     except ValueError as exc:
         return RequestOutcome(RequestState.ok, latency, 200, tokens, spec_problems=(str(exc),))
 

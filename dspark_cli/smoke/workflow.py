@@ -21,9 +21,9 @@ from dspark_cli.launch.provenance import collect
 from dspark_cli.run_files import SMOKE_JSON
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.liveness import settings_of
+from dspark_cli.server.metrics import expected_of
 from dspark_cli.server.process import stop_signals_as_interrupt
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.spec_metrics import expected_of
 from dspark_cli.smoke import result
 from dspark_cli.smoke.background import BackgroundCheck
 from dspark_cli.smoke.expectations import Expectations, StepsExpect, expectations
