@@ -35,8 +35,8 @@ from dspark_cli.accuracy.plan import (  # noqa: E402
     eval_argv,
     task_yaml,
 )
-from dspark_cli.server.probe import healthy  # noqa: E402
 from dspark_cli.server.process import free_port  # noqa: E402
+from dspark_cli.server.session import healthy  # noqa: E402
 
 EVAL_PYTHON = REPO / ".venv-eval" / "bin" / "python"
 SHA = "0" * 64  # the dataset is read by lm_eval only: not verified here

@@ -8,7 +8,6 @@ the command line and hands the rest to the command's `@hydra.main` app (keeping 
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import os
 import re
@@ -32,14 +31,15 @@ from dspark_cli.errors import (
 from dspark_cli.hydra_app import (
     COMPLETION,
     SWEEP,
-    compose_plan,
     hydra_settings,
+    planned_run_dir,
     redact_hydra_files,
     register_schemas,
     run_hydra_app,
     scratch_sweep,
     settle_run_dir,
     shell_completion,
+    split_run_dir,
 )
 
 
@@ -267,10 +267,13 @@ def run_command(name: str, argv: list[str]) -> int:
     from dspark_cli.config.strict import check_known_keys, check_ranges
     from dspark_cli.launch.secrets import learn
 
+    settings = hydra_settings(name, opts)
+    dry_run = bool(getattr(opts, "dry_run", False))
+
     def task(cfg: Any) -> int:
         try:
-            gc.freeze()  # what start-up built lives to the end: later collections skip it
-            gc.enable()
+            if dry_run:
+                opts.planned_run_dir = planned_run_dir(run_dir)
             learn(cfg)  # its secrets are scrubbed from everything printed from here on
             redact_hydra_files(cfg)
             check_known_keys(cfg)
@@ -281,15 +284,12 @@ def run_command(name: str, argv: list[str]) -> int:
         settle_run_dir(code)
         return code
 
-    settings = hydra_settings(name, opts)
-    if getattr(opts, "dry_run", False) and not flags:
-        # A plain dry run needs no run directory, logging or sweep: one composition, and plan.
-        cfg, opts.planned_run_dir = compose_plan(module, command.config, [*settings, *plain])
-        return task(cfg)
-    # Here, not in a dry run: Hydra's parser costs a second to load.
     check_syntax([*plain, *_bare_words(flags)])
+    run_dir = None
+    if dry_run:  # it runs in `.`: where the run would write is planned, not made
+        plain, run_dir = split_run_dir(plain)
     register_schemas(module)
-    with scratch_sweep(getattr(opts, "dry_run", False) and bool(SWEEP & set(flags))) as sweep:
+    with scratch_sweep(dry_run and bool(SWEEP & set(flags))) as sweep:
         # Overrides first (dspark's settings, then the user's, which win), flags last: a flag
         # with an optional value (`--info`) must not take an override for its value.
         return run_hydra_app(f"dspark {name}", command.config, task,
@@ -367,9 +367,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    # Start-up (imports, Hydra's compose) builds many long-lived objects and little garbage:
-    # the collector would only walk them again and again. It runs again once composed.
-    gc.disable()
     sys.exit(main())
 
 

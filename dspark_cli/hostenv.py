@@ -28,7 +28,7 @@ from dspark_cli.launch import runtime_pins
 from dspark_cli.launch.runtime import Runtime, installed, installed_vllm
 from dspark_cli.machine.detect import Machine
 from dspark_cli.status import Finding
-from dspark_cli.vllm.speculative_fields import has_field
+from dspark_cli.vllm.options import has_field
 
 _LIMIT = 4 << 20  # bytes read of one source file
 
@@ -188,13 +188,13 @@ def option_table(derive: bool) -> tuple[dict[str, Any], bool]:
     the installed vLLM's cached entry, or not derived yet. `derive` derives it (imports vLLM
     in a subprocess, seconds) when no entry holds it."""
     from dspark_cli.launch.vllm_table import active
-    from dspark_cli.vllm import options_cache
+    from dspark_cli.vllm import options as vllm_options
 
     found = installed_vllm()
     if found is not None and not derive:
         identity = {"dist": found.dist, "version": found.version, "commit": found.commit}
-        path = options_cache.entry_path(identity)
-        cached = options_cache.cache_enabled() and options_cache.load(path, identity)
+        path = vllm_options.entry_path(identity)
+        cached = vllm_options.cache_enabled() and vllm_options.load(path, identity)
         if not cached:
             return {"kind": "installed", "ready": False, "described":
                     f"installed {found.describe()}: not derived yet (the first plan derives it "

@@ -1,5 +1,6 @@
-"""Running one dspark command as Hydra: the `@hydra.main` app, the Compose API for a plain dry
-run, dspark's Hydra settings, and shell completion that calls back the right command."""
+"""Running one dspark command as Hydra: the `@hydra.main` app (every run, dry or not, composed
+the same way), dspark's Hydra settings, and shell completion that calls back the right
+command."""
 
 from __future__ import annotations
 
@@ -27,36 +28,34 @@ def register_schemas(module: Any) -> None:
     schema.register()
 
 
-def compose_plan(module: Any, config: str, overrides: list[str]) -> tuple[Any, Path]:
-    """A plain dry run's config and the run directory it plans under (`hydra.run.dir`, resolved
-    by Hydra, relative to the current directory), from Hydra's Compose API: one composition,
-    where `@hydra.main` composes twice. Composition errors are usage errors."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException, OverrideParseException
-    from omegaconf import open_dict
+RUN_DIR = ("hydra.run.dir", "++hydra.run.dir")
+
+
+def split_run_dir(overrides: list[str]) -> tuple[list[str], str | None]:
+    """A dry run's overrides without `hydra.run.dir` (Hydra would make that directory; a dry
+    run runs in `.`), and the last one given, which the run would write under."""
+    kept = [o for o in overrides if o.partition("=")[0] not in RUN_DIR]
+    given = [o for o in overrides if o.partition("=")[0] in RUN_DIR]
+    return kept, given[-1] if given else None
+
+
+def planned_run_dir(override: str | None) -> Path | None:
+    """Where a run given `override` (`hydra.run.dir=...`) would write, relative to the current
+    directory, read by Hydra's own override parser and resolved inside the app (`${now:...}`,
+    `${hydra:...}`); None without one. A value that does not resolve is a usage error."""
+    if override is None:
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from dspark_cli.config.mistakes import usage_error
-    from dspark_cli.config.overrides import check_syntax
-    from dspark_cli.paths import conf_dir
-
-    register_schemas(module)
+    value = OverridesParser.create().parse_override(override).value()
     try:
-        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-            cfg = compose(config, overrides=overrides, return_hydra_config=True)
-    except OverrideParseException:
-        check_syntax(overrides)  # says which override and how to quote it
-        raise
-    except (HydraException, OmegaConfBaseException) as e:
-        raise usage_error(e, overrides, config) from None
-    try:
-        run_dir = Path.cwd() / Path(str(cfg.hydra.run.dir)).expanduser()
-    except OmegaConfBaseException as e:  # `${hydra:...}` needs Hydra's app, which a plan skips
+        resolved = str(OmegaConf.create({"dir": value}).dir)
+    except OmegaConfBaseException as e:
         raise UsageError(f"hydra.run.dir cannot be resolved in a dry run: {e}",
-                         hint="give the dry run a hydra.run.dir without ${hydra:...}") from None
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg, Path(os.path.normpath(run_dir))
+                         hint="give the dry run a hydra.run.dir that resolves") from None
+    return Path(os.path.normpath(Path.cwd() / Path(resolved).expanduser()))
 
 
 # Hydra's switch that makes `@hydra.main` raise a composition error instead of printing it.
@@ -83,8 +82,7 @@ def _setenv(name: str, value: str | None) -> None:
 
 def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
     """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --info, completion); the worst
-    exit code of its jobs. A config Hydra rejects is a UsageError (config/mistakes.py), said as
-    a plain dry run says it."""
+    exit code of its jobs. A config Hydra rejects is a UsageError (config/mistakes.py)."""
     import hydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -103,15 +101,15 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
         state["code"] = worst((state["code"], code[-1]))
 
     saved = sys.argv
-    sys.argv = [prog, *([multirun.CALLBACK] if _sweeps(argv) else []), *argv]
     try:
-        with _environ(_RAISE, "1"):
+        with multirun.watched(_sweeps(argv)) as (watch, swept), _environ(_RAISE, "1"):
+            sys.argv = [prog, *watch, *argv]
             app()
-        # Jobs in other processes (submitit) report only through their outcome files.
-        sweep = multirun.sweep_dir() if _sweeps(argv) else None
-        if sweep is not None and sweep.is_dir():
+            # Jobs in other processes (submitit) report only through their outcome files.
+            sweep = swept()
+        if sweep is not None and sweep.directory.is_dir():
             state["code"] = worst((state["code"], multirun.print_failures(
-                sweep, before=multirun.sweep_before())))
+                sweep.directory, before=sweep.before)))
     except (HydraException, OmegaConfBaseException) as e:
         raise usage_error(e, [a for a in argv if not a.startswith("-")], config,
                           sweeping=bool(SWEEP & set(argv))) from None
@@ -202,8 +200,6 @@ def redact_hydra_files(cfg: Any) -> None:
     """Hydra saves the job's config (`.hydra/config.yaml`, and a multirun's `multirun.yaml`)
     before the job runs, unresolved. Secrets given as overrides are references by then
     (launch/secret_overrides.py); one typed into a config file is rewritten there as redacted."""
-    if "hydra.core.hydra_config" not in sys.modules:
-        return  # a plain dry run, composed without Hydra's app: no files
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -230,7 +226,7 @@ def settle_run_dir(code: int) -> None:
     """After a failed run: its run directory removed when it holds only what Hydra wrote there
     before the command ran (`.hydra/`: a preflight refused, a config was wrong), so no empty run
     is left behind; otherwise its path said once, ready to paste."""
-    if code == ExitCode.OK or "hydra.core.hydra_config" not in sys.modules:
+    if code == ExitCode.OK:
         return
     import shlex
     import shutil

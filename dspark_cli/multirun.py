@@ -17,7 +17,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -105,19 +105,6 @@ def recorded(directory: Path | None) -> Iterator[list[int]]:
 
 
 Stamp = tuple[tuple[int, int] | None, tuple[int, int] | None]  # outcome's, Hydra record's
-# (sweep directory, its jobs' stamps when it started) of the multiruns started in this process
-_SWEEPS: list[tuple[Path, dict[str, Stamp]]] = []
-
-
-def sweep_dir() -> Path | None:
-    """The sweep directory of the last multirun started in this process, or None."""
-    return _SWEEPS[-1][0] if _SWEEPS else None
-
-
-def sweep_before() -> dict[str, Stamp] | None:
-    """The stamps of the job directories the last multirun's sweep directory held before it
-    started (an earlier sweep's), or None."""
-    return _SWEEPS[-1][1] if _SWEEPS else None
 
 
 def _stat(path: Path) -> tuple[int, int] | None:
@@ -145,15 +132,59 @@ def stamps(sweep: Path) -> dict[str, Stamp]:
 
 
 class SweepWatch(Callback):
-    """A Hydra callback (`hydra.callbacks`): notes the sweep directory when a multirun starts,
-    in the process that launches the jobs (Hydra sets no HydraConfig there)."""
+    """A Hydra callback (`hydra.callbacks`): when a multirun starts, in the process that
+    launches the jobs (Hydra sets no HydraConfig there), writes its sweep directory and the
+    stamps of the jobs already there to `note`, a file of the caller's (`watched`)."""
+
+    def __init__(self, note: str) -> None:
+        self.note = Path(note)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         sweep = Path(str(config.hydra.sweep.dir))
-        _SWEEPS.append((sweep, stamps(sweep)))
+        self.note.write_text(json.dumps({"sweep": str(sweep), "stamps": stamps(sweep)}))
 
 
-CALLBACK = f"+hydra.callbacks.dspark_sweep._target_={__name__}.SweepWatch"
+@dataclass(frozen=True)
+class Sweep:
+    """The sweep a multirun ran in, and its jobs' stamps from before it started."""
+
+    directory: Path
+    before: dict[str, Stamp]
+
+
+@contextlib.contextmanager
+def watched(sweeps: bool) -> Iterator[tuple[list[str], Callable[[], Sweep | None]]]:
+    """The overrides that have a multirun note its sweep (`SweepWatch`), and a call that reads
+    the sweep back once Hydra's app returned (None: no multirun started); nothing for a
+    command line that runs no sweep (`sweeps` false)."""
+    if not sweeps:
+        yield [], lambda: None
+        return
+    import shutil
+    import tempfile
+
+    from dspark_cli.config.overrides import hydra_value
+
+    scratch = Path(tempfile.mkdtemp(prefix="dspark-sweep-"))
+    note = scratch / "sweep.json"
+
+    def read() -> Sweep | None:
+        try:
+            data = json.loads(note.read_text())
+        except (OSError, ValueError):
+            return None
+
+        def stamp(pair: Any) -> tuple[int, int] | None:
+            return None if pair is None else (int(pair[0]), int(pair[1]))
+
+        return Sweep(Path(data["sweep"]), {name: (stamp(a), stamp(b))
+                                           for name, (a, b) in data["stamps"].items()})
+
+    try:
+        yield [f"+hydra.callbacks.dspark_sweep._target_={__name__}.SweepWatch",
+               f"+hydra.callbacks.dspark_sweep.note={hydra_value(str(note))}"], read
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _read(job: Path, record: Path) -> JobOutcome:

@@ -114,17 +114,22 @@ def _become(request: dict, fds: list[int]) -> None:
 
 def warm() -> None:
     """What runs build alike from the installed packages, built once: `dspark serve +hw=cpu
-    --dry-run`'s composition as the CLI makes it (compose_plan), which leaves behind Hydra's
+    --dry-run`'s composition, which leaves behind Hydra's
     plugin scan, its override parser and OmegaConf's caches, and the shared schema in Hydra's
     ConfigStore, which each run that composes it would put there unchanged (store_schema);
     Hydra's global state is cleared on the way out. Where the k8s extra is installed, also what
     every deploy=k8s run checks its manifests with: the client's model classes and quantity
     parser (imported lazily), and the shipped LWS CRD, parsed (cached). Writes nothing."""
+    from hydra import compose, initialize_config_dir
+
     from dspark_cli.commands import serve
-    from dspark_cli.hydra_app import compose_plan, hydra_settings
+    from dspark_cli.hydra_app import hydra_settings, register_schemas
+    from dspark_cli.paths import conf_dir
 
     settings = hydra_settings("serve", argparse.Namespace(dry_run=True))
-    compose_plan(serve, "serve", [*settings, "+hw=cpu"])
+    register_schemas(serve)
+    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+        compose("serve", overrides=[*settings, "+hw=cpu"])
     if importlib.util.find_spec(PRELOAD_IF_INSTALLED[0]) is not None:
         from dspark_cli.deploy import k8s_names, k8s_schema, lws_crd
 

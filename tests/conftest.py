@@ -46,7 +46,7 @@ from omegaconf import DictConfig
 from dspark_cli.config import schema
 from dspark_cli.launch.runtime import installed_vllm
 from dspark_cli.paths import conf_dir
-from dspark_cli.vllm import options_cache, options_table
+from dspark_cli.vllm import options as vllm_options
 from tests import worker_groups
 from tests.cli_server import SERVERS, ForkServer
 from tests.fake_gpu import fake_host
@@ -133,7 +133,7 @@ def pytest_configure(config: pytest.Config) -> None:
         copy_option_table(Path(shared), root / "cache")
 
 
-def _vllm_identity() -> options_cache.Identity | None:
+def _vllm_identity() -> vllm_options.Identity | None:
     vllm = installed_vllm()
     return None if vllm is None else {"dist": vllm.dist, "version": vllm.version,
                                       "commit": vllm.commit}
@@ -145,10 +145,10 @@ def copy_option_table(source: Path, dest: Path) -> None:
     identity = _vllm_identity()
     if identity is None:
         return
-    name = options_cache.entry_path(identity).name
-    options = options_cache.load(source / "vllm-options" / name, identity)
+    name = vllm_options.entry_path(identity).name
+    options = vllm_options.load(source / "vllm-options" / name, identity)
     if options is not None:
-        options_cache.store(dest / "vllm-options" / name, identity, options)
+        vllm_options.store(dest / "vllm-options" / name, identity, options)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -175,8 +175,8 @@ def seed_cache(cache: Path) -> Path:
         session, os.environ["DSPARK_CACHE_DIR"] = os.environ["DSPARK_CACHE_DIR"], str(
             session_root() / "cache")
         try:
-            options_cache.installed_options(identity)
-        except options_table.DeriveError:
+            vllm_options.installed_options(identity)
+        except vllm_options.DeriveError:
             return cache
         finally:
             os.environ["DSPARK_CACHE_DIR"] = session

@@ -15,7 +15,7 @@ from statistics import fmean
 
 import pytest
 
-from dspark_cli.server.spec_metrics import COUNTERS
+from dspark_cli.server.metrics import COUNTERS
 from tests.vllm_server import ARMS, CELLS, CONCURRENCY, REPEATS, CpuValidateRun
 
 pytestmark = pytest.mark.vllm

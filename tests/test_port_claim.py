@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.errors import ServerError
-from dspark_cli.server.port_claim import claimed_port
-from dspark_cli.server.process import free_port
+from dspark_cli.server.process import claimed_port, free_port
 from tests.conftest import REPO, wait_until
 
 
@@ -35,7 +34,7 @@ def test_a_killed_holder_releases_its_port(tmp_path):
     ready = tmp_path / "ready"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import pathlib, time\n"
-        "from dspark_cli.server.port_claim import claimed_port\n"
+        "from dspark_cli.server.process import claimed_port\n"
         f"with claimed_port('127.0.0.1', {first}) as p:\n"
         f"    pathlib.Path({str(ready)!r}).write_text(str(p))\n"
         "    time.sleep(600)\n")], cwd=REPO)

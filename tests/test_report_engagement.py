@@ -10,10 +10,8 @@ from typing import Any
 
 from dspark_cli.bench.engagement_probe import record
 from dspark_cli.report.engagement import engagement_rows
-from dspark_cli.server.draft_params import DraftParams, seen_params
-from dspark_cli.server.log_patterns import compile_patterns
-from dspark_cli.server.logscan import scan_lines
-from dspark_cli.server.spec_metrics import ADAPTIVE, FIXED, Engagement, parse
+from dspark_cli.server.logscan import DraftParams, compile_patterns, scan_lines, seen_params
+from dspark_cli.server.metrics import ADAPTIVE, FIXED, Engagement, request_steps
 from tests.conftest import run_dspark
 from tests.report_factory import bench_run
 from tests.test_spec_metrics import body
@@ -24,7 +22,7 @@ from tests.test_spec_metrics import body
 
 def cell(arm: str, cid: str, steps: list[tuple[int, int]] | None, expected: str | None,
          params: int | None = None) -> dict[str, Any]:
-    seen = None if steps is None else Engagement.of("detailed", [parse(body(steps, k=7))])
+    seen = None if steps is None else Engagement.of("detailed", [request_steps(body(steps, k=7))])
     out: dict[str, Any] = {"arm": arm, "cell_id": cid,
                            "engagement": None if expected is None else record(seen, expected)}
     if params is not None:
@@ -75,7 +73,7 @@ def test_dspark_report_shows_the_rows_escaped(tmp_path: Path) -> None:
         data = json.loads(path.read_text())
         adaptive = data["arm"] == "dspark_adaptive"
         steps = [(7, 3), (4, 4)] if adaptive else [(7, 3), (7, 7)]
-        seen = Engagement.of("detailed", [parse(body(steps, k=7))],
+        seen = Engagement.of("detailed", [request_steps(body(steps, k=7))],
                              ["<img src=x onerror=alert(1)> **bold**"]
                              if data["concurrency"] == 4 and adaptive else [])
         data["engagement"] = record(seen, ADAPTIVE if adaptive else FIXED)

@@ -50,7 +50,7 @@ def run(root: Path, code: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=60, cwd=root)
 
 
-DUMP = "import json; from dspark_cli.vllm.options_table import dump; print(json.dumps(dump()))"
+DUMP = "import json; from dspark_cli.vllm.options import dump; print(json.dumps(dump()))"
 
 
 @pytest.mark.parametrize(("module", "flag"), [
@@ -76,7 +76,7 @@ def test_a_dependency_the_parser_lacks_is_the_answer_not_a_fallback(tmp_path: Pa
     fake_vllm(tmp_path, "vllm.entrypoints.openai.cli_args", "old")
     fake_vllm(tmp_path, "vllm.entrypoints.launchers.cli_args", "new",
               body="import not_installed_dependency\n")
-    code = ("from dspark_cli.vllm.serve_args import serve_cli_args\n"
+    code = ("from dspark_cli.vllm.options import serve_cli_args\n"
             "try:\n    serve_cli_args()\nexcept ModuleNotFoundError as e:\n    print(e.name)\n")
     assert run(tmp_path, code).stdout.strip() == "not_installed_dependency"
 
@@ -86,7 +86,7 @@ def test_the_parser_check_validates_with_the_026_layout(tmp_path: Path) -> None:
     (tmp_path / "vllm/engine").mkdir()
     (tmp_path / "vllm/engine/__init__.py").write_text("")
     (tmp_path / "vllm/engine/arg_utils.py").write_text("class AsyncEngineArgs:\n    pass\n")
-    code = ("import json; from dspark_cli.vllm.parser_check import check\n"
+    code = ("import json; from dspark_cli.vllm.accepts import check\n"
             "print(json.dumps([check(['m', '--max-num-seqs', '4']),"
             " check(['m', '--max-num-seqs', 'x'])]))")
     good, bad = json.loads(run(tmp_path, code).stdout)

@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from dspark_cli.server import probe
+from dspark_cli.server import session as probe
 from dspark_cli.server.process import free_port, port_in_use
 from tests.conftest import SHIPPED_ENGINE, start_dspark, wait_until
 

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dspark_cli.server.local import LocalDeployment, NodeProcess
+from dspark_cli.server.deployment import LocalDeployment, NodeProcess
 from dspark_cli.server.process import free_port
 from tests.conftest import wait_until
 

@@ -16,9 +16,8 @@ import psutil
 import pytest
 
 from dspark_cli.errors import ServerError
-from dspark_cli.server.deployment import Watch
-from dspark_cli.server.local import LocalDeployment, NodeProcess
-from dspark_cli.server.log_patterns import compile_patterns
+from dspark_cli.server.deployment import LocalDeployment, NodeProcess, Watch
+from dspark_cli.server.logscan import compile_patterns
 from dspark_cli.server.process import Teardown, free_port
 from dspark_cli.server.session import ServerSession
 from tests.conftest import wait_until

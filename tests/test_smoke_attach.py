@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from dspark_cli.server.metrics import PER_REQUEST
 from dspark_cli.server.process import free_port
-from dspark_cli.server.spec_metrics import PER_REQUEST
 from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import command
 from tests.smoke_support import checks, statuses

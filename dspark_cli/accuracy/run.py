@@ -42,11 +42,12 @@ from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.run_files import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
 from dspark_cli.server import watchdog
 from dspark_cli.server.deployment import Watch
-from dspark_cli.server.groups import descendants, stop_group
-from dspark_cli.server.log_patterns import fatal_patterns
+from dspark_cli.server.logscan import fatal_patterns
 from dspark_cli.server.session import ServerSession
+from dspark_cli.server.watchdog import descendants, stop_group
 from dspark_cli.status import Finding, Status
 from dspark_cli.untrusted import write_atomic
+from dspark_cli.vllm.accepts import Verdicts
 
 DATASET_RULE, PYTHON_RULE = "accuracy-dataset", "accuracy-lm-eval"
 
@@ -276,14 +277,16 @@ def _said(last: ArmScore) -> None:
              if last.status == SCORED else f"FAILED: {last.reason}"))
 
 
-def accuracy_in(cfg: DictConfig, scorer: Scorer) -> AccuracyRecord:
+def accuracy_in(cfg: DictConfig, scorer: Scorer,
+                verdicts: Verdicts | None = None) -> AccuracyRecord:
     """The stage into `scorer.directory`: every arm of `bench.arms` the bench did not score
-    booted in turn (each checked before the first boot); the record rewritten after each."""
+    booted in turn (each checked before the first boot, `verdicts`: vLLM's answers the command
+    already has); the record rewritten after each."""
     prepared = scorer.prepared
     protocol, _ = protocol_of(cfg)
     with claimed_ports(cfg) as claimed:
         arms = compose_arms(claimed, protocol)
-        pending = {n: arm_launch(a, scorer.directory / ARMS_DIR / n)
+        pending = {n: arm_launch(a, scorer.directory / ARMS_DIR / n, verdicts)
                    for n, a in arms.items() if n not in scorer.scores}
         model = next(iter(arms.values())).plan.served_model_name
         for name, arm in arms.items():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dspark_cli.bench.arms import Arm
 from dspark_cli.server.deployment import Deployment
+from dspark_cli.vllm.accepts import Verdicts
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,12 @@ class ArmLaunch:
     metrics_settle_s: float
 
 
-def arm_launch(arm: Arm, record_dir: Path) -> ArmLaunch:
+def arm_launch(arm: Arm, record_dir: Path, verdicts: Verdicts | None = None) -> ArmLaunch:
     """Check and prepare `arm` (CheckFailed/UsageError before anything boots), writing its run
-    record into `record_dir`."""
+    record into `record_dir`; `verdicts`: vLLM's answers the command already has."""
     from dspark_cli.deploy.start import ready
 
-    start = ready(arm.cfg, arm.plan, record_dir, check_port=False)
+    start = ready(arm.cfg, arm.plan, record_dir, check_port=False, verdicts=verdicts)
     return ArmLaunch(start.head_argv, start.load_env, start.deployment,
                      float(arm.cfg.server.ready_timeout_s),
                      float(arm.cfg.server.metrics_settle_s))

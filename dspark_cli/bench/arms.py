@@ -24,8 +24,8 @@ from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.paths import conf_dir
-from dspark_cli.server.draft_params import DraftParams, draft_params_spec
-from dspark_cli.server.spec_metrics import expected_of
+from dspark_cli.server.logscan import DraftParams, draft_params_spec
+from dspark_cli.server.metrics import expected_of
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Arm:
     name: str  # the launch's name (`protocol.variant`): the arm, or `<arm>+pc-off`
     cfg: DictConfig
     plan: LaunchPlan
-    # What its verify steps must show (server/spec_metrics.py), and the DSpark draft's pinned
+    # What its verify steps must show (server/metrics.py), and the DSpark draft's pinned
     # parameter count; its launch is `dspark serve`'s, nothing added.
     expected_steps: str | None
     draft_params: DraftParams | None

@@ -2,7 +2,7 @@
 completions at once as the cell's concurrency, so the server batches them as under the load,
 sampled as the protocol samples (at most MAX_TOKENS each: enough verify steps). Their steps,
 read from the launch as `dspark serve` starts it (per-request metrics where the server reports
-them, else /metrics' spec-decode counters around the probe: `spec_metrics.observed`), say
+them, else /metrics' spec-decode counters around the probe: `metrics.observed`), say
 whether verification trimmed: what the cell's record keeps as `engagement`, beside the DSpark
 draft's parameter count against its pin (`draft_params`)."""
 
@@ -15,8 +15,15 @@ from typing import Any
 import httpx
 
 from dspark_cli.bench.protocol import Sampling
-from dspark_cli.server.metrics import Scrape, spec_decode
-from dspark_cli.server.spec_metrics import Engagement, RequestSteps, judge, observed, parse
+from dspark_cli.server.metrics import (
+    Engagement,
+    RequestSteps,
+    Scrape,
+    judge,
+    observed,
+    request_steps,
+    spec_decode,
+)
 
 # The prompts when the protocol has no pinned greedy prompts to reuse.
 PROMPTS = ("Speculative decoding drafts tokens that the target model verifies.",)
@@ -30,7 +37,7 @@ def _one(client: httpx.Client, url: str, body: dict[str, Any],
     try:
         response = client.post(url, json=body, timeout=timeout_s)
         response.raise_for_status()
-        return parse(response.json())
+        return request_steps(response.json())
     except httpx.HTTPStatusError as exc:
         return f"HTTP {exc.response.status_code}"
     except (httpx.HTTPError, ValueError) as exc:

@@ -22,7 +22,7 @@ from dspark_cli.bench.goodput import Objectives, loadgen_flags
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server import watchdog
-from dspark_cli.server.groups import descendants, stop_group
+from dspark_cli.server.watchdog import descendants, stop_group
 from dspark_cli.vllm.shim import vllm_command
 
 # The latency metrics and percentiles asked of vLLM; its result file then holds

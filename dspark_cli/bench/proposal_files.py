@@ -27,7 +27,7 @@ from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.run_files import PROPOSAL_DIR
 from dspark_cli.untrusted import load_json, load_yaml, write_atomic
-from dspark_cli.vllm.speculative_fields import has_field
+from dspark_cli.vllm.options import has_field
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # a config group option's name
 

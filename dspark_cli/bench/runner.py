@@ -37,15 +37,11 @@ from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
 from dspark_cli.machine.gpu_sampler import record as gpu_record
-from dspark_cli.server.cold_start import read_cold_start
 from dspark_cli.server.deployment import Watch
-from dspark_cli.server.draft_params import seen_params
 from dspark_cli.server.liveness import StallSettings
-from dspark_cli.server.log_patterns import Pattern
-from dspark_cli.server.logscan import degraded_lines
-from dspark_cli.server.metrics import Scrape, ScrapeError, spec_decode
+from dspark_cli.server.logscan import Pattern, degraded_lines, read_cold_start, seen_params
+from dspark_cli.server.metrics import Engagement, Scrape, ScrapeError, spec_decode
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.spec_metrics import Engagement
 from dspark_cli.untrusted import write_atomic
 
 GPU_SAMPLES = "gpus.json"  # a cell's every GPU sample, beside its cell.json
@@ -220,7 +216,7 @@ class _CellRun:
                 "file": GPU_SAMPLES}
 
     def _cold_start(self, log: Path | None) -> dict[str, Any] | None:
-        """The boot's phases from its log (cold_start.py), with what came before the first
+        """The boot's phases from its log (server/logscan.py), with what came before the first
         line (vLLM's imports) from the measured boot-to-health time."""
         found = read_cold_start(log) if log is not None else None
         if found is not None and self.boot_s is not None and found["total_s"] is not None:

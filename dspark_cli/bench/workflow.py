@@ -18,6 +18,7 @@ from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
 from dspark_cli.bench.protocol import Protocol, build_protocol
 from dspark_cli.config.plain import plain
 from dspark_cli.run_files import ARMS_DIR
+from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:  # the runner's machinery is imported when cells run
     from dspark_cli.bench.runner import CellHook
@@ -45,7 +46,7 @@ def claimed_ports(cfg: DictConfig) -> Iterator[DictConfig]:
         return
     from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch.plan import client_host
-    from dspark_cli.server.port_claim import claimed_port
+    from dspark_cli.server.process import claimed_port
 
     host = client_host(cfg.server.host)
     nodes = int(cfg.hw.nodes) if deploy_target(cfg).here else 1
@@ -61,9 +62,10 @@ def claimed_ports(cfg: DictConfig) -> Iterator[DictConfig]:
 
 def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
                  arms: dict[str, Arm], directory: Path, stop_on_failure: bool,
-                 after: CellHook | None = None) -> Any:
+                 after: CellHook | None = None, verdicts: Verdicts | None = None) -> Any:
     """Run every pending cell into `directory` and summarize it (the bench Report); `after`:
-    called in each cell once its load and probes are done (runner.CellHook)."""
+    called in each cell once its load and probes are done (runner.CellHook); `verdicts`:
+    vLLM's answers the command already has (the arms are asked together into it)."""
     from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
     from dspark_cli.bench.inputs import checked_inputs
     from dspark_cli.bench.merge import merge
@@ -71,7 +73,7 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     from dspark_cli.bench.runner import CellContext, run_cells
     from dspark_cli.deploy.start import ask_vllm_together
     from dspark_cli.server.liveness import settings_of
-    from dspark_cli.server.log_patterns import (
+    from dspark_cli.server.logscan import (
         degraded_patterns,
         fallback_patterns,
         fatal_patterns,
@@ -82,9 +84,12 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     checked, prompts = inputs.dataset, inputs.prompts
     print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
 
+    asked = verdicts if verdicts is not None else Verdicts()
+
     def prepare_arms(pending: list[Arm]) -> dict[str, ArmLaunch]:
-        ask_vllm_together([(arm.cfg, arm.plan) for arm in pending])
-        return {arm.name: arm_launch(arm, directory / ARMS_DIR / arm.name) for arm in pending}
+        ask_vllm_together([(arm.cfg, arm.plan) for arm in pending], asked)
+        return {arm.name: arm_launch(arm, directory / ARMS_DIR / arm.name, asked)
+                for arm in pending}
 
     with stop_signals_as_interrupt():
         ctx = CellContext(protocol=protocol, dataset=checked, run_dir=directory,
@@ -115,11 +120,12 @@ def gpu_tool(interval_s: float | None) -> str | None:
     return tool
 
 
-def ask_vllm_ahead(cfg: DictConfig) -> None:
+def ask_vllm_ahead(cfg: DictConfig, verdicts: Verdicts) -> None:
     """Have vLLM asked about the arms `bench_in(cfg, ...)` will start together with the next
-    command asked about in their environment (`validate`'s smoke, which boots first): one vLLM
-    import for both stages. A plan that fails here is left for the bench to report, and a port
-    claimed differently later is asked about again (answers are kept by exact command)."""
+    command asked about in their environment with `verdicts` (`validate`'s smoke, which boots
+    first): one vLLM import for both stages. A plan that fails here is left for the bench to
+    report, and a port claimed differently later is asked about again (answers are kept by
+    exact command)."""
     from dspark_cli.deploy.start import ask_vllm_together
     from dspark_cli.errors import DsparkError
 
@@ -127,15 +133,15 @@ def ask_vllm_ahead(cfg: DictConfig) -> None:
         arms = compose_arms(cfg, protocol_of(cfg)[0])
     except DsparkError:
         return
-    ask_vllm_together([(arm.cfg, arm.plan) for arm in arms.values()])
+    ask_vllm_together([(arm.cfg, arm.plan) for arm in arms.values()], verdicts)
 
 
 def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool,
-             after: CellHook | None = None) -> Any:
+             after: CellHook | None = None, verdicts: Verdicts | None = None) -> Any:
     """Run the protocol of `cfg.bench` into `directory` on the ports this job claims, and
-    summarize it (the bench Report)."""
+    summarize it (the bench Report); `verdicts`: vLLM's answers the command already has."""
     protocol, dataset = protocol_of(cfg)
     with claimed_ports(cfg) as claimed:
         arms = compose_arms(claimed, protocol)
         return run_protocol(claimed, protocol, dataset, arms, directory, stop_on_failure,
-                            after)
+                            after, verdicts)

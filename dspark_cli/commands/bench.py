@@ -97,19 +97,20 @@ def _refuse_overrides(directory: Path) -> None:
 
 
 def _run_dir(opts: argparse.Namespace) -> Path:
-    """The Hydra job's output directory; a plain dry run (composed without Hydra's app) has
-    none, and plans its paths under `hydra.run.dir` when given, else where a run started now
-    would write: runs/bench/<time> under the current directory."""
+    """The Hydra job's output directory; a dry run of one job (run in `.`) plans its paths
+    under `hydra.run.dir` when given, else where a run started now would write: runs/bench/<time>
+    under the current directory."""
     import time
 
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from dspark_cli.launch.record import run_dir
 
-    if HydraConfig.initialized():
+    if not opts.dry_run or HydraConfig.get().mode == RunMode.MULTIRUN:
         return run_dir()
     planned = getattr(opts, "planned_run_dir", None)
-    if planned is None or planned == Path.cwd():  # the dry run's own `hydra.run.dir=.`
+    if planned is None or planned == Path.cwd():  # `hydra.run.dir=.`: no run directory
         return Path.cwd() / "runs" / "bench" / time.strftime("%Y%m%d-%H%M%S")
     return planned
 

@@ -81,8 +81,8 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
             raise CheckFailed("preflight failed; nothing was written (details above).")
         return target.hand_off(cfg, plan, run_dir())
     from dspark_cli.deploy.start import ready
-    from dspark_cli.server import foreground
     from dspark_cli.server.deployment import Watch
+    from dspark_cli.server.session import serve as serve_foreground
 
     directory = run_dir()
     started = ready(cfg, plan, directory, asked=opts.validate)
@@ -91,6 +91,6 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
 
     stall = (settings_of(cfg.watch.stall_s, cfg.watch.poll_s) if cfg.watch.serve
              else None)
-    return foreground.serve(started.deployment(directory),
+    return serve_foreground(started.deployment(directory),
                             Watch(float(cfg.server.ready_timeout_s), stall=stall),
                             stall_exit=bool(cfg.watch.serve_exit))

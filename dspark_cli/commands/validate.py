@@ -125,12 +125,14 @@ def _stage_runner(cfg: DictConfig, directory: Path, scorer: Scorer | None,
     """The stages in order; the bench lends the accuracy stage's `scorer` each arm's first
     cell, so an arm's server boots once for both."""
     from dspark_cli.validate import stages
+    from dspark_cli.vllm.accepts import Verdicts
 
+    asked = Verdicts()  # vLLM's answers, the smoke's shared with the bench and accuracy
     return [("checkpoint", lambda: stages.checkpoint(cfg, directory / "checkpoint")),
             ("tests", lambda: stages.tests(cfg, directory / "tests")),
-            ("smoke", lambda: stages.smoke(cfg, directory / "smoke")),
-            ("bench", lambda: stages.bench(cfg, directory / "bench", scorer)),
-            ("accuracy", lambda: stages.accuracy(cfg, scorer))]
+            ("smoke", lambda: stages.smoke(cfg, directory / "smoke", asked)),
+            ("bench", lambda: stages.bench(cfg, directory / "bench", scorer, asked)),
+            ("accuracy", lambda: stages.accuracy(cfg, scorer, asked))]
 
 
 def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.server import watchdog
-from dspark_cli.server.groups import descendants, stop_group
+from dspark_cli.server.watchdog import descendants, stop_group
 
 REQUEST_TIMEOUT_S = 30.0  # one API call
 STREAM_GRACE_S = 5.0  # a stream's SIGTERM before SIGKILL

@@ -33,7 +33,7 @@ def render_json(cfg: DictConfig, plan: LaunchPlan,
 
 def deployment(launch: Launch, directory: Path) -> Deployment:
     """The head's command as `launch` runs it; the other nodes' through the shim, beside it."""
-    from dspark_cli.server.local import LocalDeployment, NodeProcess
+    from dspark_cli.server.deployment import LocalDeployment, NodeProcess
     from dspark_cli.vllm.shim import vllm_command
 
     plan, layout = launch.plan, launch.plan.layout

@@ -34,10 +34,11 @@ from dspark_cli.launch.record import write_record
 from dspark_cli.launch.vllm_verdict import LOCAL_HEAD, ask_together, node_verdicts, plan_verdict
 from dspark_cli.machine.detect import Machine
 from dspark_cli.run_files import NODES_SH
-from dspark_cli.server.attached import AttachedServer
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import ensure_port_free
+from dspark_cli.server.session import AttachedServer
 from dspark_cli.status import Finding
+from dspark_cli.vllm.accepts import Verdicts
 
 
 class VllmCheck(StrEnum):
@@ -59,13 +60,13 @@ def vllm_check(target: DeployTarget, custom: bool, nodes: int, *, asked: bool = 
     return VllmCheck.beside if beside and target.here and nodes == 1 else VllmCheck.before
 
 
-def ask_vllm_together(starts: Sequence[tuple[DictConfig, LaunchPlan]]) -> None:
+def ask_vllm_together(starts: Sequence[tuple[DictConfig, LaunchPlan]], asked: Verdicts) -> None:
     """Those of `starts` that `ready()` judges before they start are judged together (a bench's
-    arms: one vLLM import, not one per arm), when the first `ready()` asks, after its preflight
-    and with its model there."""
+    arms: one vLLM import, not one per arm), when the first `ready(..., asked=asked)` asks,
+    after its preflight and with its model there."""
     ask_together([plan for cfg, plan in starts
                   if vllm_check(deploy_target(cfg), cfg.server.command is not None,
-                                plan.layout.nodes) is VllmCheck.before])
+                                plan.layout.nodes) is VllmCheck.before], asked)
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,12 @@ def _require(found: tuple[Finding, ...], what: str) -> None:
 
 
 def ready(cfg: DictConfig, plan: LaunchPlan, record_dir: Path, *,
-          check_port: bool = True, asked: bool = False, beside: bool = False) -> Ready:
+          check_port: bool = True, asked: bool = False, beside: bool = False,
+          verdicts: Verdicts | None = None) -> Ready:
     """Check `plan` for where `deploy.target` runs it and write its run record into
     `record_dir`; CheckFailed/UsageError/ServerError before anything starts. `check_port`:
-    refuse a busy port before anything is written; `asked`/`beside`: see `vllm_check`."""
+    refuse a busy port before anything is written; `asked`/`beside`: see `vllm_check`;
+    `verdicts`: vLLM's answers the command already has (None: asked afresh)."""
     layout = plan.layout
     target = deploy_target(cfg)
     target.require()  # before anything is written
@@ -136,8 +139,8 @@ def ready(cfg: DictConfig, plan: LaunchPlan, record_dir: Path, *,
     ensure_model(cfg)
     when = vllm_check(target, cfg.server.command is not None, layout.nodes, asked=asked,
                       beside=beside)
-    verdict = (node_verdicts(plan, cfg.server.validate_timeout_s) if when is VllmCheck.before
-               else ())
+    verdict = (node_verdicts(plan, cfg.server.validate_timeout_s, verdicts)
+               if when is VllmCheck.before else ())
     if verdict:
         _require(verdict, "a node's command did not pass vLLM's own validation"
                  if layout.nodes > 1 else "the command did not pass vLLM's own validation")
@@ -151,7 +154,7 @@ def ready(cfg: DictConfig, plan: LaunchPlan, record_dir: Path, *,
     if layout.nodes > 1:
         (record_dir / NODES_SH).write_text(layout_script(layout))
     return Ready(target, Launch(cfg, plan, argv, env), machine, verdict,
-                 (lambda: plan_verdict(plan, cfg.server.validate_timeout_s))
+                 (lambda: plan_verdict(plan, cfg.server.validate_timeout_s, verdicts))
                  if when is VllmCheck.beside else None,
                  env if target.here else child_environ())
 

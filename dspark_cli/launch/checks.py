@@ -42,9 +42,6 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     return tuple(findings)
 
 
-_NOTED: set[str] = set()
-
-
 def print_findings(findings: Iterable[Finding], label: str = "") -> None:
     """To stderr: each failure and each check switched off on purpose on a line of its own (a
     failure names the key to change); the checks that could not run here (a dry run) named on
@@ -69,10 +66,8 @@ def print_findings(findings: Iterable[Finding], label: str = "") -> None:
     if unchecked and not verbose():
         print(f"dspark: preflight {tag}did not check {', '.join(unchecked)} "
               "(-v says why for each)", file=sys.stderr)
-    for f in findings:
-        if f.note and f.note not in _NOTED:  # once per command, however many launches
-            _NOTED.add(f.note)
-            print(f"dspark: note: {f.note}", file=sys.stderr)
+    for note in dict.fromkeys(f.note for f in findings if f.note):
+        print(f"dspark: note: {note}", file=sys.stderr)
 
 
 def exit_code(findings: Iterable[Finding]) -> int:

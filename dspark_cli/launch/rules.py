@@ -128,7 +128,7 @@ def _adaptive_in_vllm(c: Context) -> str | None:
     if not c.adaptive:
         return None
     from dspark_cli.launch.runtime import installed_vllm
-    from dspark_cli.vllm.speculative_fields import has_field
+    from dspark_cli.vllm.options import has_field
 
     vllm = installed_vllm()
     if vllm is None or has_field("enable_adaptive_verification"):

@@ -1,7 +1,7 @@
 """Which `vllm serve` option table planning uses, and where it came from.
 
 What dspark knows of vLLM comes from the vLLM that is there: with a vLLM installed, its own
-parser's table (`vllm/options_cache.py`: derived once per version and commit, in a
+parser's table (`vllm/options.py`: derived once per version and commit, in a
 subprocess); only where none is installed (a laptop's dry run), or where the installed one
 cannot be imported, the table shipped with dspark (written from vLLM 0.32). The installed
 vLLM's version and commit are read from metadata (`launch/runtime.py`): a cache hit costs a
@@ -18,7 +18,7 @@ from typing import Any
 
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.runtime import installed_vllm
-from dspark_cli.vllm import options_cache, options_table
+from dspark_cli.vllm import options as vllm_options
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,10 @@ class OptionTable:
 
 def _shipped(note: str | None) -> OptionTable:
     try:
-        data = json.loads(options_table.SHIPPED.read_text(encoding="utf-8"))
-        options = options_table.checked(data)
+        data = json.loads(vllm_options.SHIPPED.read_text(encoding="utf-8"))
+        options = vllm_options.checked(data)
     except (OSError, ValueError) as e:
-        raise UsageError(f"dspark's shipped vLLM option table {options_table.SHIPPED} cannot be "
+        raise UsageError(f"dspark's shipped vLLM option table {vllm_options.SHIPPED} cannot be "
                          f"read ({e}): reinstall dspark.") from e
     vllm = data.get("vllm") or {}
     return OptionTable(options, TableSource("shipped", vllm.get("dist"), vllm.get("version"),
@@ -77,8 +77,8 @@ def active() -> OptionTable:
         return _shipped(None)
     identity = {"dist": vllm.dist, "version": vllm.version, "commit": vllm.commit}
     try:
-        options = options_cache.installed_options(identity)
-    except options_table.DeriveError as e:
+        options = vllm_options.installed_options(identity)
+    except vllm_options.DeriveError as e:
         return _shipped(f"the installed {vllm.dist} {vllm.version}'s options could not be "
                         f"read: {e}")
     return OptionTable(options, TableSource("installed", vllm.dist, vllm.version, vllm.commit))

@@ -2,7 +2,7 @@
 per-request speculative-decoding metrics showed what the arm's launch expects (adaptive
 verification trims some steps below K; a fixed-K drafter proposes K every step), and the DSpark
 draft's parameter count against its pin. Pure: cell records (already type-checked) in, rows out.
-Every outcome is recomputed from the section's counts (`spec_metrics.judge` on the steps, the
+Every outcome is recomputed from the section's counts (`metrics.judge` on the steps, the
 draft's parameters against the pin), never taken from the record's `ok` or sentence: "0 of 340
 steps below K" is no engagement, 96 parameters against a pin of 97 a mismatch. The smoke's
 `engagement` and `draft_params` checks are in the smoke section's table. Rendered here too
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli.report.markup import table, text
-from dspark_cli.server.spec_metrics import FULL_K, Engagement, Judgement, judge
+from dspark_cli.server.metrics import FULL_K, Engagement, Judgement, judge
 
 EXPECTED = {"adaptive": "some steps below K (adaptive verification)",
             "fixed_k": "K every step (fixed K)", "at_most_k": "up to K (none held)"}

@@ -1,30 +1,53 @@
-"""Watch a server log file live for fatal lines and for lines that must appear.
+"""The log scan: a server log watched live for fatal lines and for lines that must appear,
+the pattern families it matches, and what a finished log says (the cold start's phases, the
+DSpark draft's parameter count).
 
-The patterns are data (config: name -> regular expression, compiled by log_patterns.py);
-this module only matches them.
-A `LogWatcher` follows the file from its first byte in a thread, polling every `poll_s`
-(default 20 ms), so a fatal line is signalled through `watcher.fired` well within 100 ms of
-being written, with the lines around it kept for the report. It also records the first match
-of each "watch" pattern (required startup lines), with the regex's named groups.
+The patterns are data: the config names them (`logs.fatal`, `logs.degraded`, `logs.evidence`,
+`logs.fallbacks`: name -> regex, null switched off), compiled once when the config is read (a
+broken regex is a usage error, exit 2, naming its key before any server starts); the matching
+takes compiled `Pattern`s only. A `LogWatcher` follows the file from its first byte in a
+thread, polling every `poll_s` (default 20 ms), so a fatal line is signalled through
+`watcher.fired` well within 100 ms of being written, with the lines around it kept for the
+report. It also records the first match of each "watch" pattern (required startup lines), with
+the regex's named groups.
 
-Public API (also used by `dspark bench`):
     scan_lines(lines, fatal, watch) -> LogSnapshot            (pure, for a finished log)
     LogWatcher(path, fatal, watch).start() / .fired / .wait_fatal(t) / .snapshot()
         / .catch_up() / .stop()
     LogSnapshot.upto(n)                                       (what the first n lines showed)
     degraded_lines(snapshot, degraded) -> tuple[str, ...]     ("family: line", first of each)
+
+A cold boot split into the phases its log shows (`read_cold_start`, pure): from the first line
+to the engine, the weights loaded, the CUDA graphs captured (adaptive verification profiles its
+step costs inside the capture, with no line of its own in vLLM 0.32), the engine ready, the API
+ready. Each marker is the line vLLM 0.32 prints (held against its source by
+tests/test_cold_start.py) and the time stamp vLLM puts on it (`INFO 12-04 16:01:34`, one-second
+resolution); where the line says how long its step took ("Loading weights took 0.01 seconds"),
+that is kept too. A marker that does not appear (graphs on CPU or with --enforce-eager) is left
+out, and its phase with it.
+
+The DSpark draft's parameter count from its load line ("DSpark draft model loaded: %d
+params"), held to the profile's pin (`model.expected.draft_params`: 97 for
+DeepSeek-V4-Flash-DSpark; one fewer when the confidence head is missing, which vLLM does not
+refuse). The pattern is a log family (`logs.draft_params`); the smoke fails on a mismatch, each
+bench cell records what its server printed.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from dspark_cli.server.log_patterns import Pattern
+from omegaconf import DictConfig, OmegaConf
+
+from dspark_cli.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -257,3 +280,174 @@ class LogWatcher:
                 line = raw.decode("utf-8", errors="replace").rstrip("\r")
                 if self._scanner.feed(line):
                     self.fired.set()
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A named regular expression, searched anywhere in a line."""
+
+    name: str
+    regex: re.Pattern[str]
+
+    def search(self, line: str) -> re.Match[str] | None:
+        return self.regex.search(line)
+
+
+def compile_patterns(patterns: Mapping[str, str]) -> tuple[Pattern, ...]:
+    """Compile config patterns, keeping their order; ValueError names the one that is broken."""
+    out = []
+    for name, text in patterns.items():
+        try:
+            out.append(Pattern(str(name), re.compile(str(text))))
+        except re.error as exc:
+            raise ValueError(f"log pattern {name!r} is not a valid regex: {exc}") from exc
+    return tuple(out)
+
+
+def fatal_patterns(logs: Any) -> tuple[Pattern, ...]:
+    """The `logs.fatal` patterns of a composed config (null ones are switched off); a broken
+    regex is a usage error naming its key."""
+    return _enabled(logs, "fatal")
+
+
+def degraded_patterns(logs: Any) -> tuple[Pattern, ...]:
+    """The `logs.degraded` patterns (vLLM overrode what was asked: not fatal), watched like
+    required lines; null ones are switched off."""
+    return _enabled(logs, "degraded")
+
+
+def evidence_patterns(logs: Any) -> tuple[Pattern, ...]:
+    """The `logs.evidence` patterns (an asked-for feature ran), watched like required lines;
+    null ones are switched off."""
+    return _enabled(logs, "evidence")
+
+
+def fallback_patterns(logs: Any) -> tuple[Pattern, ...]:
+    """The `logs.fallbacks` patterns (speculative decoding ran other than asked), watched like
+    required lines; null ones are switched off."""
+    return _enabled(logs, "fallbacks")
+
+
+def _enabled(logs: Any, key: str) -> tuple[Pattern, ...]:
+    enabled = {k: v for k, v in (OmegaConf.to_container(logs[key]) or {}).items()
+               if v is not None}
+    try:
+        return compile_patterns(enabled)
+    except ValueError as exc:
+        raise UsageError(f"`logs.{key}`: {exc}") from None
+
+
+STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
+# (marker, regex with an optional `took` group), in boot order; the last match of each counts
+# (the target's and the draft's weights are loaded one after the other).
+MARKERS = (
+    ("engine_started", re.compile(r"Initializing a V1 LLM engine")),
+    ("weights_loaded", re.compile(r"Loading weights took (?P<took>[\d.]+) seconds|"
+                                  r"Model loading took \S+ GiB memory and (?P<took2>[\d.]+) "
+                                  r"seconds")),
+    ("graphs_captured", re.compile(r"Graph capturing finished in (?P<took>[\d.]+) secs")),
+    ("engine_ready", re.compile(r"init engine \(profile, create kv cache, warmup model\) "
+                                r"took (?P<took>[\d.]+)")),
+    ("api_ready", re.compile(r"Application startup complete|Starting vLLM server on")),
+)
+# Each phase ends at its marker and starts at the marker before it that the log showed.
+PHASES = {"engine_started": "process start to engine", "weights_loaded": "weights",
+          "graphs_captured": "graph capture (+ adaptive profile)",
+          "engine_ready": "engine init (KV cache, warmup)", "api_ready": "API up"}
+
+
+def _stamp(line: str) -> dt.datetime | None:
+    m = STAMP.search(line)
+    if m is None:
+        return None
+    month, day, hour, minute, second = (int(g) for g in m.groups())
+    try:
+        return dt.datetime(2000, month, day, hour, minute, second)  # a leap year: 02-29 parses
+    except ValueError:
+        return None
+
+
+def cold_start(lines: Iterable[str]) -> dict[str, Any] | None:
+    """The boot's markers and phases from a server log's lines; None without a time stamp."""
+    first: dt.datetime | None = None
+    seen: dict[str, tuple[float, float | None]] = {}
+    for line in lines:
+        stamp = _stamp(line)
+        if stamp is None:
+            continue
+        if first is None:
+            first = stamp
+        at = (stamp - first).total_seconds()
+        if at < 0:  # the log crossed a year's end
+            at += 366 * 86400
+        for name, regex in MARKERS:
+            m = regex.search(line)
+            if m is not None and not (name == "api_ready" and name in seen):
+                took = next((g for g in m.groupdict().values() if g), None)
+                seen[name] = (at, float(took) if took else None)
+        if "api_ready" in seen:
+            break
+    if first is None:
+        return None
+    markers = {name: {"at_s": at, "took_s": took} for name, (at, took) in seen.items()}
+    phases, previous = {}, 0.0
+    for name, _ in MARKERS:
+        if name in seen:
+            phases[name] = round(seen[name][0] - previous, 1)
+            previous = seen[name][0]
+    return {"markers": markers, "phases_s": phases,
+            "total_s": seen["api_ready"][0] if "api_ready" in seen else None}
+
+
+def read_cold_start(path: Any, limit_bytes: int = 64 << 20) -> dict[str, Any] | None:
+    """`cold_start` of a log file (its first `limit_bytes`: a boot is at its start); None when
+    it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(limit_bytes).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return cold_start(text.splitlines())
+
+
+NAME = "draft_params"
+
+
+@dataclass(frozen=True)
+class DraftParams:
+    """The load line's pattern (named group `params`) and the pinned count."""
+
+    pattern: Pattern
+    expected: int
+
+
+def draft_params_spec(cfg: DictConfig) -> DraftParams | None:
+    """The pin to hold a DSpark launch to; None without a pin or without DSpark."""
+    pinned = cfg.model.expected.get("draft_params")
+    if pinned is None or cfg.speculative.method != "dspark":
+        return None
+    try:
+        (pattern,) = compile_patterns({NAME: cfg.logs.draft_params})
+    except ValueError as exc:
+        raise UsageError(f"`logs.draft_params`: {exc}") from None
+    if "params" not in pattern.regex.groupindex:
+        raise UsageError("`logs.draft_params` needs a named group `(?P<params>...)`.")
+    return DraftParams(pattern, int(pinned))
+
+
+def seen_params(spec: DraftParams, log: LogSnapshot) -> dict[str, Any]:
+    """What the log showed against the pin: params (None: no load line), expected, line, ok,
+    and a sentence (a count one short names the confidence head)."""
+    match = log.found.get(spec.pattern.name)
+    params = int(match.groups.get("params") or -1) if match is not None else None
+    if params is None:
+        sentence = f"no line matched {spec.pattern.regex.pattern!r}"
+    elif params == spec.expected:
+        sentence = f"DSpark draft loaded {params} params (pinned {spec.expected})"
+    else:
+        hint = (" (one fewer: is the confidence head missing?)"
+                if params == spec.expected - 1 else "")
+        sentence = f"DSpark draft loaded {params} params, pinned {spec.expected}{hint}"
+    return {"params": params, "expected": spec.expected,
+            "line": None if match is None else match.line_no,
+            "ok": params == spec.expected, "sentence": sentence}

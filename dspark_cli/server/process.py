@@ -1,14 +1,21 @@
-"""A launched server process: its own process group, its output in the run directory, and a
-teardown that leaves nothing behind. Health, logs and metrics live in `session.py`.
+"""The server process: a launched process in its own process group, its output in the run
+directory, and a teardown that leaves nothing behind; and the ports it listens on. Health, logs
+and metrics live in `session.py`.
 
 The output is read by one thread that appends every line to the log file and hands it to
 listeners (an echo to the terminal, a fault watcher), so a fatal line is seen as it is printed.
+
+A port is claimed on this host for as long as one job runs (`claimed_port`), so the parallel
+jobs of one sweep that land on the same host (submitit_local, Slurm jobs sharing a node) never
+pick the same port: each takes an exclusive lock file for its port, and the kernel drops the
+lock when the job ends, however it ends.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
 import os
 import random
 import shutil
@@ -16,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,7 +34,7 @@ from typing import Any
 from dspark_cli.errors import ServerError
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server import watchdog
-from dspark_cli.server.groups import descendants, stop_group
+from dspark_cli.server.watchdog import descendants, stop_group
 
 LineListener = Callable[[str], None]
 _SIGNAL_ORDER = ("exited", "SIGTERM", "SIGKILL")
@@ -255,3 +263,38 @@ class ServerProcess:
         self.teardown = Teardown(time.monotonic() - start, stopped.signal,
                                  stopped.leftover_pids, port_free)
         return self.teardown
+
+
+SPAN = 200  # how many ports from the configured one a job may move up
+
+
+def lock_dir() -> Path:
+    """Per host and user (a node-local /tmp on a cluster is exactly one host's)."""
+    return Path(tempfile.gettempdir()) / f"dsk-port-locks-{os.getuid()}"
+
+
+@contextlib.contextmanager
+def claimed_port(host: str, first: int, span: int = SPAN, width: int = 1) -> Iterator[int]:
+    """The first port from `first` that no other job holds and nothing listens on, held until
+    the block ends; ServerError when all `span` ports are taken. `width` > 1 claims a block of
+    ports `port .. port + width - 1` (every node of a hybrid layout serves on `port + rank`):
+    blocks start `width` apart, so the jobs of one sweep never overlap."""
+    directory = lock_dir()
+    directory.mkdir(mode=0o700, exist_ok=True)
+    for port in range(first, min(first + span, 65537 - width), width):
+        fd = os.open(directory / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if any(port_in_use(host, p) for p in range(port, port + width)):
+            os.close(fd)
+            continue
+        try:
+            yield port
+        finally:
+            os.close(fd)
+        return
+    raise ServerError(f"every port from {first} to {first + span - 1} on {host} is held by "
+                      "another job or in use", hint="choose another range with server.port=N")

@@ -1,4 +1,4 @@
-"""One server session, the same for `serve`, `smoke` and `bench`: start its deployment (or
+"""The server session, the same for `serve`, `smoke` and `bench`: start its deployment (or
 attach to a running server), wait until it is healthy while racing the log watcher and the
 deployment's end, read its metrics until they settle, and tear it down into a frozen `Teardown`.
 Every request the session makes (health, /metrics, the stall watch's reads, a command's own
@@ -12,13 +12,26 @@ requests through `session.http`) goes through its one HTTP client, closed with i
     session.teardown                                    # None when attached: not ours to stop
 
 What runs the server is a `Deployment` (`deployment.py`): process groups here, an attached
-server, a Slurm job, Kubernetes objects; the session treats them alike. One an engine places
-(`queued`) is asked at its head's URL once the engine knows it, and its ready timeout counts
-from that moment (a queue's wait is not the server's).
+server (`AttachedServer`, below: `server.url=URL`, nothing to start or stop, its URL checked
+before anything waits on it, its log `server.log=FILE` watched when given), a Slurm job,
+Kubernetes objects; the session treats them alike. One an engine places (`queued`) is asked at
+its head's URL once the engine knows it, and its ready timeout counts from that moment (a
+queue's wait is not the server's). The HTTP probes (`health`, `version`) each have their own
+timeout: a hung server never hangs dspark.
+
+`serve()` is `dspark serve`'s action: a managed session in the foreground until the server
+exits or we are told to stop. SIGINT/SIGTERM go to the server's process groups (a SIGHUP, from
+a closed terminal or a dropped ssh session, as SIGTERM; a second signal kills them), and the
+session's teardown makes sure no process is left. A deployment an engine places (Slurm,
+Kubernetes) is followed until it ends; a signal cancels it, and dspark waits until the engine
+says it is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,13 +39,12 @@ from pathlib import Path
 import httpx
 
 from dspark_cli.console import progress
-from dspark_cli.errors import ServerError
-from dspark_cli.server import probe
+from dspark_cli.errors import ExitCode, ServerError, UsageError
 from dspark_cli.server.deployment import Deployment, Watch
 from dspark_cli.server.liveness import Stall, StallWatch
 from dspark_cli.server.logscan import LogSnapshot, LogWatcher
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
-from dspark_cli.server.process import Teardown
+from dspark_cli.server.process import STOP_SIGNALS, Teardown
 
 HEALTH_POLL_S = 1.0  # /health while booting (vLLM's own sweep polls once a second too)
 # Between two polls the session waits on the deployment (a process here: on its exit) in slices
@@ -193,7 +205,7 @@ class ServerSession:
             now = time.monotonic()
             if url is not None and running_since is None:
                 running_since = now
-            status = probe.health(self.http, url) if url is not None else None
+            status = health(self.http, url) if url is not None else None
             if status == 200 and running_since is not None:
                 return time.monotonic() - running_since
             if d.queued:
@@ -201,9 +213,9 @@ class ServerSession:
                 if note != said or now - said_at >= PROGRESS_EVERY_S:
                     progress(f"{note} ({now - self.started_at:.0f} s)")
                     said, said_at = note, now
-            elif (status in (probe.REFUSED, 404) and not d.managed
+            elif (status in (REFUSED, 404) and not d.managed
                   and time.monotonic() - self.started_at > self.watch.attach_refused_s):
-                what = ("nothing listens at" if status == probe.REFUSED
+                what = ("nothing listens at" if status == REFUSED
                         else "no vLLM server (/health: 404) at")
                 raise self._failure(f"{what} {d.planned_url} for "
                                     f"{self.watch.attach_refused_s:g} s; start the server, or "
@@ -244,7 +256,148 @@ class ServerSession:
         return after
 
     def healthy(self) -> bool:
-        return probe.healthy(self.http, self.base_url)
+        return healthy(self.http, self.base_url)
 
     def version(self) -> str | None:
-        return probe.version(self.http, self.base_url)
+        return version(self.http, self.base_url)
+
+
+PROBE_TIMEOUT_S = 2.0
+
+
+def healthy(client: httpx.Client, base_url: str) -> bool:
+    """Whether `/health` answers 200 right now."""
+    return health(client, base_url) == 200
+
+
+# `health()` when no connection could be made: nothing listens there, or the host is unknown
+# or unreachable.
+REFUSED = -1
+
+
+def health(client: httpx.Client, base_url: str) -> int | None:
+    """`/health`'s status code now; REFUSED when no connection could be made, None when a
+    connection was made but gave no answer in time."""
+    try:
+        return client.get(base_url + "/health", timeout=PROBE_TIMEOUT_S).status_code
+    except (httpx.ConnectError, httpx.ConnectTimeout):
+        return REFUSED
+    except httpx.HTTPError:
+        return None
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be probed (not http(s), no host), or None."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as e:
+        return str(e)
+    if parsed.scheme not in ("http", "https"):
+        return "it is not an http:// or https:// URL"
+    return None if parsed.host else "it names no host"
+
+
+def version(client: httpx.Client, base_url: str) -> str | None:
+    """The server's `/version`, or None when it does not say."""
+    try:
+        return str(client.get(base_url + "/version", timeout=PROBE_TIMEOUT_S).json()["version"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
+
+class AttachedServer(Deployment):
+    """Not ours: `stop()` leaves it running and gives no teardown."""
+
+    managed = False
+
+    def __init__(self, url: str, log_path: Path | None = None) -> None:
+        self.planned_url, self.log_path = url, log_path
+
+    def start(self) -> None:
+        if problem := url_problem(self.planned_url):
+            raise UsageError(f"server.url={self.planned_url!r} cannot be attached to: "
+                             f"{problem}.", hint="give the running server's URL, e.g. "
+                             "http://127.0.0.1:8000")
+
+    def base_url(self) -> str:
+        return self.planned_url
+
+    def ended(self) -> str | None:
+        return None
+
+    def describe(self) -> str:
+        return f"the server at {self.planned_url}"
+
+    def stop(self) -> None:
+        return None
+
+
+def serve(deployment: Deployment, watch: Watch, stall_exit: bool = False) -> int:
+    """Run the server; exit code INTERRUPTED after a signal, ServerError when it fails or
+    exits on its own. With a stall watch (`watch.stall`), a stall prints one line; with
+    `stall_exit`, it also stops the server (ServerError, exit 3)."""
+    received: list[int] = []
+    session = ServerSession(deployment, watch,
+                            echo=lambda line: print(line, file=sys.stderr, flush=True),
+                            abort=lambda: "interrupted" if received else None)
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        session.signal(signal.SIGKILL if len(received) > 1
+                       else signal.SIGTERM if signum == signal.SIGHUP else signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, *STOP_SIGNALS)}
+    try:
+        with session:
+            try:
+                boot = session.wait_healthy()
+            except ServerError:
+                if received:
+                    return _stopped(session)
+                raise
+            stops = (f" ({deployment.describe()}); Ctrl-C cancels it" if deployment.queued
+                     else "; Ctrl-C stops it")
+            print(f"dspark: ready at {session.base_url} after {boot:.1f} s{stops}",
+                  file=sys.stderr, flush=True)
+            code, ended = _wait(session, stall_exit)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    _check_teardown(session)
+    if received:
+        return _stopped(session)
+    if deployment.queued:
+        raise ServerError(f"{ended} on its own; its output: {deployment.log_path}")
+    raise ServerError(f"the server exited with code {code}; log: {deployment.log_path}")
+
+
+def _wait(session: ServerSession, stall_exit: bool) -> tuple[int | None, str | None]:
+    """Until the server ends (or stalls, with `stall_exit`): its exit code and why it ended."""
+    while True:
+        code = session.wait()
+        stall = session.stalled
+        if stall is None or code is not None:
+            return code, session.stop_reason()
+        if stall_exit:  # the one line is the error's
+            raise ServerError(f"{stall.reason}; the server was stopped (watch.serve_exit)",
+                              reason=stall.reason)
+        print(f"dspark: {stall.reason}", file=sys.stderr, flush=True)
+        if session.stall_watch is not None:  # it tripped, so it runs: watch for the next one
+            session.stall_watch.rearm()
+
+
+def _check_teardown(session: ServerSession) -> None:
+    teardown = session.teardown
+    if teardown is not None and teardown.leftover_pids:
+        raise ServerError(f"processes {list(teardown.leftover_pids)} outlived the teardown")
+    if teardown is not None and not teardown.deployment_gone:
+        raise ServerError(f"{teardown.deployment} did not leave the engine after it was "
+                          "cancelled; check it with the engine's own tools")
+
+
+def _stopped(session: ServerSession) -> int:
+    session.close()
+    _check_teardown(session)
+    with contextlib.suppress(OSError):  # a hangup may have closed the terminal
+        print("dspark: stopped.", file=sys.stderr)
+    return int(ExitCode.INTERRUPTED)

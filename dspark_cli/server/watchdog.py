@@ -1,4 +1,5 @@
-"""A child's supervisor-death watchdog: `python -m dspark_cli.server.watchdog FD GRACE -- ARGV`.
+"""A process group's watchdog and teardown: `python -m dspark_cli.server.watchdog FD GRACE --
+ARGV`, and the one way dspark stops a group (`stop_group`).
 
 dspark starts every long-running child (a server node, a load generator, a kubectl stream)
 through this wrapper (`popen()`), as the leader of a new process group; the wrapper runs ARGV as
@@ -13,19 +14,26 @@ subreaper) counts as the same death, should the pipe ever be inherited elsewhere
 Signals dspark sends the group (SIGTERM, SIGINT, SIGHUP, SIGKILL) reach the server directly; the
 wrapper only outlives them until its child is gone, then exits as the child did (the same code,
 or killed by the same signal), so dspark sees the server's own exit.
+
+`stop_group`: SIGTERM to the whole group, SIGKILL to the group and every straggler after a
+grace, then say who is left. Standard library and psutil only: the wrapper imports this module
+at its start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from dspark_cli.server.groups import descendants, stop_group
+import psutil
 
 CHECK_PARENT_S = 0.5
 CANNOT_START = 127  # as a shell says for a command it cannot run
@@ -95,6 +103,78 @@ def main(args: Sequence[str]) -> None:
     if len(args) < 4 or args[2] != "--":
         sys.exit(f"usage: python -m dspark_cli.server.watchdog FD GRACE -- ARGV (got {args!r})")
     _exit_as(watch(int(args[0]), float(args[1]), args[3:]))
+
+
+KILL_WAIT_S = 5.0  # after SIGKILL: how long the kernel may take to end the group
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Stopped:
+    # what ended it: "exited" (already gone), "SIGTERM" or "SIGKILL"
+    signal: str
+    leftover_pids: tuple[int, ...]
+
+
+def group_members(pgid: int) -> set[int]:
+    """Every process whose process group is `pgid`."""
+    members = set()
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.add(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return members
+
+
+def descendants(pid: int) -> set[int]:
+    """`pid`'s children, theirs, and so on (those that left its group included)."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    return set()
+
+
+def alive(pids: Iterable[int]) -> set[int]:
+    """Those of `pids` that still run (a zombie has ended: only its parent's wait is left)."""
+    left = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.add(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def stop_group(pgid: int, grace: float, also: Iterable[int] = (),
+               spare: int | None = None) -> Stopped:
+    """SIGTERM to group `pgid`, SIGKILL to it and to each straggler once `grace` seconds pass
+    with any of its members (or of `also`: descendants that left it) alive. `spare` is a member
+    not waited for (the watchdog calling this on its own group; the SIGKILL ends it too)."""
+    start = time.monotonic()
+    pids = (group_members(pgid) | {pgid} | set(also)) - {spare}
+    how = "exited"
+    if alive(pids):
+        how = "SIGTERM"
+        _signal_group(pgid, signal.SIGTERM)
+        while alive(pids) and time.monotonic() - start < grace:
+            time.sleep(POLL_S)
+    if alive(pids):
+        how = "SIGKILL"
+        _signal_group(pgid, signal.SIGKILL)
+        for pid in alive(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_WAIT_S
+        while alive(pids) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+    return Stopped(how, tuple(sorted(alive(pids))))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ ended the smoke first.
 (adaptive verification trims some step below K; a fixed-K drafter proposes K in every step),
 read from the launch as `dspark serve` starts it: the answers' per-request metrics where the
 server reports them, else the growth of /metrics' spec-decode counters
-(`spec_metrics.observed`).
+(`metrics.observed`).
 
 `fallbacks`: lines where speculative decoding ran other than the launch asked
 (`logs.fallbacks`: the V1 model runner chosen, adaptive verification refused). Reported and
@@ -33,10 +33,18 @@ from typing import Any
 from dspark_cli.compat import StrEnum
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.errors import ExitCode
-from dspark_cli.server.draft_params import seen_params
-from dspark_cli.server.logscan import LogSnapshot, degraded_lines
-from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, engine_tokens, spec_decode
-from dspark_cli.server.spec_metrics import NOT_MEASURED, Engagement, RequestSteps, judge, observed
+from dspark_cli.server.logscan import LogSnapshot, degraded_lines, seen_params
+from dspark_cli.server.metrics import (
+    GENERATION_TOKENS,
+    NOT_MEASURED,
+    Engagement,
+    RequestSteps,
+    Scrape,
+    engine_tokens,
+    judge,
+    observed,
+    spec_decode,
+)
 from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.status import Status
 
@@ -81,7 +89,7 @@ class RequestOutcome:
     completion_tokens: int | None = None
     detail: str = ""
     # vLLM's per-request spec-decode metrics of each answer (None: the answer had none) and
-    # why an answer's were malformed (`server/spec_metrics.py`).
+    # why an answer's were malformed (`server/metrics.py`).
     spec_steps: tuple[RequestSteps | None, ...] = ()
     spec_problems: tuple[str, ...] = ()
 

@@ -15,11 +15,12 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
-from dspark_cli.server.draft_params import DraftParams, draft_params_spec
-from dspark_cli.server.log_patterns import (
+from dspark_cli.server.logscan import (
+    DraftParams,
     Pattern,
     compile_patterns,
     degraded_patterns,
+    draft_params_spec,
     evidence_patterns,
     fallback_patterns,
     fatal_patterns,
@@ -40,7 +41,7 @@ class SpecRule:
 
 @dataclass(frozen=True)
 class StepsExpect:
-    """What the launch's verify steps must show (`server/spec_metrics.py`: adaptive trims,
+    """What the launch's verify steps must show (`server/metrics.py`: adaptive trims,
     fixed K proposes K every step)."""
 
     expected: str | None

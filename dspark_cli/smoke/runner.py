@@ -1,9 +1,10 @@
 """Run the smoke over a server session: the side effects (HTTP, the log, teardown).
 
 Every wait races the server: a fatal log line or the process exiting ends it at once (the
-watcher signals within ~20 ms, the session polls every 20 ms), so a broken server gets its
-verdict within a second instead of at a timeout. What was seen goes into `Observations`; the
-pure checks in `checks.py` judge it. The session tears a managed server down on every path.
+watcher signals within ~20 ms, the session's wait between health polls ends on it or on the
+process's exit), so a broken server gets its verdict within a second instead of at a timeout.
+What was seen goes into `Observations`; the pure checks in `checks.py` judge it. The session
+tears a managed server down on every path.
 
 The slow checks run beside the boot, and calls raced against the server's life, are here too
 (`BackgroundCheck`, `race`)."""
@@ -22,10 +23,9 @@ import httpx
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
 from dspark_cli.server.logscan import LogSnapshot
-from dspark_cli.server.metrics import Scrape, ScrapeError
+from dspark_cli.server.metrics import Scrape, ScrapeError, request_steps
 from dspark_cli.server.process import Teardown
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.spec_metrics import parse
 from dspark_cli.smoke.checks import (
     Boot,
     CheckResult,
@@ -153,7 +153,8 @@ def complete(client: httpx.Client, base_url: str, model: str, prompt: str, max_t
         return RequestOutcome(RequestState.http_error, latency, 200,
                               detail="HTTP 200 without usage.completion_tokens")
     try:
-        return RequestOutcome(RequestState.ok, latency, 200, tokens, spec_steps=(parse(body),))
+        return RequestOutcome(RequestState.ok, latency, 200, tokens,
+                              spec_steps=(request_steps(body),))
     except ValueError as exc:
         return RequestOutcome(RequestState.ok, latency, 200, tokens, spec_problems=(str(exc),))
 

@@ -21,13 +21,14 @@ from dspark_cli.launch.provenance import collect
 from dspark_cli.run_files import SMOKE_JSON
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.liveness import settings_of
+from dspark_cli.server.metrics import expected_of
 from dspark_cli.server.process import stop_signals_as_interrupt
 from dspark_cli.server.session import ServerSession
-from dspark_cli.server.spec_metrics import expected_of
 from dspark_cli.smoke import result
 from dspark_cli.smoke.expectations import Expectations, StepsExpect, expectations
 from dspark_cli.smoke.result import SmokeResult
 from dspark_cli.smoke.runner import BackgroundCheck, run_smoke
+from dspark_cli.vllm.accepts import Verdicts
 
 CHECK = "vllm_accepts_command"
 
@@ -37,8 +38,9 @@ def _profiles(cfg: DictConfig) -> dict[str, Any]:
             ("hw", "model", "speculative", "compilation", "serving")}
 
 
-def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations,
-             directory: Path) -> tuple[ServerSession, BackgroundCheck | None, dict[str, Any]]:
+def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations, directory: Path,
+             verdicts: Verdicts | None) -> tuple[ServerSession, BackgroundCheck | None,
+                                                 dict[str, Any]]:
     """The server session (attached, or started where `deploy.target` runs it), vLLM's
     verdict as a check (taken beside the boot for one node here, before it for several), and
     the provenance."""
@@ -48,7 +50,7 @@ def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations,
                   stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s))
     if cfg.server.url:
         return ServerSession(attach(cfg, plan), watch), None, collect(plan.model_path, None)
-    start = ready(cfg, plan, directory, beside=True)
+    start = ready(cfg, plan, directory, beside=True, verdicts=verdicts)
     validation: BackgroundCheck | None = None
     if start.beside is not None:
         beside = start.beside
@@ -76,9 +78,10 @@ def smoke_plan(cfg: DictConfig) -> LaunchPlan:
     return build_plan(cfg)
 
 
-def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
+def smoke_in(cfg: DictConfig, directory: Path,
+             verdicts: Verdicts | None = None) -> SmokeResult:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
-    callable as a stage of `dspark validate`."""
+    callable as a stage of `dspark validate` (`verdicts`: vLLM's answers that stage shares)."""
     plan = smoke_plan(cfg)
     layout = checked_layout(plan)
     exp = replace(expectations(cfg), engines=layout.engines,
@@ -86,7 +89,7 @@ def smoke_in(cfg: DictConfig, directory: Path) -> SmokeResult:
                       plan.arg("speculative_config"),
                       cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)))
     exp = replace(exp, adaptive=EffectiveLaunch.of(plan).adaptive)
-    session, validation, provenance = _session(cfg, plan, exp, directory)
+    session, validation, provenance = _session(cfg, plan, exp, directory, verdicts)
     progress(f"run directory {shlex.quote(str(directory))}")
     with stop_signals_as_interrupt():
         smoke = run_smoke(exp, session, plan.served_model_name, validation)

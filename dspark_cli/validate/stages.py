@@ -38,6 +38,7 @@ from dspark_cli.validate.source import LintPlan, changed_python, lint, revision
 
 if TYPE_CHECKING:  # the accuracy stage's machinery is imported when it runs
     from dspark_cli.accuracy.run import Scorer
+    from dspark_cli.vllm.accepts import Verdicts
 
 
 @dataclass(frozen=True)
@@ -153,27 +154,30 @@ def _revision_and_lint(cfg: DictConfig, tree: Path, directory: Path) -> str:
     return ", ".join(r.command for r in results if r.status == "failed")
 
 
-def smoke(cfg: DictConfig, directory: Path) -> StageResult:
-    """The smoke; vLLM's verdict on its command also answers for the bench's arms."""
+def smoke(cfg: DictConfig, directory: Path, verdicts: Verdicts) -> StageResult:
+    """The smoke; vLLM's verdict on its command also answers for the bench's arms (into
+    `verdicts`, which the bench stage is given)."""
     from dspark_cli.bench.workflow import ask_vllm_ahead
     from dspark_cli.smoke.workflow import smoke_in
 
     if cfg.validate.bench is not None:
-        ask_vllm_ahead(cfg)
-    doc = smoke_in(cfg, directory)
+        ask_vllm_ahead(cfg, verdicts)
+    doc = smoke_in(cfg, directory, verdicts)
     code = int(doc.verdict.exit_code)
     return StageResult("smoke", Status.passed if code == 0 else Status.failed, code,
                        doc.verdict.summary, str(directory))
 
 
-def bench(cfg: DictConfig, directory: Path, scorer: Scorer | None) -> StageResult:
-    """The bench protocol; `scorer`: the accuracy stage's, lent each arm's first cell."""
+def bench(cfg: DictConfig, directory: Path, scorer: Scorer | None,
+          verdicts: Verdicts) -> StageResult:
+    """The bench protocol; `scorer`: the accuracy stage's, lent each arm's first cell;
+    `verdicts`: vLLM's answers from the smoke stage."""
     from dspark_cli.bench.workflow import bench_in
 
     if cfg.validate.bench is None:
         return StageResult("bench", Status.skipped, 0, "validate.bench=null")
     summary = bench_in(cfg, directory, bool(cfg.validate.bench.stop_on_failure),
-                       None if scorer is None else scorer.in_cell).summary
+                       None if scorer is None else scorer.in_cell, verdicts).summary
     invalid = [c.cell_id for c in summary.cells if not c.valid]
     detail = f"{len(summary.cells) - len(invalid)} of {len(summary.cells)} cells valid" + (
         f" (invalid: {', '.join(invalid)})" if invalid else "")
@@ -181,7 +185,7 @@ def bench(cfg: DictConfig, directory: Path, scorer: Scorer | None) -> StageResul
                        int(ExitCode.CHECK_FAILED) if invalid else 0, detail, str(directory))
 
 
-def accuracy(cfg: DictConfig, scorer: Scorer | None) -> StageResult:
+def accuracy(cfg: DictConfig, scorer: Scorer | None, verdicts: Verdicts) -> StageResult:
     """lm_eval against every bench arm's server (those the bench stage lent already scored);
     fails when an arm could not be scored or scores differently from the baseline."""
     from dspark_cli.accuracy.records import AccuracyVerdict, words
@@ -189,7 +193,7 @@ def accuracy(cfg: DictConfig, scorer: Scorer | None) -> StageResult:
 
     if scorer is None:
         return StageResult("accuracy", Status.skipped, 0, "validate.accuracy=null")
-    record = accuracy_in(cfg, scorer)
+    record = accuracy_in(cfg, scorer, verdicts)
     directory = scorer.directory
     failed = [a.arm for a in record.arms if a.status != "scored"]
     compared = record.comparisons()
