@@ -355,8 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" Did you mean `dspark {close[0]}`?" if close else ""
         err(f"unknown command {name!r}.{hint} Commands: {', '.join(COMMANDS)}.")
         return int(ExitCode.USAGE)
+    from dspark_cli.launch.checks import forget_notes
     from dspark_cli.launch.secrets import scrubbed_output
 
+    forget_notes()
     with scrubbed_output():  # no secret is ever printed, whoever prints
         try:
             code = run_command(name, rest)

@@ -42,7 +42,12 @@ def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
     return tuple(findings)
 
 
-_NOTED: set[str] = set()
+_NOTED: set[str] = set()  # the notes said in this command (`forget_notes` at its start)
+
+
+def forget_notes() -> None:
+    """A new command says its notes again (a program may call `dspark_cli.cli.main` twice)."""
+    _NOTED.clear()
 
 
 def print_findings(findings: Iterable[Finding], label: str = "") -> None:
