@@ -14,6 +14,7 @@ from typing import Any
 from dspark_cli.bench.cell import CellRecord, ProtocolInfo
 from dspark_cli.bench.goodput import Goodput, Objectives
 from dspark_cli.bench.merge import summarize_records
+from dspark_cli.bench.protocol import variant
 from dspark_cli.bench.summary_files import write
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.record import write_record
@@ -25,6 +26,7 @@ DATASET_FILE = "/data/speed-bench/throughput_1k.jsonl"
 CONCURRENCIES = (256, 128, 64, 32, 16, 8, 4)
 # Output throughput per arm at concurrency 256 (tokens/s); lower concurrencies scale down.
 BASE_TPUT = {"none": 5200.0, "dspark_fixed": 6100.0, "dspark_adaptive": 7300.0}
+OFF_SCALE = 0.8  # an arm with prefix caching off: its throughput times this
 SEED_CHECKPOINT = {
     "path": "/models/DeepSeek-V4-Flash-DSpark", "exists": True,
     "config_sha256": "6c8f3d2d3b48707541b88f32f22ef3f0f8a6b57d8523281e2b8d3cdb0ae9a023",
@@ -74,7 +76,7 @@ def goodput(arm: str, concurrency: int, value: float) -> Goodput:
 
 
 def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: ProtocolInfo,
-                sha256: str) -> CellRecord:
+                sha256: str, prefix_caching: bool = True) -> CellRecord:
     k = None if arm == "none" else 7
     spec = None if k is None else {"drafts": 1000, "draft_tokens": 7000, "accepted": 2600,
                                    "accepted_per_position": [900, 600, 400, 300, 200, 120, 80],
@@ -83,6 +85,7 @@ def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: Pro
                "tpot": {"p50": 21.5, "p99": 30.25}, "itl": {"p50": 20.0, "p99": 61.0}}
     return CellRecord(
         arm=arm, concurrency=concurrency, valid=True, reasons=(), protocol=info,
+        prefix_caching=prefix_caching,
         output_throughput=value, request_throughput=value / 1024, total_output_tokens=901120,
         acceptance_length=None if spec is None else spec["mean_acceptance_length"],
         boot_s=412.5, finished_at="2026-01-01T00:00:00+00:00", repeat=repeat,
@@ -95,11 +98,13 @@ def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: Pro
 
 def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02,
               objectives: Objectives | None = None, scale: float = 1.0,
-              protocol: str = "speed_bench_throughput_1k") -> Path:
+              protocol: str = "speed_bench_throughput_1k",
+              prefix_caching: tuple[bool, ...] = (True,)) -> Path:
     """A finished run of the seed's protocol under `root`: the arms' run records, every
     repeat's cell.json, and summary.json as `dspark bench` summarizes them; with `objectives`,
     each cell's goodput under them (SHARE_DROP); `scale` multiplies every throughput (a run
-    that got slower), `protocol` renames it (records that do not belong together)."""
+    that got slower), `protocol` renames it (records that do not belong together);
+    `prefix_caching` (False: off) each arm's launches (OFF_SCALE: off runs slower)."""
     from dspark_cli.bench import schema
     from dspark_cli.bench.arms import arm_config
     from tests.conftest import compose_config
@@ -109,22 +114,27 @@ def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02,
                           f"bench.repeats={repeats}", f"bench.equivalence_margin={margin}",
                           "bench.dataset.sha256=" + "5" * 64], config="bench")
     for arm in ARMS:
-        arm_cfg = arm_config(cfg, arm)
-        plan = build_plan(arm_cfg)
-        write_record(root / "arms" / arm, arm_cfg, plan, list(plan.argv), provenance(), [])
+        for pc in prefix_caching:
+            arm_cfg = arm_config(cfg, arm)
+            if not pc:
+                arm_cfg.serving.args.enable_prefix_caching = False
+            plan = build_plan(arm_cfg)
+            write_record(root / "arms" / variant(arm, pc), arm_cfg, plan, list(plan.argv),
+                         provenance(), [])
     info = ProtocolInfo(protocol, ARMS, BASELINE, CONCURRENCIES, repeats,
-                        margin, objectives)
+                        margin, objectives, prefix_caching)
     rng = random.Random(seed)
     records = []
     for c in CONCURRENCIES:
         for arm in ARMS:
-            for repeat, value in enumerate(throughputs(arm, c, repeats, rng), 1):
-                value = round(value * scale, 3)
-                record = cell_record(arm, c, repeat, value, info, "5" * 64)
-                path = root / "cells" / record.cell_id / "cell.json"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
-                records.append(record)
+            for pc in prefix_caching:
+                for repeat, value in enumerate(throughputs(arm, c, repeats, rng), 1):
+                    value = round(value * scale * (1.0 if pc else OFF_SCALE), 3)
+                    record = cell_record(arm, c, repeat, value, info, "5" * 64, pc)
+                    path = root / "cells" / record.cell_id / "cell.json"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
+                    records.append(record)
     write(summarize_records(records), root)
     return root
 

@@ -168,3 +168,38 @@ def test_the_schema_rejects_typos_and_wrong_types(override: str) -> None:
 
     with pytest.raises((ConfigCompositionException, OmegaConfBaseException)):
         compose_bench(["bench=cpu", "+hw=cpu", override])
+
+
+def test_prefix_caching_off_is_one_more_launch_per_arm_named_by_its_arm() -> None:
+    """[on] (the default) adds no cell; [on, off] runs every arm twice, the variant recorded as
+    the arm plus `prefix_caching`, its id `<arm>+pc-off-c<N>`, alternating like the arms."""
+    assert build_protocol(bench()).cells == build_protocol(
+        bench(prefix_caching=[True])).cells
+    p = build_protocol(bench(arms=["none", "fixed"], concurrencies=[4],
+                             prefix_caching=[True, False], repeats=2))
+    assert [c.id for c in p.cells] == [
+        "none-c4-r1", "none+pc-off-c4-r1", "fixed-c4-r1", "fixed+pc-off-c4-r1",
+        "fixed+pc-off-c4-r2", "fixed-c4-r2", "none+pc-off-c4-r2", "none-c4-r2"]
+    off = p.cell("fixed", 4, 1, prefix_caching=False)
+    assert off is not None and (off.arm, off.prefix_caching, off.variant) == (
+        "fixed", False, "fixed+pc-off")
+    assert p.variants == ("none", "none+pc-off", "fixed", "fixed+pc-off")
+    assert p.baseline_variant == "fixed"
+    assert build_protocol(bench(prefix_caching=[False])).baseline_variant == "fixed+pc-off"
+    # bench.arm selects an arm under every setting (a multirun job's cell)
+    assert {c.id for c in build_protocol(bench(prefix_caching=[True, False], arm="none",
+                                               concurrency=4)).cells} == {"none-c4",
+                                                                          "none+pc-off-c4"}
+
+
+@pytest.mark.parametrize("value", [[], [True, True], "off", [None]])
+def test_a_wrong_prefix_caching_axis_is_a_usage_error(value: Any) -> None:
+    with pytest.raises(UsageError, match=r"bench\.prefix_caching"):
+        build_protocol(bench(prefix_caching=value))
+
+
+def test_the_schema_reads_on_and_off_from_yaml_and_the_command_line() -> None:
+    schema.register()
+    cfg = compose_config(["+hw=cpu", "bench.prefix_caching=[on,off]"], config="bench")
+    assert list(cfg.bench.prefix_caching) == [True, False]
+    assert list(compose_config(["+hw=cpu"], config="bench").bench.prefix_caching) == [True]

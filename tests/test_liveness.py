@@ -65,7 +65,8 @@ def test_watch_trips_on_a_real_server_whose_engine_stops(tmp_path: Path) -> None
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: _status(url) == 200, 15, "the fake's /health")
-        watch = StallWatch(lambda: url, StallSettings(stall_s=1.0, poll_s=0.1)).start()
+        watch = StallWatch(httpx.Client(), lambda: url,
+                           StallSettings(stall_s=1.0, poll_s=0.1)).start()
         _post(url)  # served in full: running stays 0, no stall
         time.sleep(1.5)
         assert watch.tripped is None and watch.reads > 5

@@ -77,3 +77,39 @@ def test_no_setting_adds_a_flag_to_the_measured_launch(tmp_path: Path, key: str)
             ("server.url=http://127.0.0.1:1", "server.attach_refused_s=0.5"))
     done = run_dspark(command, *BASE, f"{key}=detailed", *args, cwd=tmp_path)
     assert done.returncode == 2 and "spec_metrics" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_prefix_caching_off_cell_boots_what_serve_boots_with_that_override(
+        tmp_path: Path) -> None:
+    """`bench.prefix_caching=[on,off]`: each arm's second launch is exactly `dspark serve
+    speculative=<arm> serving.args.enable_prefix_caching=false`, and the dry run counts it."""
+    off = ("serving.args.enable_prefix_caching=false",)
+    done = run_dspark("serve", *BASE, "speculative=draft_model", *off, "--dry-run", "--json",
+                      cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    served_off = comparable(json.loads(done.stdout)["argv"], json.loads(done.stdout)["env"],
+                            None)
+    assert "--no-enable-prefix-caching" in served_off["argv"]
+    served_on = serve_launch("draft_model", tmp_path)
+    run = tmp_path / "bench"
+    axis = ("bench=cpu", *BASE, "bench.arms=[none,draft_model]", "bench.prefix_caching=[on,off]",
+            f"hydra.run.dir={run}", "--dry-run")
+    done = run_dspark("bench", *axis, "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout)
+    assert plan["summary"]["cold_boots"] == plan["summary"]["cells"] == 8
+    assert plan["summary"]["launches"] == 4 and plan["protocol"]["prefix_caching"] == ["on", "off"]
+    mine = {(c["arm"], c["prefix_caching"]): c for c in plan["cells"] if c["concurrency"] == 8}
+    assert mine[("draft_model", False)]["id"] == "draft_model+pc-off-c8"
+    assert comparable(mine[("draft_model", False)]["launch"]["argv"],
+                      mine[("draft_model", False)]["launch"]["env"], run) == served_off
+    assert comparable(mine[("draft_model", True)]["launch"]["argv"],
+                      mine[("draft_model", True)]["launch"]["env"], run) == served_on
+    text = run_dspark("bench", *axis, cwd=tmp_path)
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert "# prefix caching: on, off for every arm (4 launches" in text.stdout
+    assert "# cells: 8, each on its own cold server (8 cold boots)" in text.stdout
+    assert "cell draft_model+pc-off-c2:" in text.stdout
+    # "on" cells that would run with it off too are refused, nothing planned
+    both = run_dspark("bench", *axis, *off, cwd=tmp_path)
+    assert both.returncode == 2 and "bench.prefix_caching lists on" in both.stderr, both.stderr

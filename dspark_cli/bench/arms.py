@@ -4,7 +4,9 @@ profile, planned by the same `build_plan` as `dspark serve`.
 The arm's profile (`conf/speculative/<arm>.yaml`) goes through the group's schema, exactly as
 `speculative=<arm>` would compose it, so what a cell benchmarks is what `dspark serve
 speculative=<arm>` (with the same other overrides) launches. Overrides of keys inside
-`speculative` do not carry over to the arms: an arm is its profile.
+`speculative` do not carry over to the arms: an arm is its profile. A cell with prefix caching
+off (`bench.prefix_caching`) launches what `dspark serve speculative=<arm>
+serving.args.enable_prefix_caching=false` does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from dspark_cli.bench.protocol import Protocol, check_max_num_seqs
+from dspark_cli.bench.protocol import Cell, Protocol, check_max_num_seqs
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.config.schema import SpeculativeConf
 from dspark_cli.errors import UsageError
@@ -28,7 +30,7 @@ from dspark_cli.server.spec_metrics import expected_of
 
 @dataclass(frozen=True)
 class Arm:
-    name: str
+    name: str  # the launch's name (`protocol.variant`): the arm, or `<arm>+pc-off`
     cfg: DictConfig
     plan: LaunchPlan
     # What its verify steps must show (server/spec_metrics.py), and the DSpark draft's pinned
@@ -62,17 +64,33 @@ def arm_config(cfg: DictConfig, arm: str) -> DictConfig:
     return out
 
 
+def variant_config(cfg: DictConfig, cell: Cell) -> DictConfig:
+    """The arm's config for `cell`: prefix caching off is the one override a variant adds; on
+    is the launch as configured, which must not have it off (the cells would not differ)."""
+    arm_cfg = arm_config(cfg, cell.arm)
+    if not cell.prefix_caching:
+        arm_cfg.serving.args.enable_prefix_caching = False
+    elif arm_cfg.serving.args.get("enable_prefix_caching") is False:
+        raise UsageError(
+            "bench.prefix_caching lists on, but serving.args.enable_prefix_caching=false: the "
+            "cells marked on would run without it.",
+            hint="Set bench.prefix_caching=[off], or drop the serving.args override.")
+    return arm_cfg
+
+
 def compose_arms(cfg: DictConfig, protocol: Protocol) -> dict[str, Arm]:
-    """Plan every arm a selected cell uses (its node layout checked), and enforce
-    `max_num_seqs >= concurrency` for every cell before anything boots."""
+    """Plan every launch a selected cell uses (an arm, or an arm with prefix caching off), its
+    node layout checked, and enforce `max_num_seqs >= concurrency` for every cell before
+    anything boots."""
     arms: dict[str, Arm] = {}
     for cell in protocol.cells:
-        if cell.arm not in arms:
-            arm_cfg = arm_config(cfg, cell.arm)
+        if cell.variant not in arms:
+            arm_cfg = variant_config(cfg, cell)
             plan = build_plan(arm_cfg)
             checked_layout(plan)  # a bad layout is refused before anything runs
             expected = expected_of(plan.arg("speculative_config"),
                                    arm_cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)
-            arms[cell.arm] = Arm(cell.arm, arm_cfg, plan, expected, draft_params_spec(arm_cfg))
-        check_max_num_seqs(arms[cell.arm].plan.arg("max_num_seqs"), cell)
+            arms[cell.variant] = Arm(cell.variant, arm_cfg, plan, expected,
+                                     draft_params_spec(arm_cfg))
+        check_max_num_seqs(arms[cell.variant].plan.arg("max_num_seqs"), cell)
     return arms

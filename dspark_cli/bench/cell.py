@@ -10,7 +10,7 @@ from typing import Any
 from dspark_cli.bench import goodput as gp
 from dspark_cli.bench.loadgen import PhaseRun, latency_ms, scalars
 from dspark_cli.bench.lossless import Comparison, lossless_reason
-from dspark_cli.bench.protocol import Cell, Protocol
+from dspark_cli.bench.protocol import Cell, Protocol, variant
 from dspark_cli.bench.validity import Evidence, judge
 from dspark_cli.server import metrics
 from dspark_cli.server.process import Teardown
@@ -53,9 +53,10 @@ FIELDS = {
     "protocol.objectives.percentile": AMOUNT, "goodput": MAP, "goodput.requests": COUNT,
     "goodput.good": COUNT, "goodput.share": FRACTION, "goodput.request_goodput": AMOUNT,
     "goodput.output_goodput": AMOUNT, "goodput.vllm_request_goodput": AMOUNT,
-    "goodput.met": BOOL, "completed": COUNT, "failed": COUNT,
+    "goodput.met": BOOL, "completed": COUNT, "failed": COUNT, "prefix_caching": BOOL,
+    "protocol.prefix_caching": LIST, "protocol.prefix_caching.*": BOOL,
 }
-FIELDS |= {  # the watches' sections, read by report/watches_md.py
+FIELDS |= {  # the watches' sections, read by report/watches.py
     "per_position_acceptance": LIST, "per_position_acceptance.*": AMOUNT, "stall": MAP,
     "stall.sentence": TEXT, "request_set": MAP, "request_set.name": TEXT,
     "request_set.sha256": TEXT, "request_set.chat_templated": BOOL,
@@ -83,26 +84,38 @@ class ProtocolInfo:
     repeats: int = 1
     equivalence_margin: float = 0.05
     objectives: gp.Objectives | None = None  # goodput's latency objectives
+    prefix_caching: tuple[bool, ...] = (True,)  # the axis (`bench.prefix_caching`)
 
     @classmethod
     def of(cls, protocol: Protocol) -> ProtocolInfo:
         return cls(protocol.name, tuple(protocol.arms), protocol.baseline,
                    tuple(protocol.concurrencies), protocol.repeats, protocol.equivalence_margin,
-                   protocol.objectives)
+                   protocol.objectives, protocol.prefix_caching)
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """Every arm under every prefix-caching setting (`protocol.variant`)."""
+        return tuple(variant(a, pc) for a in self.arms for pc in self.prefix_caching)
+
+    @property
+    def baseline_variant(self) -> str:
+        return variant(self.baseline, self.prefix_caching[0])
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arms": list(self.arms), "baseline": self.baseline,
                 "concurrencies": list(self.concurrencies), "repeats": self.repeats,
                 "equivalence_margin": self.equivalence_margin,
-                "objectives": None if self.objectives is None else self.objectives.to_dict()}
+                "objectives": None if self.objectives is None else self.objectives.to_dict(),
+                "prefix_caching": list(self.prefix_caching)}
 
     @classmethod
     def from_dict(cls, p: Mapping[str, Any]) -> ProtocolInfo:
         """Records written before repeats existed are one repeat with the default margin;
-        before objectives, none."""
+        before objectives, none; before the prefix-caching axis, on only."""
         return cls(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
                    tuple(int(c) for c in p["concurrencies"]), int(p.get("repeats", 1)),
-                   float(p.get("equivalence_margin", 0.05)), gp.objectives(p.get("objectives")))
+                   float(p.get("equivalence_margin", 0.05)), gp.objectives(p.get("objectives")),
+                   tuple(p.get("prefix_caching") or (True,)))
 
 
 @dataclass(frozen=True)
@@ -148,16 +161,22 @@ class CellRecord:
     # count against its pin; None where the arm does not speculate / has no pin.
     engagement: Mapping[str, Any] | None = None
     draft_params: Mapping[str, Any] | None = None
+    prefix_caching: bool = True  # False: the arm ran with prefix caching off
+
+    @property
+    def variant(self) -> str:
+        return variant(self.arm, self.prefix_caching)
 
     @property
     def cell_id(self) -> str:
-        base = f"{self.arm}-c{self.concurrency}"
+        base = f"{self.variant}-c{self.concurrency}"
         return base if self.protocol.repeats == 1 else f"{base}-r{self.repeat}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "arm": self.arm, "concurrency": self.concurrency, "repeat": self.repeat,
-            "cell_id": self.cell_id, "protocol": self.protocol.to_dict(), "valid": self.valid,
+            "arm": self.arm, "prefix_caching": self.prefix_caching,
+            "concurrency": self.concurrency, "repeat": self.repeat, "cell_id": self.cell_id,
+            "protocol": self.protocol.to_dict(), "valid": self.valid,
             "reasons": list(self.reasons), "output_throughput": self.output_throughput,
             "request_throughput": self.request_throughput,
             "total_output_tokens": self.total_output_tokens,
@@ -180,13 +199,15 @@ class CellRecord:
         own = {"arm", "concurrency", "repeat", "cell_id", "protocol", "valid", "reasons",
                "output_throughput", "request_throughput", "total_output_tokens",
                "acceptance_length", "accepted_per_draft", "latency_ms", "boot_s", "teardown",
-               "finished_at", "lossless", "degraded", "goodput", "engagement", "draft_params"}
+               "finished_at", "lossless", "degraded", "goodput", "engagement", "draft_params",
+               "prefix_caching"}
         latency = data.get("latency_ms")
         info = ProtocolInfo.from_dict(data["protocol"])
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
             valid=bool(data["valid"]), reasons=tuple(data.get("reasons") or ()),
             protocol=info, repeat=int(data.get("repeat", 1)),
+            prefix_caching=data.get("prefix_caching") is not False,
             accepted_per_draft=data["accepted_per_draft"] if "accepted_per_draft" in data
             else _per_draft(data.get("spec_decode")),
             latency_ms={str(k): {str(p): float(v) for p, v in ps.items()}
@@ -281,7 +302,8 @@ def build(seen: Observed, protocol: ProtocolInfo,
     reasons = judge(evidence)
     spec_dict = spec.as_dict() if spec else None
     return CellRecord(
-        arm=seen.cell.arm, concurrency=seen.cell.concurrency, valid=not reasons,
+        arm=seen.cell.arm, prefix_caching=seen.cell.prefix_caching,
+        concurrency=seen.cell.concurrency, valid=not reasons,
         reasons=reasons, protocol=protocol, repeat=seen.cell.repeat,
         accepted_per_draft=_per_draft(spec_dict), latency_ms=latency_ms(result),
         output_throughput=None if result is None else result.get("output_throughput"),

@@ -14,7 +14,7 @@ from dspark_cli.bench import records
 from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.loadgen import phase_argv
-from dspark_cli.bench.protocol import Cell, Protocol
+from dspark_cli.bench.protocol import Cell, Protocol, on_off
 from dspark_cli.launch.render import command_lines
 from dspark_cli.launch.render import plan_dict as launch_dict
 
@@ -99,6 +99,15 @@ def _prompt_count(path: Path) -> int:
         return 0
 
 
+def _prefix_caching_line(protocol: Protocol) -> str:
+    """The axis in words: each arm as configured, or also with prefix caching off (more cells)."""
+    if protocol.prefix_caching == (True,):
+        return "# prefix caching: as configured (bench.prefix_caching=[on])"
+    settings = ", ".join(on_off(pc) for pc in protocol.prefix_caching)
+    return (f"# prefix caching: {settings} for every arm ({len(protocol.variants)} launches; "
+            "off is serving.args.enable_prefix_caching=false)")
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
 
@@ -108,7 +117,9 @@ def summary(protocol: Protocol, dataset: DatasetSpec, run_dir: Path,
     """The plan in numbers: cells (each a cold boot), requests, and the estimated wall time."""
     cells = protocol.cells
     requests = sum(p.num_prompts for c in cells for p in c.phases)
-    out: dict[str, Any] = {"arms": list(protocol.arms), "cells": len(cells),
+    out: dict[str, Any] = {"arms": list(protocol.arms),
+                           "prefix_caching": [on_off(pc) for pc in protocol.prefix_caching],
+                           "launches": len(protocol.variants), "cells": len(cells),
                            "cold_boots": len(cells), "requests": requests,
                            "measured_requests": sum(c.measured.num_prompts for c in cells),
                            "run_dir": str(run_dir), "estimate_s": None}
@@ -126,6 +137,7 @@ def summary_text(protocol: Protocol, dataset: DatasetSpec, run_dir: Path,
         f"# dspark bench: protocol {protocol.name}, baseline {protocol.baseline}",
         f"# arms: {', '.join(protocol.arms)}; concurrencies: "
         f"{', '.join(map(str, protocol.concurrencies))}; repeats: {protocol.repeats}",
+        _prefix_caching_line(protocol),
         f"# cells: {numbers['cells']}, each on its own cold server ({numbers['cold_boots']} "
         f"cold boots); requests: {numbers['requests']} ({numbers['measured_requests']} "
         "measured)",
@@ -157,6 +169,7 @@ def plan_text(
         f"# arms: {', '.join(protocol.arms)}; concurrencies: "
         f"{', '.join(map(str, protocol.concurrencies))}; repeats: {protocol.repeats} (each a "
         f"cold boot); equivalence margin: {protocol.equivalence_margin:.0%}",
+        _prefix_caching_line(protocol),
         f"# sampling: temperature {protocol.sampling.temperature}, top-p "
         f"{protocol.sampling.top_p}, max output {protocol.sampling.max_output_tokens}"
         + (", ignore_eos" if protocol.sampling.ignore_eos else ""),
@@ -166,11 +179,12 @@ def plan_text(
         "",
     ]
     for i, cell in enumerate(cells, start=1):
-        arm = arms[cell.arm]
+        arm = arms[cell.variant]
         how, text = _launch(arm)
         lines += [
-            f"# ---- cell {i}/{len(cells)}: {cell.id} (arm {cell.arm}, concurrency "
-            f"{cell.concurrency}, repeat {cell.repeat}) ----",
+            f"# ---- cell {i}/{len(cells)}: {cell.id} (arm {cell.arm}, prefix caching "
+            f"{on_off(cell.prefix_caching)}, concurrency {cell.concurrency}, repeat "
+            f"{cell.repeat}) ----",
             f"# launch: {how}",
             text.rstrip("\n"),
         ]
@@ -201,6 +215,7 @@ def plan_dict(
             "baseline": protocol.baseline,
             "concurrencies": list(protocol.concurrencies),
             "repeats": protocol.repeats,
+            "prefix_caching": [on_off(pc) for pc in protocol.prefix_caching],
             "equivalence_margin": protocol.equivalence_margin,
             "sampling": vars(protocol.sampling),
             "lossless": None if protocol.lossless is None else {
@@ -218,12 +233,13 @@ def plan_dict(
             {
                 "id": cell.id,
                 "arm": cell.arm,
+                "prefix_caching": cell.prefix_caching,
                 "concurrency": cell.concurrency,
                 "repeat": cell.repeat,
-                "launch": launch_dict(arms[cell.arm].plan),
+                "launch": launch_dict(arms[cell.variant].plan),
                 "phases": [
-                    {**vars(phase), "argv": argv}
-                    for phase, argv in _loads(cell, protocol, dataset, arms[cell.arm], run_dir)
+                    {**vars(phase), "argv": argv} for phase, argv
+                    in _loads(cell, protocol, dataset, arms[cell.variant], run_dir)
                 ],
             }
             for cell in protocol.cells

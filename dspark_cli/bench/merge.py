@@ -44,7 +44,7 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
     cell counts); UsageError if they mix protocols, baselines or equivalence margins."""
     protocols = [r.protocol for r in records]
     names = {p.name for p in protocols}
-    baselines = {p.baseline for p in protocols}
+    baselines = {p.baseline_variant for p in protocols}
     margins = {p.equivalence_margin for p in protocols}
     objectives = {p.objectives for p in protocols}
     if len(names) > 1 or len(baselines) > 1 or len(margins) > 1 or len(objectives) > 1:
@@ -59,12 +59,13 @@ def summarize_records(records: Sequence[CellRecord]) -> Summary:
     return summarize(
         rec.pick_best(records),
         protocol=names.pop(),
-        arms=_ordered_union([p.arms for p in protocols]),
+        arms=_ordered_union([p.variants for p in protocols]),
         baseline=baselines.pop(),
         concurrencies=_ordered_union([p.concurrencies for p in protocols]),
         repeats=max(p.repeats for p in protocols),
         equivalence_margin=margins.pop(),
         objectives=objectives.pop(),
+        prefix_caching=_ordered_union([p.prefix_caching for p in protocols]),
     )
 
 

@@ -45,7 +45,7 @@ def plot(summary: Summary, directory: Path) -> Path:
             label=arm + (" (baseline)" if arm == summary.baseline else ""),
         )
         bad = [c for c in summary.cells
-               if c.arm == arm and not c.valid and c.output_throughput is not None]
+               if c.variant == arm and not c.valid and c.output_throughput is not None]
         if bad:
             ax_tp.scatter(
                 [c.concurrency for c in bad],

@@ -3,7 +3,8 @@ for `write`). Where the winning arms differ only in their draft count (no specul
 as K=0) and the installed vLLM has `num_speculative_tokens_per_batch_size`, one server with a
 K per batch-size range; otherwise the arm to launch per load range. Either way a proposal to
 validate: between two measured concurrencies the crossover is a guess, and a schedule is a new
-configuration no cell has measured.
+configuration no cell has measured. A winner with prefix caching off (`<arm>+pc-off`) is still
+named by its arm, `speculative=<arm>`, with `serving.args.enable_prefix_caching=false` beside.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from dspark_cli.bench import winners
+from dspark_cli.bench.protocol import on_off, split_variant
 from dspark_cli.run_files import PROPOSAL_DIR as PROFILES_DIR
 from dspark_cli.run_files import PROPOSAL_JSON
 from dspark_cli.untrusted import write_atomic
@@ -43,10 +45,18 @@ class Proposal:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "statement": STATEMENT if self.kind != "none" else "",
-                "ranges": [{"first": a, "last": b, "arm": arm} for a, b, arm in self.ranges],
+                "ranges": [_range(a, b, arm) for a, b, arm in self.ranges],
                 "schedule": [list(s) for s in self.schedule], "profile": self.profile,
                 "commands": list(self.commands), "validate_command": self.validate_command,
                 "note": self.note, "name": self.name}
+
+
+def _range(first: int, last: int, name: str) -> dict[str, Any]:
+    """A load range of proposal.json: its arm by its config option's name, and
+    `prefix_caching: false` where that arm won with prefix caching off."""
+    arm, caching = split_variant(name)
+    return {"first": first, "last": last, "arm": arm,
+            **({} if caching else {"prefix_caching": False})}
 
 
 def _k(profile: Mapping[str, Any]) -> int:
@@ -59,8 +69,9 @@ def _drafting(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 def schedulable(arms: Sequence[str], profiles: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The arm whose drafter a K schedule would run (the largest K), or None when the arms
-    differ in more than their draft count (or none drafts, or one's profile is unknown)."""
-    if any(a not in profiles for a in arms):
+    differ in more than their draft count (or prefix caching, or none drafts, or one's profile
+    is unknown)."""
+    if any(a not in profiles for a in arms) or len({split_variant(a)[1] for a in arms}) > 1:
         return None
     drafting = [a for a in arms if profiles[a].get("method")]
     if not drafting or len({json.dumps(_drafting(profiles[a]), sort_keys=True, default=str)
@@ -73,12 +84,14 @@ def _serve(base: Sequence[str], extra: Sequence[str]) -> str:
     return shlex.join(["dspark", "serve", *base, *extra, "--dry-run", "--validate"])
 
 
-def _arm(arm: str, foreign: Mapping[str, Path]) -> list[str]:
-    """The overrides that make `arm` the served profile: a profile outside dspark's config
-    group (a proposal's) is found through Hydra's search path."""
+def _arm(name: str, foreign: Mapping[str, Path]) -> list[str]:
+    """The overrides that make `name` (an arm, or `<arm>+pc-off`) the served launch: a profile
+    outside dspark's config group (a proposal's) is found through Hydra's search path."""
+    arm, caching = split_variant(name)
+    off = [] if caching else ["serving.args.enable_prefix_caching=false"]
     if arm in foreign:
-        return [f"hydra.searchpath=[file://{foreign[arm]}]", f"speculative={arm}"]
-    return [f"speculative={arm}"]
+        return [f"hydra.searchpath=[file://{foreign[arm]}]", f"speculative={arm}", *off]
+    return [f"speculative={arm}", *off]
 
 
 def _name(arms: Sequence[str]) -> str:
@@ -128,8 +141,12 @@ def propose(found: Sequence[winners.Winner], profiles: Mapping[str, Mapping[str,
                   "of dspark's config: its command needs hydra.searchpath=[file://DIR], DIR "
                   "holding speculative/<arm>.yaml")
     name = _name(arms)
+    options = list(dict.fromkeys(split_variant(a)[0] for a in arms))
+    caching = list(dict.fromkeys(split_variant(a)[1] for a in arms))
     validate = shlex.join(["dspark", "validate", *base_overrides,
-                           f"bench.arms=[{','.join([*arms, name])}]",
+                           f"bench.arms=[{','.join([*options, name])}]",
+                           *([] if caching == [True] else
+                             [f"bench.prefix_caching=[{','.join(map(on_off, caching))}]"]),
                            f"bench.profiles={run_dir / PROFILES_DIR}"])
     base = schedulable(used, profiles) if len(used) > 1 else None
     if base is not None and has_schedule:

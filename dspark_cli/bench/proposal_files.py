@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from dspark_cli.bench import proposal
+from dspark_cli.bench.protocol import split_variant
 from dspark_cli.bench.summary import Summary
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
@@ -85,10 +86,16 @@ def own_profiles(arms: list[str] | tuple[str, ...], launch: Launch | None
     return found, foreign
 
 
+def _arms(summary: Summary) -> list[str]:
+    """The config options the summary's arms are (a variant `<arm>+pc-off` is its arm's)."""
+    return list(dict.fromkeys(split_variant(v)[0] for v in summary.arms))
+
+
 def recompute(summary: Summary, directory: Path, launch: Launch | None) -> proposal.Proposal:
     """The proposal `summary`'s winners make (pure but for reading dspark's own profiles and
-    the installed vLLM's source)."""
-    profiles, foreign = own_profiles(list(summary.arms), launch)
+    the installed vLLM's source); each variant's profile is its arm's."""
+    found, foreign = own_profiles(_arms(summary), launch)
+    profiles = {v: found[a] for v in summary.arms if (a := split_variant(v)[0]) in found}
     return proposal.propose(
         summary.winners, profiles, has_field(proposal.SCHEDULE_KEY),
         launch.overrides if launch else (), directory, summary.arms,
@@ -127,7 +134,7 @@ def write_proposal(summary: Summary, directory: Path, launch: Launch | None = No
     """proposal.json (and the profiles a validation of it needs) for `summary`; with `launch`
     (a live bench: this process's own config), its commands preflighted, else none is."""
     found = recompute(summary, directory, launch)
-    _, foreign = own_profiles(list(summary.arms), launch)
+    _, foreign = own_profiles(_arms(summary), launch)
     path = proposal.write(found, directory, foreign)
     if found.commands:
         data = found.to_dict()

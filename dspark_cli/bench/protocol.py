@@ -3,7 +3,9 @@
 A cell is one repeat of one arm (a speculative profile) at one concurrency, on its own cold
 server. Every cell runs the protocol's warmup phases and then one measured phase; only the
 measured phase counts. Repeats of a cell are independent cold boots, so their spread measures
-the run-to-run noise the statistics need.
+the run-to-run noise the statistics need. With `bench.prefix_caching: [on, off]` every arm
+also runs with vLLM's prefix caching off: the same cells again, each variant its own launch
+(`variant`), recorded as the arm's name and a `prefix_caching` field.
 """
 
 from __future__ import annotations
@@ -39,6 +41,27 @@ class Phase:
     measured: bool
 
 
+# What a variant with prefix caching off adds to its arm's name; `+` is in no config option's
+# name, so a variant never shadows an arm.
+PREFIX_CACHING_OFF = "+pc-off"
+
+
+def variant(arm: str, prefix_caching: bool = True) -> str:
+    """The launch a cell runs, named: its arm, or the arm with prefix caching off."""
+    return arm if prefix_caching else f"{arm}{PREFIX_CACHING_OFF}"
+
+
+def split_variant(name: str) -> tuple[str, bool]:
+    """(arm, prefix caching) of a `variant` name: what `speculative=<arm>` composes."""
+    if name.endswith(PREFIX_CACHING_OFF):
+        return name[: -len(PREFIX_CACHING_OFF)], False
+    return name, True
+
+
+def on_off(prefix_caching: bool) -> str:
+    return "on" if prefix_caching else "off"
+
+
 @dataclass(frozen=True)
 class Cell:
     arm: str
@@ -46,11 +69,17 @@ class Cell:
     phases: tuple[Phase, ...]
     repeat: int = 1  # 1-based
     repeats: int = 1  # the protocol's: a single-repeat protocol keeps the short id
+    prefix_caching: bool = True  # False: `serving.args.enable_prefix_caching=false`
+
+    @property
+    def variant(self) -> str:
+        """The launch this cell runs (`variant`): the arm, or the arm with prefix caching off."""
+        return variant(self.arm, self.prefix_caching)
 
     @property
     def id(self) -> str:
         """Directory-safe, unique within a protocol, sortable by eye."""
-        base = f"{self.arm}-c{self.concurrency}"
+        base = f"{self.variant}-c{self.concurrency}"
         return base if self.repeats == 1 else f"{base}-r{self.repeat}"
 
     @property
@@ -72,10 +101,22 @@ class Protocol:
     equivalence_margin: float = 0.05
     lossless: LosslessSpec | None = None  # None: no greedy check
     objectives: Objectives | None = None  # None: no latency objective, no goodput
+    prefix_caching: tuple[bool, ...] = (True,)  # the axis: each arm with it on and/or off
 
-    def cell(self, arm: str, concurrency: int, repeat: int = 1) -> Cell | None:
-        return next((c for c in self.cells
-                     if (c.arm, c.concurrency, c.repeat) == (arm, concurrency, repeat)), None)
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """Every arm under every prefix-caching setting, arm-major (`variant`)."""
+        return tuple(variant(a, pc) for a in self.arms for pc in self.prefix_caching)
+
+    @property
+    def baseline_variant(self) -> str:
+        """The launch every speedup is measured against: the baseline as first listed."""
+        return variant(self.baseline, self.prefix_caching[0])
+
+    def cell(self, arm: str, concurrency: int, repeat: int = 1,
+             prefix_caching: bool = True) -> Cell | None:
+        return next((c for c in self.cells if (c.arm, c.concurrency, c.repeat, c.prefix_caching)
+                     == (arm, concurrency, repeat, prefix_caching)), None)
 
 
 def _positive_int(value: Any, what: str) -> int:
@@ -165,16 +206,19 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
             hint="0.05: comparable means the speedup's 90% interval lies within 0.95-1.05.",
         )
     sampling = bench["sampling"]
-    # Concurrency-major, and within a concurrency one pass over the arms per repeat, the
-    # passes in alternating order (A/B, then B/A): slow drift of the machine, or a warm page
-    # cache that favours whoever runs second, touches every arm alike.
+    caching = prefix_caching_axis(bench.get("prefix_caching", [True]))
+    launches = [(arm, pc) for arm in arms for pc in caching]
+    # Concurrency-major, and within a concurrency one pass over the arms (each under every
+    # prefix-caching setting) per repeat, the passes in alternating order (A/B, then B/A):
+    # slow drift of the machine, or a warm page cache that favours whoever runs second,
+    # touches every arm alike.
     cells = tuple(
-        Cell(arm, c, phases_for(bench, c), r, repeats)
+        Cell(arm, c, phases_for(bench, c), r, repeats, pc)
         for c in concurrencies
         if only_c in (None, c)
         for r in range(1, repeats + 1)
         if only_r in (None, r)
-        for arm in (arms if r % 2 else arms[::-1])
+        for arm, pc in (launches if r % 2 else launches[::-1])
         if only_arm in (None, arm)
     )
     return Protocol(
@@ -195,7 +239,19 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
         equivalence_margin=float(margin),
         lossless=lossless_spec(bench.get("lossless"), arms),
         objectives=objectives(bench.get("objectives")),
+        prefix_caching=caching,
     )
+
+
+def prefix_caching_axis(values: Any) -> tuple[bool, ...]:
+    """`bench.prefix_caching` ([on] by default: the launch as configured, no extra cell;
+    [on, off]: every arm twice) as booleans, in order."""
+    if not isinstance(values, list | tuple) or not values or not all(
+            isinstance(v, bool) for v in values):
+        raise UsageError(f"bench.prefix_caching must be a list of on/off, got {values!r}.",
+                         hint="bench.prefix_caching=[on] (the default) or [on,off].")
+    _unique(list(values), "bench.prefix_caching")
+    return tuple(values)
 
 
 def check_max_num_seqs(max_num_seqs: int | None, cell: Cell) -> None:

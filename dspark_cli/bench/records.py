@@ -1,8 +1,8 @@
 """Where a cell's record lives on disk, and how records are read back (resume, report merge).
 
-Layout of a run directory: `cells/<arm>-c<concurrency>/cell.json` (`-r<repeat>` appended
-when the protocol repeats cells) next to that cell's server log, load-generator logs and
-results. A retried cell's earlier attempt is moved aside to
+Layout of a run directory: `cells/<arm>-c<concurrency>/cell.json` (`<arm>+pc-off` for prefix
+caching off, `-r<repeat>` appended when the protocol repeats cells) next to that cell's server
+log, load-generator logs and results. A retried cell's earlier attempt is moved aside to
 `cells/<id>.attempt<N>/`, so nothing measured is ever overwritten.
 """
 
@@ -65,11 +65,12 @@ def collect(root: Path) -> list[CellRecord]:
 
 
 def pick_best(records: Iterable[CellRecord]) -> list[CellRecord]:
-    """One record per cell (arm, concurrency, repeat): where a cell was recorded more than once
-    (a retry, two jobs), a valid record beats an invalid one and a later one an earlier one."""
+    """One record per cell (arm and prefix caching, concurrency, repeat): where a cell was
+    recorded more than once (a retry, two jobs), a valid record beats an invalid one and a later
+    one an earlier one."""
     best: dict[tuple[str, int, int], CellRecord] = {}
     for r in records:
-        key = (r.arm, r.concurrency, r.repeat)
+        key = (r.variant, r.concurrency, r.repeat)
         old = best.get(key)
         if old is None or (r.valid, r.finished_at) > (old.valid, old.finished_at):
             best[key] = r

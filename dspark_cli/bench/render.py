@@ -59,7 +59,7 @@ def _latency(result: ArmResult, metric: str) -> str:
 
 
 def _validity(summary: Summary, result: ArmResult) -> str:
-    degraded = [c for c in summary.cells if (c.arm, c.concurrency) == (result.arm,
+    degraded = [c for c in summary.cells if (c.variant, c.concurrency) == (result.arm,
                                                                        result.concurrency)
                 and c.degraded]
     return _valid(summary, result) + (f" [yellow]DEGRADED ({len(degraded)})[/]" if degraded
@@ -71,8 +71,8 @@ def _valid(summary: Summary, result: ArmResult) -> str:
 
     if not result.invalid:
         return "[green]yes[/]"
-    bad = [c for c in summary.cells if (c.arm, c.concurrency) == (result.arm, result.concurrency)
-           and not c.valid]
+    bad = [c for c in summary.cells
+           if (c.variant, c.concurrency) == (result.arm, result.concurrency) and not c.valid]
     reasons = [r for c in bad for r in c.reasons]
     head = "[red]NO[/]" if not result.throughputs else \
         f"[red]{result.invalid} of {len(result.repeats)} NO[/]"
@@ -174,6 +174,6 @@ def _lossless(summary: Summary) -> list[RenderableType]:
 def _raw_throughput(summary: Summary, result: ArmResult) -> float | None:
     """An all-invalid cell's measured number (dimmed: it counts nowhere)."""
     raw = [c.output_throughput for c in summary.cells
-           if (c.arm, c.concurrency) == (result.arm, result.concurrency)
+           if (c.variant, c.concurrency) == (result.arm, result.concurrency)
            and c.output_throughput is not None]
     return sum(raw) / len(raw) if raw else None

@@ -91,6 +91,9 @@ class BenchConf:
     measured_prompts: int = MISSING
     # Each repeat of a cell is its own cold boot; two or more give intervals and verdicts.
     repeats: int = 1
+    # Prefix caching as an axis: [on] runs each arm as configured; [on, off] runs every cell
+    # again with `serving.args.enable_prefix_caching=false` (a cell id `<arm>+pc-off-c<N>`).
+    prefix_caching: list[bool] = field(default_factory=lambda: [True])
     # Comparable: the speedup's 90% interval lies within 1 +- this fraction (0.05: +-5%).
     equivalence_margin: float = 0.05
     lossless: LosslessConf = field(default_factory=LosslessConf)

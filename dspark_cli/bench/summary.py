@@ -23,6 +23,9 @@ from dspark_cli.bench.summary_rows import ArmResult, CellRow, SpeedupRow, cell_g
 
 @dataclass(frozen=True)
 class Summary:
+    """`arms` and `baseline` are variants (`protocol.variant`): with the prefix-caching axis
+    on and off, each arm is two, `<arm>` and `<arm>+pc-off`."""
+
     protocol: str
     arms: tuple[str, ...]
     baseline: str
@@ -35,6 +38,7 @@ class Summary:
     mean_speedup: Mapping[str, float | None]  # geometric mean over valid pairs, per arm
     objectives: gp.Objectives | None = None
     winners: tuple[winners.Winner, ...] = ()  # the arm to run per concurrency
+    prefix_caching: tuple[bool, ...] = (True,)  # the protocol's axis
 
     @property
     def results_sentence(self) -> str:
@@ -53,6 +57,7 @@ class Summary:
             "protocol": self.protocol, "arms": list(self.arms), "baseline": self.baseline,
             "concurrencies": list(self.concurrencies), "repeats": self.repeats,
             "equivalence_margin": self.equivalence_margin,
+            "prefix_caching": list(self.prefix_caching),
             "cells": [c.to_dict() for c in self.cells],
             "results": [r.to_dict() for r in self.results],
             "speedups": [s.to_dict() for s in self.speedups],
@@ -62,7 +67,7 @@ class Summary:
             "winners": [w.to_dict() for w in self.winners],
             "gpu_flags": [{"cell_id": c.cell_id, "flag": f} for c in self.cells
                           for f in c.gpu_flags],
-            "lossless": lossless.by_arm([(c.arm, c.cell_id, c.lossless, c.lossless_check)
+            "lossless": lossless.by_arm([(c.variant, c.cell_id, c.lossless, c.lossless_check)
                                          for c in self.cells], self.arms),
             "counts": {
                 "cells": len(self.cells),
@@ -167,12 +172,14 @@ def summarize(
     repeats: int = 1,
     equivalence_margin: float = 0.05,
     objectives: gp.Objectives | None = None,
+    prefix_caching: Sequence[bool] = (True,),
 ) -> Summary:
     """Order cells as the protocol does (concurrency-major, then repeat), aggregate the repeats
-    of each arm and concurrency, and compute every speedup with its verdict."""
+    of each arm (variant: `arms` and `baseline` name them) and concurrency, and compute every
+    speedup with its verdict."""
     rows_by_key: dict[tuple[str, int], list[CellRow]] = {}
     for row in _lossless([_row(r) for r in records], concurrencies):
-        rows_by_key.setdefault((row.arm, row.concurrency), []).append(row)
+        rows_by_key.setdefault((row.variant, row.concurrency), []).append(row)
     results = {key: aggregate(*key, rows) for key, rows in rows_by_key.items()}
     # Arms or concurrencies the protocol does not list still show (after the rest).
     order = [(a, c) for c in concurrencies for a in arms]
@@ -211,6 +218,7 @@ def summarize(
         objectives=objectives,
         winners=_winners(list(results.values()), concurrencies, equivalence_margin, objectives,
                          baseline),
+        prefix_caching=tuple(prefix_caching),
     )
 
 

@@ -19,6 +19,7 @@ from dspark_cli.untrusted import write_atomic
 SHOWN_LATENCY = tuple((m, p) for m in ("ttft", "tpot", "itl") for p in ("p50", "p99"))
 CSV_COLUMNS = (
     "arm",
+    "prefix_caching",
     "concurrency",
     "repeat",
     "valid",

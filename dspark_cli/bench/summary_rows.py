@@ -11,6 +11,7 @@ from typing import Any
 
 from dspark_cli.bench import goodput as gp
 from dspark_cli.bench import stats, verdicts
+from dspark_cli.bench.protocol import variant
 
 Latency = Mapping[str, Mapping[str, float]]
 # The per-GPU means (machine/gpu_sampler.py) a cell's row carries, averaged over its GPUs.
@@ -40,6 +41,12 @@ class CellRow:
     lossless_check: Mapping[str, Any] | None = None  # their comparison with the reference's
     goodput: gp.Goodput | None = None  # under the protocol's objectives
     gpus: dict[str, Any] | None = None  # `cell_gpus` of its record; None: not sampled
+    prefix_caching: bool = True  # False: the arm ran with prefix caching off
+
+    @property
+    def variant(self) -> str:
+        """What the summary aggregates it under: its arm, or `<arm>+pc-off`."""
+        return variant(self.arm, self.prefix_caching)
 
     @property
     def gpu_flags(self) -> list[str]:
@@ -47,8 +54,9 @@ class CellRow:
         return list((self.gpus or {}).get("flags") or ())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"arm": self.arm, "concurrency": self.concurrency, "repeat": self.repeat,
-                "cell_id": self.cell_id, "valid": self.valid, "reasons": list(self.reasons),
+        return {"arm": self.arm, "prefix_caching": self.prefix_caching,
+                "concurrency": self.concurrency, "repeat": self.repeat, "cell_id": self.cell_id,
+                "valid": self.valid, "reasons": list(self.reasons),
                 "output_throughput": self.output_throughput,
                 "request_throughput": self.request_throughput,
                 "total_output_tokens": self.total_output_tokens,
@@ -84,7 +92,8 @@ def cell_gpus(section: Any) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class ArmResult:
-    """One arm at one concurrency over its valid repeats."""
+    """One arm (`arm`: its variant, `<arm>+pc-off` with prefix caching off) at one
+    concurrency over its valid repeats."""
 
     arm: str
     concurrency: int

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean, median
 from typing import Any
 
+from dspark_cli.bench.protocol import variant
 from dspark_cli.report.markup import table as md_table
 from dspark_cli.report.markup import text
 
@@ -30,10 +31,16 @@ def _section(cell: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _arm(cell: Mapping[str, Any]) -> str:
+    """The cell's arm, `<arm>+pc-off` where it ran with prefix caching off (apart: acceptance
+    and cold start differ with it)."""
+    return variant(str(cell.get("arm")), cell.get("prefix_caching") is not False)
+
+
 def _groups(cells: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], list[Mapping[str, Any]]]:
     out: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for c in cells:
-        out.setdefault((str(c.get("arm")), int(c.get("concurrency") or 0)), []).append(c)
+        out.setdefault((_arm(c), int(c.get("concurrency") or 0)), []).append(c)
     return out
 
 
@@ -94,7 +101,7 @@ def _cold_start(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     for c in cells:
         cold = _section(c, "cold_start")
         if cold:
-            arms.setdefault(str(c.get("arm")), []).append(cold)
+            arms.setdefault(_arm(c), []).append(cold)
     for arm, colds in arms.items():
         def med(key: str, colds: list[Mapping[str, Any]] = colds) -> str:
             values = [v for cold in colds for v in [cold.get(key) if key.endswith("_s") else
