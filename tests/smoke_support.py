@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 
 from dspark_cli.server.process import free_port
-from tests.conftest import dspark_argv, run_dspark
+from tests.conftest import dspark_argv, run_dspark_process
 from tests.doubles.fake_vllm import SCRIPT
 
 ALL_CHECKS = {"vllm_accepts_command", "health", "server_alive", "liveness", "startup_lines",
@@ -35,8 +35,8 @@ def smoke_argv(port: int, fake_args: list[str], *overrides: str) -> list[str]:
 def run_smoke(tmp_path: Path, scenario: str, *overrides: str,
               fake_args: tuple[str, ...] = ()) -> tuple[int, dict[str, Any], str]:
     port = free_port()
-    done = run_dspark(*smoke_args(port, ["--scenario", scenario, "--k", "3", *fake_args],
-                                  *overrides), cwd=tmp_path)
+    args = smoke_args(port, ["--scenario", scenario, "--k", "3", *fake_args], *overrides)
+    done = run_dspark_process(*args, cwd=tmp_path)
     assert done.stdout.strip(), done.stderr
     report = json.loads(done.stdout)
     assert_nothing_left(report, port)

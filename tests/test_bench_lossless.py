@@ -23,7 +23,7 @@ from dspark_cli.config.plain import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.process import free_port
-from tests.conftest import compose_config, run_dspark, wait_until
+from tests.conftest import compose_config, run_dspark, run_dspark_process, wait_until
 from tests.doubles.fake_engine import LOSSY_INDEX
 from tests.doubles.fake_vllm import command
 
@@ -212,11 +212,11 @@ def test_bench_marks_the_speculative_cell_of_a_lossy_server_invalid(tmp_path: Pa
     # Each arm's server is told which profile it stands for (the override resolves per arm).
     fake = ",".join(command(port, "lossy_speculation", "--k", "3", "--speculative",
                             "${speculative.name}", "--print-line", f"'{DOWNGRADE}'"))
-    done = run_dspark("bench", "bench=cpu", "+hw=cpu", f"server.port={port}",
-                      f"server.command=[{fake}]", "server.ready_timeout_s=20",
-                      "bench.warmups=[]", "bench.measured_prompts=4", "bench.concurrency=2",
-                      "bench.phase_timeout_s=120", f"hydra.run.dir={run_dir}", "--json",
-                      timeout=600)
+    done = run_dspark_process("bench", "bench=cpu", "+hw=cpu", f"server.port={port}",
+                              f"server.command=[{fake}]", "server.ready_timeout_s=20",
+                              "bench.warmups=[]", "bench.measured_prompts=4",
+                              "bench.concurrency=2", "bench.phase_timeout_s=120",
+                              f"hydra.run.dir={run_dir}", "--json", timeout=600)
     assert done.returncode == 1, done.stderr[-3000:]  # an invalid cell
     cells = {c["cell_id"]: c for c in json.loads(done.stdout)["cells"]}
     assert cells["none-c2"]["valid"] and not cells["draft_model-c2"]["valid"]

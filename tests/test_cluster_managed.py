@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.server.process import free_port
-from tests.conftest import LEAN_RANKS, run_dspark, start_dspark, wait_until
+from tests.conftest import LEAN_RANKS, run_dspark, run_dspark_process, start_dspark, wait_until
 from tests.smoke_support import checks, port_free, statuses
 from tests.test_deploy_slurm import job_processes
 
@@ -36,9 +36,9 @@ def _job_of(stderr: str) -> str:
 def test_managed_smoke_on_two_slurm_nodes_checks_both_engines_and_cancels_the_job(
         slurm_cluster, short_dir):
     port, rpc = free_port(), free_port()
-    done = run_dspark("smoke", *SLURM, "hw.nodes=2", *LEAN_RANKS, f"server.port={port}",
-                      f"hw.dp_rpc_port={rpc}", "--json", cwd=short_dir, env=slurm_cluster.env,
-                      timeout=BOOT_S)
+    done = run_dspark_process("smoke", *SLURM, "hw.nodes=2", *LEAN_RANKS,
+                              f"server.port={port}", f"hw.dp_rpc_port={rpc}", "--json",
+                              cwd=short_dir, env=slurm_cluster.env, timeout=BOOT_S)
     assert done.stdout.strip(), done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert done.returncode == 0, (report["verdict"], done.stderr[-3000:])
@@ -71,8 +71,9 @@ def test_managed_bench_on_slurm_runs_a_cell_as_its_own_job(slurm_cluster, short_
     nodes starts as the two-node smoke does, test_smoke_nodes)."""
     run = short_dir / "run"
     port = free_port()
-    done = run_dspark("bench", *ONE_CELL, *SLURM, f"server.port={port}", f"hydra.run.dir={run}",
-                      "--json", cwd=short_dir, env=slurm_cluster.env, timeout=BOOT_S)
+    done = run_dspark_process("bench", *ONE_CELL, *SLURM, f"server.port={port}",
+                              f"hydra.run.dir={run}", "--json", cwd=short_dir,
+                              env=slurm_cluster.env, timeout=BOOT_S)
     assert done.returncode == 0, done.stderr[-4000:]
     job = _job_of(done.stderr)
     cell_dir = run / "cells" / "none-c2"
@@ -91,9 +92,9 @@ def test_managed_bench_on_slurm_runs_a_cell_as_its_own_job(slurm_cluster, short_
 @pytest.mark.vllm  # the tiny model is made with torch
 def test_a_job_that_fails_ends_the_smoke_with_exit_3_naming_it(slurm_cluster, short_dir):
     started = time.monotonic()
-    done = run_dspark("smoke", *SLURM, f"server.port={free_port()}",
-                      "deploy.slurm.setup=[exit 7]", "--json", cwd=short_dir,
-                      env=slurm_cluster.env, timeout=300)
+    done = run_dspark_process("smoke", *SLURM, f"server.port={free_port()}",
+                              "deploy.slurm.setup=[exit 7]", "--json", cwd=short_dir,
+                              env=slurm_cluster.env, timeout=300)
     took = time.monotonic() - started
     assert done.stdout.strip(), done.stderr[-3000:]
     report = json.loads(done.stdout)

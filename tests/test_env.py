@@ -9,16 +9,18 @@ import json
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from dspark_cli.errors import ExitCode
-from tests.conftest import REPO, dspark_env, run_dspark
+from tests.conftest import REPO, dspark_env, run_dspark, run_dspark_process
 from tests.fake_gpu import fake_host
 from tests.test_image_facts import image_site
 
 
-def _env(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
-    done = run_dspark("env", "--json", *args, env=env)
+def _env(*args: str, env: dict[str, str] | None = None,
+         run: Callable[..., subprocess.CompletedProcess[str]] = run_dspark) -> tuple[int, dict]:
+    done = run("env", "--json", *args, env=env)
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads(done.stdout)
 
@@ -118,8 +120,10 @@ def _image_vllm(root: Path, dspark: bool) -> Path:
 def test_the_images_vllm_its_commit_and_what_it_supports(tmp_path: Path) -> None:
     host = fake_host(tmp_path / "bin", "h200x8")
     site = _image_vllm(tmp_path / "with", dspark=True)
+    # the image's vLLM on PYTHONPATH: what an interpreter finds installed when it starts
     _, env = _env("+image=seed_mi350x", env={**host, "PYTHONPATH": str(site),
-                                             "DSPARK_CACHE_DIR": str(tmp_path / "cache")})
+                                             "DSPARK_CACHE_DIR": str(tmp_path / "cache")},
+                  run=run_dspark_process)
     assert env["vllm"] == {"dist": "vllm", "version": "0.1.dev1+g2a02f6efe",
                            "commit": "2a02f6efe", "supports": {
                                "method_dspark": True, "adaptive_verification": True,
@@ -130,7 +134,8 @@ def test_the_images_vllm_its_commit_and_what_it_supports(tmp_path: Path) -> None
     assert any("--vllm" in n for n in env["not_checked"])
     without = _image_vllm(tmp_path / "without", dspark=False)
     code, env = _env("--check", env={**host, "PYTHONPATH": str(without),
-                                     "DSPARK_CACHE_DIR": str(tmp_path / "cache")})
+                                     "DSPARK_CACHE_DIR": str(tmp_path / "cache")},
+                     run=run_dspark_process)
     assert code == 1
     assert env["vllm"]["supports"] == {"method_dspark": False, "adaptive_verification": False,
                                        "v2_model_runner": False}

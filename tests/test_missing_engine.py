@@ -13,7 +13,7 @@ import pytest
 
 from dspark_cli.errors import ExitCode
 from dspark_cli.server.process import free_port
-from tests.conftest import REPO, run_dspark
+from tests.conftest import REPO, run_dspark_process
 
 STUB = 'raise ModuleNotFoundError("No module named {0!r}", name="{0}")\n'
 HIDER = '''import sys
@@ -51,8 +51,8 @@ def broken_install(tmp_path: Path, kind: str) -> dict[str, str]:
 ], ids=["serve", "smoke", "bench", "serve-validate"])
 def test_no_engine_says_what_to_install(tmp_path: Path, kind: str, args: list[str]) -> None:
     port = free_port()  # not 8000: a server of someone else's may hold it
-    done = run_dspark(*args, f"server.port={port}", env=broken_install(tmp_path, kind),
-                      cwd=tmp_path, timeout=180)
+    done = run_dspark_process(*args, f"server.port={port}", env=broken_install(tmp_path, kind),
+                              cwd=tmp_path, timeout=180)
     assert done.returncode == ExitCode.MISSING_ENGINE == 4, done.stderr
     assert "pip install 'dspark[cpu]'" in done.stderr
     assert "cannot import" in done.stderr
@@ -60,7 +60,7 @@ def test_no_engine_says_what_to_install(tmp_path: Path, kind: str, args: list[st
 
 
 def test_a_dry_run_needs_no_engine(tmp_path: Path) -> None:
-    done = run_dspark("serve", "+hw=cpu", "--dry-run",
-                      env=broken_install(tmp_path, "hidden"), cwd=tmp_path)
+    done = run_dspark_process("serve", "+hw=cpu", "--dry-run",
+                              env=broken_install(tmp_path, "hidden"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "vllm serve" in done.stdout or "dspark_cli.vllm.shim" in done.stdout

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dspark_cli.report import markdown
-from tests.conftest import run_dspark
+from tests.conftest import run_dspark, run_dspark_process
 from tests.report_factory import bench_run, edit_json, smoke_run
 
 SECRET = "hf_plantedSecret12345"
@@ -136,9 +136,9 @@ def test_validate_json_holds_no_url_password(tmp_path: Path) -> None:
     """`dspark validate` with a URL password in model.path: its stages' details (a checkpoint
     that is not there names the path) are written redacted, and so is the report."""
     run = tmp_path / "run"
-    done = run_dspark("validate", "+hw=cpu", "model.synthetic=null", "validate.accuracy=null",
-                      f"model.path=https://me:{URL_PW}@h.invalid/m", f"hydra.run.dir={run}",
-                      timeout=600)
+    done = run_dspark_process("validate", "+hw=cpu", "model.synthetic=null",
+                              "validate.accuracy=null", f"model.path=https://me:{URL_PW}@h.invalid/m",
+                              f"hydra.run.dir={run}", timeout=600)
     assert done.returncode != 70, done.stderr
     written = {p.name: p.read_text() for p in run.rglob("*") if p.is_file()}
     assert "validate.json" in written, (done.returncode, done.stderr[-2000:])

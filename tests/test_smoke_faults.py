@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from dspark_cli.server.process import free_port
-from tests.conftest import default_signals, dspark_env, run_dspark
+from tests.conftest import default_signals, dspark_env, run_dspark_process
 from tests.smoke_support import (
     ALL_CHECKS,
     checks,
@@ -132,8 +132,8 @@ def test_busy_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        done = run_dspark(*smoke_args(port, ["--scenario", "healthy"]), cwd=tmp_path,
-                          timeout=60)
+        done = run_dspark_process(*smoke_args(port, ["--scenario", "healthy"]), cwd=tmp_path,
+                                  timeout=60)
     assert done.returncode == 3
     assert "already in use" in done.stderr
     assert "Traceback" not in done.stderr
@@ -145,6 +145,6 @@ def test_a_command_that_cannot_start_is_a_server_error(tmp_path: Path) -> None:
     args = smoke_args(port, [])
     args[args.index(next(a for a in args if a.startswith("server.command=")))] = (
         "server.command=[/nonexistent/vllm,serve]")
-    done = run_dspark(*args, cwd=tmp_path, timeout=60)
+    done = run_dspark_process(*args, cwd=tmp_path, timeout=60)
     assert done.returncode == 3
     assert "could not start" in done.stderr and "Traceback" not in done.stderr

