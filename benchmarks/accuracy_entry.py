@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -79,7 +81,7 @@ def main() -> None:
                                "--port", str(port)], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while not healthy(f"http://127.0.0.1:{port}"):
+        while not healthy(httpx.Client(), f"http://127.0.0.1:{port}"):
             if time.monotonic() > deadline or server.poll() is not None:
                 sys.exit("the fake server did not come up")
             time.sleep(0.1)

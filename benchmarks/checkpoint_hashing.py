@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from dspark_cli.checkpoint.hashing import (
+from dspark_cli.checkpoint.content import (
     SHA256,
     HashJob,
     default_workers,

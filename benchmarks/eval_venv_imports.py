@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 EVAL_SITE = REPO / ".venv-eval" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" \
     / "site-packages"
 # A server's first import (its API server, and much the same in its engine core) and a load
-# generator's (bench/loadgen_forks.py's warm modules).
+# generator's (what `vllm bench serve` imports at its start).
 IMPORTS = {
     "server": "import vllm.entrypoints.openai.api_server",
     "loadgen": "import vllm.entrypoints.cli.main, vllm.entrypoints.cli.benchmark.main, "

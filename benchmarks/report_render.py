@@ -52,7 +52,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="report-bench-") as tmp:
         os.environ.setdefault("DSPARK_CACHE_DIR", str(Path(tmp) / "cache"))
-        from dspark_cli.report.files import write_report
+        from dspark_cli.report.markdown import write_report
         from tests.report_factory import bench_run, smoke_run
 
         root = Path(tmp) / "run"

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from dspark_cli.errors import ExitCode, ServerError
@@ -83,7 +84,7 @@ def test_a_server_that_is_not_vllm_is_not_waited_for(tmp_path: Path) -> None:
                               "127.0.0.1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: probe.health(f"http://127.0.0.1:{port}") == 404, 60,
+        wait_until(lambda: probe.health(httpx.Client(), f"http://127.0.0.1:{port}") == 404, 60,
                    "the other server")
         session = ServerSession(*attached(port)).start()
         with pytest.raises(ServerError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,36 @@ def test_run_phase_stops_early_when_asked(tmp_path: Path) -> None:
     slow = run_phase([sys.executable, "-c", HANGS], MEASURED, tmp_path,
                      {}, timeout_s=0.5, poll_s=0.05)
     assert "timed out" in (slow.error or "")
+
+
+# A load generator that starts a child of its own (as vLLM's tokenizer workers may), writes both
+# pids, and never finishes.
+TREE = """
+import os, subprocess, sys, signal
+child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+open(sys.argv[1], "w").write(f"{os.getpid()} {child.pid}")
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("stop", ["timeout", "stall"])
+def test_a_phase_is_its_own_process_torn_down_with_what_it_started(
+        tmp_path: Path, stop: str) -> None:
+    import psutil
+
+    pids = tmp_path / "pids"
+    argv = [sys.executable, "-c", TREE, str(pids)]
+    asked = {"timeout": {"timeout_s": 3.0},
+             "stall": {"timeout_s": 60.0,
+                       "abort": lambda: "stalled: no token for 30 s" if pids.exists() else None}}
+    run = run_phase(argv, MEASURED, tmp_path, {}, poll_s=0.05, **asked[stop])
+    assert run.returncode is None and run.duration_s < 30
+    assert ("timed out" if stop == "timeout" else "stalled: no token") in (run.error or "")
+    phase, child = map(int, pids.read_text().split())
+    assert phase != os.getpid()  # a process of its own, not this one
+    gone = [not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE
+            for p in (phase, child)]
+    assert gone == [True, True]
 
 
 def test_latency_percentiles_are_asked_for_and_read_back() -> None:

@@ -185,12 +185,12 @@ def fake(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("fake", [("healthy",)], indirect=True)
 def test_the_probe_records_token_ids_and_repeats_itself(fake: str) -> None:
     prompts = lossless.load_prompts(spec())
-    first, second = (answer(fake, "tiny", prompts, 10) for _ in range(2))
+    first, second = (answer(httpx.Client(), fake, "tiny", prompts, 10) for _ in range(2))
     assert first["errors"] == [] and len(first["texts"]) == 8
     assert [len(t) for t in first["token_ids"]] == [8] * 8
     assert (first["prompts_sha256"], first["max_tokens"]) == (PINNED.sha256, 8)
     assert lossless.compare("ref", first, second).share == 1.0
-    wrong = answer(fake, "nope", prompts, 10)  # a model the server does not serve
+    wrong = answer(httpx.Client(), fake, "nope", prompts, 10)  # a model the server does not serve
     assert wrong["errors"][0].startswith("prompt 0: HTTP 404")
 
 
@@ -198,8 +198,9 @@ def test_the_probe_records_token_ids_and_repeats_itself(fake: str) -> None:
                          indirect=True)
 def test_a_server_that_changes_one_token_under_speculation_fails_the_check(fake: str) -> None:
     prompts = lossless.load_prompts(spec())
-    reference = answer(fake, "tiny", prompts, 10)  # the double changes the first answer only
-    lossy, clean = reference, answer(fake, "tiny", prompts, 10)
+    # the double changes the first answer only
+    reference = answer(httpx.Client(), fake, "tiny", prompts, 10)
+    lossy, clean = reference, answer(httpx.Client(), fake, "tiny", prompts, 10)
     check = lossless.compare("none-c2", clean, lossy)
     assert (check.identical, check.total, check.divergences) == (7, 8, ((0, LOSSY_INDEX),))
     assert "7 of 8 greedy sequences identical" in lossless.lossless_reason(check, lossy)

@@ -15,9 +15,14 @@ from checkpoint_factory import INDEX, build_checkpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dspark_cli.checkpoint.headers import HeaderError, read_header
-from dspark_cli.checkpoint.index import ParseError, parse_config, parse_index
-from dspark_cli.checkpoint.manifest import ManifestError, parse_manifest
+from dspark_cli.checkpoint.content import ManifestError, parse_manifest
+from dspark_cli.checkpoint.structure import (
+    HeaderError,
+    ParseError,
+    parse_config,
+    parse_index,
+    read_header,
+)
 from dspark_cli.checkpoint.verify import ContentRequest, verify_checkpoint
 
 SETTINGS = settings(max_examples=150, deadline=None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.checkpoint.hashing import (
+from dspark_cli.checkpoint.content import (
     CHUNK_BYTES,
     GIT_SHA1,
     SHA256,
@@ -81,7 +81,7 @@ def test_progress_bar_renders_to_stderr(tmp_path: Path) -> None:
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(2 * CHUNK_BYTES))
     code = (
-        "from pathlib import Path; from dspark_cli.checkpoint.hashing import HashJob, hash_files;"
+        "from pathlib import Path; from dspark_cli.checkpoint.content import HashJob, hash_files;"
         f"r = hash_files([HashJob('d', Path({str(data)!r}))], progress=True);"
         "print(r['d'].digests['sha256'])"
     )

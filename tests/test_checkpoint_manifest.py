@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from checkpoint_factory import build_checkpoint, build_hf_cache, fingerprint
 
-from dspark_cli.checkpoint.manifest import (
+from dspark_cli.checkpoint.content import (
     ManifestError,
     blob_expectation,
     format_manifest,

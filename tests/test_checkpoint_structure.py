@@ -22,9 +22,14 @@ from checkpoint_factory import (
     write_shard,
 )
 
-from dspark_cli.checkpoint.headers import HeaderError, read_header
-from dspark_cli.checkpoint.index import ParseError, parse_index, unsafe_reason
 from dspark_cli.checkpoint.result import Check
+from dspark_cli.checkpoint.structure import (
+    HeaderError,
+    ParseError,
+    parse_index,
+    read_header,
+    unsafe_reason,
+)
 from dspark_cli.checkpoint.verify import verify_checkpoint
 
 SHARD1 = "model-00001-of-00003.safetensors"

@@ -65,7 +65,8 @@ def test_watch_trips_on_a_real_server_whose_engine_stops(tmp_path: Path) -> None
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: _status(url) == 200, 15, "the fake's /health")
-        watch = StallWatch(lambda: url, StallSettings(stall_s=1.0, poll_s=0.1)).start()
+        watch = StallWatch(httpx.Client(), lambda: url,
+                           StallSettings(stall_s=1.0, poll_s=0.1)).start()
         _post(url)  # served in full: running stays 0, no stall
         time.sleep(1.5)
         assert watch.tripped is None and watch.reads > 5
@@ -201,7 +202,11 @@ def _stall_watched(port: int) -> tuple[subprocess.Popen[bytes], StallWatch, str]
     proc = subprocess.Popen(command(port, "stalled", "--stall-after", "0"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until(lambda: _status(url) == 200, 15, "the fake's /health")
-    return proc, StallWatch(lambda: url, StallSettings(stall_s=1.0, poll_s=0.1)).start(), url
+    return proc, _watch(url), url
+
+
+def _watch(url: str) -> StallWatch:
+    return StallWatch(httpx.Client(), lambda: url, StallSettings(stall_s=1.0, poll_s=0.1)).start()
 
 
 def _reason(watch: StallWatch) -> str | None:
@@ -218,18 +223,20 @@ def test_the_probes_end_when_the_watch_trips_not_at_their_timeout() -> None:
     from dspark_cli.bench.protocol import Sampling
 
     proc, watch, url = _stall_watched(free_port())
+    client = httpx.Client()
     try:
         spec = LosslessSpec(Path("greedy.jsonl"), "0" * 64, 16, "none", 1.0)
         started = time.monotonic()
-        got = answer(url, "tiny", PromptSet(spec, ("a b", "c d")), 120.0, lambda: _reason(watch))
+        got = answer(client, url, "tiny", PromptSet(spec, ("a b", "c d")), 120.0,
+                     lambda: _reason(watch))
         assert time.monotonic() - started < 10
         assert got["texts"] == [] and got["token_ids"] is None
         (error,) = got["errors"]
         assert error.startswith("prompt 0: stalled: no token generated for "), error
         watch.stop()  # the engagement probe meets the same stalled server under a fresh watch
-        watch = StallWatch(lambda: url, StallSettings(stall_s=1.0, poll_s=0.1)).start()
+        watch = _watch(url)
         started = time.monotonic()
-        seen = probe(url, "tiny", ("a b",), 4, Sampling(0.0, 1.0, 32, True), 120.0, 3,
+        seen = probe(client, url, "tiny", ("a b",), 4, Sampling(0.0, 1.0, 32, True), 120.0, 3,
                      lambda: None, lambda: _reason(watch))
         assert time.monotonic() - started < 10
         assert (seen.level, seen.requests, seen.steps) == (None, 0, 0)
@@ -240,6 +247,7 @@ def test_the_probes_end_when_the_watch_trips_not_at_their_timeout() -> None:
         watch.stop()
         proc.kill()
         proc.wait()
+        client.close()
 
 
 @pytest.mark.vllm  # the cells' load generator is vLLM's own `vllm bench serve`

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from checkpoint_factory import build_checkpoint
 
-from dspark_cli.checkpoint.manifest import ManifestError, parse_manifest
+from dspark_cli.checkpoint.content import ManifestError, parse_manifest
 from dspark_cli.checkpoint.result import Check
 from dspark_cli.checkpoint.verify import ContentRequest, verify_checkpoint
 from tests.conftest import run_dspark

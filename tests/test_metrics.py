@@ -108,11 +108,11 @@ def test_scrape_over_http_and_delta_of_one_request() -> None:
                 return False
 
         wait_until(healthy, 10, "the fake server to answer /health")
-        before = metrics.scrape(base)
+        before = metrics.scrape(httpx.Client(), base)
         r = httpx.post(base + "/v1/completions",
                        json={"model": "tiny", "prompt": "hi", "max_tokens": 48}, timeout=5)
         assert r.status_code == 200
-        delta = metrics.scrape(base).delta(before)
+        delta = metrics.scrape(httpx.Client(), base).delta(before)
         assert delta.total(metrics.GENERATION_TOKENS) == 48
         spec = metrics.spec_decode(delta)
         assert spec is not None and spec.draft_tokens == spec.drafts * 3 > 0
@@ -124,4 +124,4 @@ def test_scrape_over_http_and_delta_of_one_request() -> None:
 
 def test_scrape_of_a_closed_port_is_a_scrape_error() -> None:
     with pytest.raises(metrics.ScrapeError, match="could not read"):
-        metrics.scrape(f"http://127.0.0.1:{free_port()}", timeout_s=1)
+        metrics.scrape(httpx.Client(), f"http://127.0.0.1:{free_port()}", timeout_s=1)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.report import markdown
-from dspark_cli.report.files import write_report
+from dspark_cli.report.markdown import write_report
 from tests.conftest import run_dspark
 from tests.report_factory import ARMS, BASELINE, CONCURRENCIES, bench_run, smoke_run
 

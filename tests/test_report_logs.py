@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.report.files import write_report
+from dspark_cli.report.markdown import write_report
 from dspark_cli.smoke import schema
 from dspark_cli.smoke.expectations import expectations
 from tests.conftest import compose_config, run_dspark

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dspark_cli.launch.provenance import checkpoint_identity
-from dspark_cli.report.files import write_report
+from dspark_cli.report.markdown import write_report
 from tests.checkpoint_factory import (
     DSV4_FLASH_QUANTIZATION,
     Spec,

@@ -25,9 +25,10 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
         if proc.poll() is not None:
             tail = proc.stdout.read()[-3000:]
             raise AssertionError(f"dspark serve exited {proc.poll()}:\n{tail}")
-        return probe.healthy(url)  # dspark's probe: one TLS context, not one per poll
+        return probe.healthy(client, url)
 
-    wait_until(healthy, timeout, "the server to become healthy", poll_s=0.5)
+    with httpx.Client() as client:
+        wait_until(healthy, timeout, "the server to become healthy", poll_s=0.5)
 
 
 def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:

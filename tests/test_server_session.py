@@ -13,9 +13,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from dspark_cli.errors import ServerError
+from dspark_cli.server import probe
 from dspark_cli.server.attached import AttachedServer
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.local import LocalDeployment, NodeProcess
@@ -72,6 +74,26 @@ def test_a_dead_process_ends_the_wait_with_its_exit_code(tmp_path: Path) -> None
     assert exc.value.reason == "the server exited with code 2 before /health answered 200"
 
 
+# A server that boots for a while, then dies: it writes when it died (time.time()) first.
+DIES = ("import pathlib, sys, time; time.sleep(1.3); "
+        "pathlib.Path(sys.argv[1]).write_text(repr(time.time())); sys.exit(5)")
+
+
+def test_the_readiness_poll_sees_a_death_between_its_polls(tmp_path: Path) -> None:
+    """/health is asked about once a second; a process that dies between two asks ends the
+    wait at once, not at the next ask."""
+    port, died = free_port(), tmp_path / "died"
+    argv = (sys.executable, "-c", DIES, str(died))
+    target = (LocalDeployment((NodeProcess(0, argv, dict(os.environ), port),), "127.0.0.1",
+                              port, tmp_path / "server.log", stop_grace_s=5.0),
+              Watch(60.0, FATAL))
+    with ServerSession(*target) as session, pytest.raises(ServerError) as exc:
+        session.wait_healthy()
+    noticed = time.time()
+    assert exc.value.reason == "the server exited with code 5 before /health answered 200"
+    assert noticed - float(died.read_text()) < 0.75
+
+
 @pytest.fixture
 def running_fake(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     port = free_port()
@@ -96,7 +118,8 @@ def test_attached_session_is_the_same_interface_and_never_stops_the_server(
         assert session.scrape().has(GENERATION_TOKENS)
     assert session.teardown is None and session.final_log is not None
     assert session.final_log.lines_read > 0
-    assert session.healthy(), "an attached server is not ours to stop"
+    with httpx.Client() as client:  # the session's own client closed with it
+        assert probe.healthy(client, target[0].planned_url), "an attached server is not ours"
 
 
 def test_busy_port_is_refused_before_the_run_record_or_a_scratch_dir(tmp_path: Path) -> None:

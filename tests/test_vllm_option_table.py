@@ -192,7 +192,7 @@ def test_the_run_record_names_the_table(tmp_path: Path) -> None:
 
 
 def test_the_report_names_the_table(tmp_path: Path) -> None:
-    from dspark_cli.report.files import write_report
+    from dspark_cli.report.markdown import write_report
     from tests.report_factory import smoke_run
 
     _, text = write_report([smoke_run(tmp_path / "smoke")], tmp_path / "out")

@@ -19,7 +19,6 @@ from dspark_cli.bench.greedy_probe import Stopped, watched
 from dspark_cli.bench.protocol import Sampling
 from dspark_cli.server.metrics import Scrape, spec_decode
 from dspark_cli.server.spec_metrics import Engagement, RequestSteps, judge, observed, parse
-from dspark_cli.server.tls import shared_context
 
 # The prompts when the protocol has no pinned greedy prompts to reuse.
 PROMPTS = ("Speculative decoding drafts tokens that the target model verifies.",)
@@ -27,10 +26,11 @@ MAX_REQUESTS = 64  # a probe at concurrency 256 sends 64: enough steps, minutes 
 MAX_TOKENS = 256
 
 
-def _one(client: httpx.Client, url: str, body: dict[str, Any]) -> RequestSteps | str | None:
+def _one(client: httpx.Client, url: str, body: dict[str, Any],
+         timeout_s: float) -> RequestSteps | str | None:
     """One answer's steps (None: it carried none), or why it could not be read."""
     try:
-        response = client.post(url, json=body)
+        response = client.post(url, json=body, timeout=timeout_s)
         response.raise_for_status()
         return parse(response.json())
     except httpx.HTTPStatusError as exc:
@@ -39,13 +39,14 @@ def _one(client: httpx.Client, url: str, body: dict[str, Any]) -> RequestSteps |
         return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
-def probe(base_url: str, model: str, prompts: Sequence[str], concurrency: int,
+def probe(client: httpx.Client, base_url: str, model: str, prompts: Sequence[str], concurrency: int,
           sampling: Sampling, timeout_s: float, k: int | None,
           scrape: Callable[[], Scrape | None],
           stop: Callable[[], str | None] = lambda: None) -> Engagement:
-    """`concurrency` (at most MAX_REQUESTS) completions at once, sampled as `sampling` says;
-    `scrape` reads /metrics (None when it cannot) before and after them. Not measured, with
-    the reason, when `stop()` names one before they are all answered (a stall)."""
+    """`concurrency` (at most MAX_REQUESTS) completions at once through the cell's session's
+    `client`, sampled as `sampling` says; `scrape` reads /metrics (None when it cannot) before
+    and after them. Not measured, with the reason, when `stop()` names one before they are all
+    answered (a stall)."""
     count = max(1, min(concurrency, MAX_REQUESTS))
     bodies = [{"model": model, "prompt": prompts[i % len(prompts)], "ignore_eos": True,
                "max_tokens": min(sampling.max_output_tokens, MAX_TOKENS),
@@ -54,10 +55,9 @@ def probe(base_url: str, model: str, prompts: Sequence[str], concurrency: int,
     before = scrape()
     pool = ThreadPoolExecutor(count)
     try:
-        with httpx.Client(timeout=timeout_s, verify=shared_context()) as client:
-            answers = watched(lambda: list(pool.map(
-                lambda b: _one(client, f"{base_url}/v1/completions", b), bodies)), stop)
-    finally:  # a stalled server's requests end with it: no wait for them here
+        answers = watched(lambda: list(pool.map(
+            lambda b: _one(client, f"{base_url}/v1/completions", b, timeout_s), bodies)), stop)
+    finally:  # a stalled server's requests end with its teardown: no wait for them here
         pool.shutdown(wait=False, cancel_futures=True)
     if isinstance(answers, Stopped):
         return Engagement(None, 0, 0, 0, 0, 0, k, None,

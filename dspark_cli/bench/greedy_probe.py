@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 import httpx
 
 from dspark_cli.bench.lossless import PromptSet
-from dspark_cli.server.tls import shared_context
 
 T = TypeVar("T")
 WATCH_POLL_S = 0.2  # how often a probe waiting on its server asks why it should stop
@@ -55,37 +54,37 @@ def watched(work: Callable[[], T], stop: Callable[[], str | None]) -> T | Stoppe
     return done[0]
 
 
-def answer(base_url: str, model: str, prompts: PromptSet, timeout_s: float,
-           stop: Callable[[], str | None] = lambda: None) -> dict[str, Any]:
+def answer(client: httpx.Client, base_url: str, model: str, prompts: PromptSet,
+           timeout_s: float, stop: Callable[[], str | None] = lambda: None) -> dict[str, Any]:
     """The record's `lossless` section: the settings it ran with, every answer's text and (when
     the server returns them for all) token ids, and the first error if a request failed or
-    `stop()` named a reason to give up on the server (the stall watch tripped)."""
+    `stop()` named a reason to give up on the server (the stall watch tripped); asked through
+    the cell's session's `client`."""
     spec = prompts.spec
     texts: list[str] = []
     ids: list[list[int] | None] = []
     errors: list[str] = []
-    with httpx.Client(timeout=timeout_s, verify=shared_context()) as client:
-        for i, prompt in enumerate(prompts.prompts):
-            body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens,
-                    "temperature": 0.0, "top_p": 1.0, "seed": 0, "return_token_ids": True}
-            try:
-                response = watched(partial(client.post, f"{base_url}/v1/completions",
-                                           json=body), stop)
-                if isinstance(response, Stopped):
-                    errors.append(" ".join(f"prompt {i}: {response.reason}".split()))
-                    break
-                response.raise_for_status()
-                choice = response.json()["choices"][0]
-                texts.append(str(choice["text"]))
-            except httpx.HTTPStatusError as exc:
-                errors.append(f"prompt {i}: HTTP {exc.response.status_code}")
+    for i, prompt in enumerate(prompts.prompts):
+        body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens,
+                "temperature": 0.0, "top_p": 1.0, "seed": 0, "return_token_ids": True}
+        try:
+            response = watched(partial(client.post, f"{base_url}/v1/completions", json=body,
+                                       timeout=timeout_s), stop)
+            if isinstance(response, Stopped):
+                errors.append(" ".join(f"prompt {i}: {response.reason}".split()))
                 break
-            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-                # one line: a reason is a table cell in the summary and the report
-                errors.append(" ".join(f"prompt {i}: {type(exc).__name__}: {exc}".split()))
-                break
-            got = choice.get("token_ids")
-            ids.append([int(t) for t in got] if isinstance(got, list) else None)
+            response.raise_for_status()
+            choice = response.json()["choices"][0]
+            texts.append(str(choice["text"]))
+        except httpx.HTTPStatusError as exc:
+            errors.append(f"prompt {i}: HTTP {exc.response.status_code}")
+            break
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            # one line: a reason is a table cell in the summary and the report
+            errors.append(" ".join(f"prompt {i}: {type(exc).__name__}: {exc}".split()))
+            break
+        got = choice.get("token_ids")
+        ids.append([int(t) for t in got] if isinstance(got, list) else None)
     have_ids = bool(ids) and all(t is not None for t in ids)
     return {"prompts": str(spec.prompts), "prompts_sha256": spec.sha256,
             "max_tokens": spec.max_tokens, "reference": spec.reference,

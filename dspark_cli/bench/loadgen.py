@@ -15,11 +15,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.goodput import Objectives, loadgen_flags
-from dspark_cli.bench.loadgen_forks import LoadgenForks, Process
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server import watchdog
@@ -162,27 +161,10 @@ def latency_ms(result: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """At once (no grace): a phase cut short is discarded, not asked to finish."""
+    """At once (no grace), with whatever it started: a phase cut short is discarded, not
+    asked to finish."""
     stop_group(proc.pid, grace=0.0, also=descendants(proc.pid))
     proc.wait()
-
-
-class _Cold:
-    """A phase's own `vllm bench serve`, started afresh under the watchdog."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], out: IO[bytes]) -> None:
-        self.proc = watchdog.popen(vllm_command(argv), 0.0, stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**os.environ, **env})
-
-    def poll(self, timeout_s: float) -> int | None:
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self) -> None:
-        _kill(self.proc)
 
 
 def run_phase(
@@ -193,29 +175,33 @@ def run_phase(
     timeout_s: float,
     abort: Callable[[], str | None] = lambda: None,
     poll_s: float = 0.2,
-    forks: LoadgenForks | None = None,
 ) -> PhaseRun:
-    """Run one phase (`argv`: `vllm bench serve ...`), output to `<phase>.log`: a fork of the
-    run's warm vLLM CLI (`forks`), or a process started afresh. Stops early (killing the load
-    generator) when `abort()` names a reason, e.g. the server died: a hung phase would
-    otherwise wait it out."""
+    """Run one phase (`argv`: `vllm bench serve ...`) as a process of its own under the
+    watchdog, output to `<phase>.log`. Stops early (killing the load generator's process
+    group) when `abort()` names a reason, e.g. the server died or stalled: a hung phase would
+    otherwise wait out its timeout."""
     log = result_dir / f"{phase.name}.log"
     result_path = result_dir / result_filename(phase)
     start = time.monotonic()
     code: int | None = None
     aborted = None
     with log.open("wb") as out:
-        proc: Process = (forks.start(argv, env, log, lambda: _Cold(argv, env, out))
-                         if forks else _Cold(argv, env, out))
+        proc = watchdog.popen(vllm_command(argv), 0.0, stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env={**os.environ, **env})
         try:
-            while (code := proc.poll(poll_s)) is None:
+            while True:
+                try:
+                    code = proc.wait(poll_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
                 aborted = abort()
                 if aborted or time.monotonic() - start > timeout_s:
-                    proc.kill()
+                    _kill(proc)
                     code = None
                     break
         except BaseException:
-            proc.kill()
+            _kill(proc)
             raise
     duration = time.monotonic() - start
     result = None

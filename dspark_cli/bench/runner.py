@@ -27,7 +27,6 @@ from dspark_cli.bench.engagement_probe import record as engagement_record
 from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
 from dspark_cli.bench.greedy_probe import answer
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
-from dspark_cli.bench.loadgen_forks import LoadgenForks
 from dspark_cli.bench.lossless import PromptSet, compare, reference_record
 from dspark_cli.bench.protocol import Cell, Protocol
 from dspark_cli.bench.request_set import describe
@@ -70,7 +69,6 @@ class CellContext:  # what every cell of one run shares
     prompts: PromptSet | None = None  # the lossless check's pinned prompts
     degraded: tuple[Pattern, ...] = ()  # vLLM overrode what was asked: the cell is degraded
     after: CellHook | None = None
-    forks: LoadgenForks | None = None  # the run's warm load generators (None: each cold)
     stall: StallSettings | None = None  # the stall watch (`watch.stall_s`); None: off
     min_acceptance: float | None = 0.0  # `watch.min_acceptance`: at or below it, flagged
     fallbacks: tuple[Pattern, ...] = ()  # `logs.fallbacks`: speculation ran other than asked
@@ -112,8 +110,6 @@ class _CellRun:
                        *((draft.pattern,) if draft else ())),
                       metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
                       metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
-        if self.ctx.forks is not None:  # its import beside the boot
-            self.ctx.forks.prepare(self.launch.env)
         session = ServerSession(self.launch.deployment(self.dir), watch)
         local = not session.deployment.queued  # a cluster's nodes have GPUs of their own
         if local:
@@ -187,8 +183,7 @@ class _CellRun:
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
             began = self.sampler.now()
             result = run_phase(argv, phase, self.dir, self.launch.env,
-                               self.ctx.protocol.phase_timeout_s, session.stop_reason,
-                               forks=self.ctx.forks)
+                               self.ctx.protocol.phase_timeout_s, session.stop_reason)
             if phase.measured:
                 self.window = (began, self.sampler.now())
             self.phases.append(result)
@@ -203,7 +198,7 @@ class _CellRun:
         if self.ctx.prompts is not None:  # after the counters were read: they stay the load's
             progress(f"{self.cell.id}: lossless: {len(self.ctx.prompts.prompts)} greedy prompts")
             began = time.monotonic()
-            self.greedy = answer(session.base_url, self.arm.plan.served_model_name,
+            self.greedy = answer(session.http, session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts, self.ctx.protocol.phase_timeout_s,
                                  session.stop_reason)
             if self._stalled(session, "the lossless probe", began):
@@ -211,7 +206,7 @@ class _CellRun:
         if self.arm.expected_steps is not None:
             progress(f"{self.cell.id}: engagement: {self.cell.concurrency} requests at once")
             began = time.monotonic()
-            self.engaged = probe(session.base_url, self.arm.plan.served_model_name,
+            self.engaged = probe(session.http, session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
                                  self.cell.concurrency, self.ctx.protocol.sampling,
                                  self.ctx.protocol.phase_timeout_s,

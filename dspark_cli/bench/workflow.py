@@ -66,7 +66,6 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
     called in each cell once its load and probes are done (runner.CellHook)."""
     from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
     from dspark_cli.bench.inputs import checked_inputs
-    from dspark_cli.bench.loadgen_forks import LoadgenForks
     from dspark_cli.bench.merge import merge
     from dspark_cli.bench.proposal_files import this_launch
     from dspark_cli.bench.runner import CellContext, run_cells
@@ -87,10 +86,10 @@ def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
         ask_vllm_together([(arm.cfg, arm.plan) for arm in pending])
         return {arm.name: arm_launch(arm, directory / ARMS_DIR / arm.name) for arm in pending}
 
-    with stop_signals_as_interrupt(), LoadgenForks() as forks:
+    with stop_signals_as_interrupt():
         ctx = CellContext(protocol=protocol, dataset=checked, run_dir=directory,
                           fatal=fatal_patterns(cfg.logs), degraded=degraded_patterns(cfg.logs),
-                          prompts=prompts, after=after, forks=forks,
+                          prompts=prompts, after=after,
                           stall=settings_of(cfg.watch.stall_s, cfg.watch.poll_s),
                           min_acceptance=cfg.watch.min_acceptance,
                           fallbacks=fallback_patterns(cfg.logs),

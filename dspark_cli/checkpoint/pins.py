@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dspark_cli.checkpoint.hashing import sha256_file
-from dspark_cli.checkpoint.index import CONFIG_NAME, INDEX_NAME, Layout
+from dspark_cli.checkpoint.content import sha256_file
 from dspark_cli.checkpoint.result import Check, Problem, problem
+from dspark_cli.checkpoint.structure import CONFIG_NAME, INDEX_NAME, Layout
 
 PINNED = ("config_sha256", "index_sha256", "num_shards", "total_bytes", "architecture")
 

@@ -3,111 +3,126 @@
 Read-only: nothing here writes to disk (writing a manifest is the command's job, from the
 digests in the result). Order: structure (config, index, headers), pins, heads, then content
 hashing when asked for, which is the only step that reads tensor data.
+
+What it is asked to check (the checkpoint directory and the content request: hash HF blobs, a
+sha256sum manifest to verify against, or one to write) is refused as usage errors before
+anything is read; shared by the command and `dspark validate`'s stage.
 """
 
 from __future__ import annotations
 
-import time
+import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
-from dspark_cli.checkpoint.hashing import SHA256, HashJob, hash_files
-from dspark_cli.checkpoint.head import check_head
-from dspark_cli.checkpoint.index import load_layout
-from dspark_cli.checkpoint.manifest import (
+from dspark_cli.checkpoint.content import (
+    ContentRequest,
+    ManifestError,
     blob_expectation,
-    compare_with_manifest,
-    is_file,
+    check_content,
     list_checkpoint_files,
-    unsafe_name,
+    parse_manifest,
+    write_refusal,
 )
+from dspark_cli.checkpoint.head import check_head
 from dspark_cli.checkpoint.pins import check_pins, gather_facts
-from dspark_cli.checkpoint.result import (
-    Check,
-    CheckpointResult,
-    Content,
-    Problem,
-    problem,
-    summarize,
-)
-from dspark_cli.checkpoint.structure import check_structure
+from dspark_cli.checkpoint.result import Check, CheckpointResult, summarize
+from dspark_cli.checkpoint.structure import check_structure, load_layout
+from dspark_cli.errors import UsageError
+
+USAGE_HINT = "dspark verify-checkpoint model.path=DIR  (or model=NAME for a pinned profile)"
 
 
-@dataclass(frozen=True)
-class ContentRequest:
-    """Which file contents to hash: blobs always; manifest entries; or every file."""
+def checkpoint_root(path: str | None) -> Path:
+    """The checkpoint directory `model.path` names (None: not set); a usage error unless it
+    is a directory."""
+    if path is None:
+        raise UsageError("model.path is not set.", hint=USAGE_HINT)
+    root = Path(str(path)).expanduser()
+    if not root.exists():
+        raise UsageError(f"model.path {root} does not exist.", hint=USAGE_HINT)
+    if not root.is_dir():
+        raise UsageError(f"model.path {root} is not a directory; give the checkpoint directory "
+                         "(the one holding config.json).", hint=USAGE_HINT)
+    return root
 
-    manifest: Mapping[str, str] | None = None  # verify against this (relative path -> sha256)
-    every_file: bool = False  # hash every file, for a manifest to be written
-    # Files the manifest need not list: the manifest itself, kept in the checkpoint (`sha256sum
-    # -c` never asks a manifest to list itself).
-    unlisted_ok: frozenset[str] = frozenset()
-    workers: int | None = None
-    progress: bool | None = None
 
-
-def _jobs(root: Path, on_disk: list[str], request: ContentRequest) -> dict[str, HashJob]:
-    wanted = set(on_disk) if request.every_file else set()
-    if request.manifest is not None:
-        wanted |= {
-            n for n in request.manifest if not unsafe_name(n) and is_file(root / n)
+def content_request(root: Path, *, hash_blobs: bool = False, manifest: Path | None = None,
+                    write_manifest: Path | None = None,
+                    workers: int | None = None) -> ContentRequest | None:
+    """What content hashing the options ask for (None: none), every conflict and unusable
+    file refused as a usage error before anything is read."""
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers {workers}: give at least 1.")
+    manifest_file, manifest = manifest, None
+    if manifest_file and write_manifest:
+        raise UsageError("--manifest and --write-manifest exclude each other: verify against "
+                         "a manifest, or write a new one.")
+    if manifest_file:
+        _check_manifest_file(manifest_file.expanduser())
+        try:
+            # Bytes, not read_text: universal newlines would split a name at a lone CR.
+            manifest = parse_manifest(manifest_file.expanduser().read_bytes().decode(
+                "utf-8", "surrogateescape"))
+        except OSError as e:
+            raise UsageError(f"cannot read --manifest {manifest_file}: {e.strerror}.") from None
+        except ManifestError as e:
+            raise UsageError(f"--manifest {manifest_file} is not a sha256sum manifest: {e}.",
+                             hint="write one with --write-manifest FILE, or `sha256sum`") from None
+    if write_manifest:
+        target = write_manifest.expanduser()
+        if not target.parent.is_dir():
+            raise UsageError(f"--write-manifest {target}: folder {target.parent} does not exist.")
+        protected = {root.resolve()} | {
+            (root / f).resolve().parent for f in list_checkpoint_files(root)
         }
-    jobs = {}
-    for name in sorted(wanted | set(on_disk)):
-        algorithms = {SHA256} if name in wanted else set()
-        blob = blob_expectation(root / name)
-        if blob:
-            algorithms.add(blob[0])
-        if algorithms:
-            jobs[name] = HashJob(name, root / name, tuple(sorted(algorithms)))
-    return jobs
+        if root.resolve().parent.name == "snapshots":  # a Hugging Face cache repo folder
+            protected.add(root.resolve().parent.parent)
+        refusal = write_refusal(target, protected)
+        if refusal:
+            raise UsageError(f"--write-manifest refused: {refusal}.",
+                             hint="write the manifest somewhere else, e.g. ~/ckpt.sha256")
+    if hash_blobs and manifest is None and not write_manifest and not any(
+        blob_expectation(root / f) for f in list_checkpoint_files(root)
+    ):
+        raise UsageError(f"--hash: the files in {root} are not Hugging Face cache blobs, so "
+                         "their names promise no hash to check against.",
+                         hint="pass --manifest FILE (write one once with --write-manifest FILE)")
+    if not (hash_blobs or manifest is not None or write_manifest):
+        return None
+    return ContentRequest(manifest=manifest, every_file=bool(write_manifest),
+                          workers=workers, unlisted_ok=_inside(root, manifest_file))
 
 
-def check_content(root: Path, request: ContentRequest) -> tuple[Content, list[Problem]]:
-    """Hash what the request asks for; check blobs against their names and the manifest."""
-    on_disk = list_checkpoint_files(root)
-    jobs = _jobs(root, on_disk, request)
-    start = time.perf_counter()
-    outcomes = hash_files(jobs.values(), request.workers, request.progress)
-    seconds = time.perf_counter() - start
+# A manifest lists files, one short line each: far past this it is not a manifest.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
-    problems = []
-    sha256: dict[str, str | None] = {}
-    blobs_checked = 0
-    for name, outcome in sorted(outcomes.items()):
-        if outcome.error:
-            problems.append(
-                problem("file-unreadable", Check.content, name, "a readable file", outcome.error)
-            )
-            sha256[name] = None
-            continue
-        sha256[name] = outcome.digests.get(SHA256)
-        blob = blob_expectation(root / name)
-        if blob:
-            blobs_checked += 1
-            algorithm, want = blob
-            if outcome.digests[algorithm] != want:
-                problems.append(
-                    problem("blob-hash-mismatch", Check.content, name,
-                            f"{algorithm} {want} (the blob's name)",
-                            outcome.digests[algorithm])
-                )
-    if request.manifest is not None:
-        problems += compare_with_manifest(
-            request.manifest, root, [n for n in on_disk if n not in request.unlisted_ok], sha256)
-    digests = {n: d for n, d in sha256.items() if d is not None}
-    content = Content(
-        hashed_files=len(outcomes),
-        hashed_bytes=sum(o.size for o in outcomes.values()),
-        against_manifest=sum(1 for n in request.manifest or {} if n in digests),
-        against_blob_name=blobs_checked,
-        seconds=round(seconds, 3),
-        digests=MappingProxyType(digests),
-    )
-    return content, problems
+
+def _check_manifest_file(path: Path) -> None:
+    """UsageError unless `path` is a regular file of a manifest's size: a FIFO, a device
+    (`/dev/zero`) or a directory would block, never end, or fail later."""
+    try:
+        info = path.stat()
+    except OSError as e:
+        raise UsageError(f"cannot read --manifest {path}: {e.strerror}.") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"--manifest {path} is not a regular file.",
+                         hint="give the file `sha256sum` wrote")
+    if info.st_size > MAX_MANIFEST_BYTES:
+        raise UsageError(f"--manifest {path} holds {info.st_size:,} bytes, more than a manifest "
+                         f"({MAX_MANIFEST_BYTES:,} at most).", hint="give the file `sha256sum` "
+                         "wrote")
+
+
+def _inside(root: Path, manifest: Path | None) -> frozenset[str]:
+    """The manifest's own name when it is kept in the checkpoint directory, else nothing."""
+    if manifest is None:
+        return frozenset()
+    try:
+        return frozenset({manifest.expanduser().resolve().relative_to(root.resolve()).as_posix()})
+    except ValueError:
+        return frozenset()
 
 
 def verify_checkpoint(

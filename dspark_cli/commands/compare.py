@@ -48,9 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(cfg: None, opts: argparse.Namespace) -> int:
     """`cfg` is None: a comparison composes no config, it reads records."""
-    from dspark_cli.compare.boot import DEFAULT_BOOT_MARGIN, check_boot_margin
-    from dspark_cli.compare.files import render, write
-    from dspark_cli.compare.runs import DEFAULT_MARGIN, check_margin, compare_runs
+    from dspark_cli.compare.cells import DEFAULT_BOOT_MARGIN, check_boot_margin
+    from dspark_cli.compare.comparison import (
+        DEFAULT_MARGIN,
+        check_margin,
+        compare_runs,
+        render,
+        write,
+    )
     from dspark_cli.launch.secrets import redacted
     from dspark_cli.untrusted import output_dir, shown_path
 

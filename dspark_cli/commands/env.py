@@ -56,8 +56,7 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     from dspark_cli.config.plain import plain
-    from dspark_cli.hostenv.facts import Choice, collect, option_table
-    from dspark_cli.hostenv.render import render
+    from dspark_cli.hostenv import Choice, collect, option_table, render
     from dspark_cli.machine.detect import detect, match_profile
     from dspark_cli.machine.profiles import profile_patterns
 

@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(cfg: None, opts: argparse.Namespace) -> int:
     """`cfg` is None: the report composes no config (no Hydra), it reads records."""
-    from dspark_cli.report.files import write_report
+    from dspark_cli.report.markdown import write_report
 
     if not opts.run_dirs:
         raise UsageError("give at least one run directory.",

@@ -138,7 +138,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     from dspark_cli.console import progress
     from dspark_cli.launch.record import write_config
     from dspark_cli.launch.secrets import redact_text
-    from dspark_cli.report.files import write_report
+    from dspark_cli.report.markdown import write_report
     from dspark_cli.server.process import stop_signals_as_interrupt
 
     prepared = prepare(cfg)  # the accuracy stage's dataset and lm_eval, before anything boots

@@ -49,9 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
-    from dspark_cli.checkpoint.manifest import format_manifest, write_manifest
-    from dspark_cli.checkpoint.request import checkpoint_root, content_request
-    from dspark_cli.checkpoint.verify import verify_checkpoint
+    from dspark_cli.checkpoint.content import format_manifest, write_manifest
+    from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
 
     root = checkpoint_root(OmegaConf.select(cfg, "model.path"))
     content = content_request(root, hash_blobs=opts.hash, manifest=opts.manifest,
@@ -72,7 +71,7 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     if opts.json:
         print(json.dumps({**result.to_dict(), "manifest_written": written}, indent=2))
     else:
-        from dspark_cli.checkpoint.render import render
+        from dspark_cli.checkpoint.result import render
 
         render(result)
     if written:

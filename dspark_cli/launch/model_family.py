@@ -58,7 +58,7 @@ def _bad(path: Path, why: str) -> UsageError:
 def read_declared(root: Path) -> Declared | None:
     """What `root/config.json` declares; None when there is none (the structural check
     reports a missing file). UsageError for a file that cannot be a model's config."""
-    from dspark_cli.checkpoint.index import CONFIG_NAME, ParseError, parse_config
+    from dspark_cli.checkpoint.structure import CONFIG_NAME, ParseError, parse_config
 
     path = root / CONFIG_NAME
     try:
@@ -119,7 +119,7 @@ def check_family(model: Any) -> None:
     actual, chosen = declared.family, model.get("family")
     if actual == chosen:
         return
-    from dspark_cli.checkpoint.index import CONFIG_NAME  # read only for a local checkpoint
+    from dspark_cli.checkpoint.structure import CONFIG_NAME  # read only for a local checkpoint
 
     name = model.get("name")
     if actual is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli import __version__
-from dspark_cli.checkpoint.hashing import sha256_file
+from dspark_cli.checkpoint.content import sha256_file
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.runtime import installed, torch_backends
 from dspark_cli.machine.detect import Machine

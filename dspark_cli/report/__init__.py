@@ -1,2 +1,2 @@
-"""The validation report: run records read back (sources), a frozen model built from them
-(model), rendered as GitHub Markdown (markdown) and JSON (`Report.to_dict`)."""
+"""The validation report: run records read back (sources), each section built and rendered by
+its own module, the whole built (build) and written as GitHub Markdown and JSON (markdown)."""

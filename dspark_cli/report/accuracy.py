@@ -1,7 +1,7 @@
 """The report's accuracy section, from validate's accuracy record (accuracy/accuracy.json): each
 arm's lm_eval score and its difference to the baseline with the equivalence verdict, recomputed
-from the per-document results (an edited verdict never wins). Data only; `markdown.py` renders
-it (`accuracy_section`), record strings through `markup`."""
+from the per-document results (an edited verdict never wins). Rendered here too
+(`accuracy_section`), record strings through `markup`."""
 
 from __future__ import annotations
 

@@ -1,28 +1,97 @@
 """The benchmark's sections: how it was measured (the protocol) and what it measured (each arm
 at each concurrency over its repeats, with its speedup over the baseline), from the bench run's
-records. Pure: records in, sections out; floats rounded here for stable renderings."""
+records. Pure: records in, sections out; floats rounded here for stable renderings. The
+Throughput Methodology and Results sections (with lossless and the decisions under them) are
+rendered here too, record strings through `markup`."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import quote
 
 from dspark_cli.bench import verdicts
 from dspark_cli.bench.protocol import variant
-from dspark_cli.report.decisions import decisions
-from dspark_cli.report.sections import (
-    UNKNOWN,
-    LosslessRow,
-    Methodology,
-    ResultRow,
-    Results,
-    ResultTable,
-    known,
-)
+from dspark_cli.report.decisions import Decisions, decisions, decisions_section
+from dspark_cli.report.markup import UNKNOWN, code, known, table, text
 from dspark_cli.report.sources import BenchRecords, lookup
 from dspark_cli.run_files import CELLS_DIR
+
+
+@dataclass(frozen=True)
+class Methodology:
+    protocol: str
+    dataset: str
+    dataset_sha256: str
+    requests: str
+    sampling: str
+    concurrency_order: tuple[int, ...]
+    arms: tuple[str, ...]
+    baseline: str
+    repeats: int
+    equivalence_margin: float | None
+    cold_boot: str
+    warmups: tuple[str, ...]
+    validity_rules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One arm at one concurrency over its repeats (bench/summary.py's result and speedup)."""
+
+    arm: str
+    throughput: float | None  # mean output tokens/s over the valid repeats
+    low: float | None
+    high: float | None
+    n: int  # valid repeats
+    acceptance_length: float | None
+    accepted_per_draft: float | None
+    latency_ms: Mapping[str, Mapping[str, float]]  # ttft/tpot/itl: p50, p99, ...
+    speedup: float | None
+    speedup_low: float | None
+    speedup_high: float | None
+    verdict: str  # "baseline" for the baseline arm
+    note: str  # why there is no speedup, or which repeats it leaves out
+    valid: bool  # every repeat valid
+    reasons: tuple[str, ...]  # each invalid repeat's reasons
+    degraded: tuple[str, ...] = ()  # families of lines where vLLM overrode what was asked
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    concurrency: int
+    rows: tuple[ResultRow, ...]
+
+
+@dataclass(frozen=True)
+class LosslessRow:
+    """One arm's greedy answers against the reference arm's (bench/lossless.py), all cells."""
+
+    arm: str
+    reference: str
+    compared_by: str  # "token_ids" or "text"; "-" when nothing was compared
+    cells: int  # cells compared
+    identical: int  # sequences identical to the reference's, over those cells
+    total: int
+    share: float | None
+    min_identical: float | None
+    below: tuple[str, ...]  # cells below the share they need (invalid)
+    first_divergence: str  # "cell, prompt P, index I", or "-"
+    unchecked: int  # cells with answers but nothing to compare them with (or a failed probe)
+
+
+@dataclass(frozen=True)
+class Results:
+    sentence: str
+    baseline: str
+    tables: tuple[ResultTable, ...]
+    plot: str | None
+    record: str
+    lossless: tuple[LosslessRow, ...] = ()
+    decisions: Decisions | None = None  # goodput, the arm per load, the proposal
+
 
 # What `dspark_cli/bench/validity.py` judges every cell by.
 VALIDITY_RULES = (
@@ -207,3 +276,106 @@ def lossless_rows(summary: Mapping[str, Any]) -> tuple[LosslessRow, ...]:
             f"{first['cell']}, prompt {first['prompt']}, index {first['index']}" if first
             else "-", int(t.get("unchecked") or 0) + int(t.get("probe_failed") or 0)))
     return tuple(rows)
+
+
+def _num(value: float | None, places: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{places}f}"
+
+
+def methodology_section(m: Methodology | None) -> list[str]:
+    lines = ["## Throughput Methodology", ""]
+    if m is None:
+        return [*lines, "Not run: no bench record in the given run directories."]
+    lines += [f"Protocol {code(m.protocol)}: {text(m.requests)}, arms "
+              f"{text(', '.join(m.arms))}, speedups over {code(m.baseline)}.", "",
+              f"- Dataset: {text(m.dataset)}", f"- Dataset SHA256: {text(m.dataset_sha256)}",
+              f"- Sampling: {text(m.sampling)}",
+              f"- Concurrency order: {', '.join(map(str, m.concurrency_order))}",
+              f"- Repeats per cell: {m.repeats}" + (
+                  f"; equivalence margin {m.equivalence_margin:.1%} (comparable only when the "
+                  "speedup's 90% interval lies within it; faster or slower when its 95% "
+                  "interval excludes 1 and the estimate is beyond it; else inconclusive, with "
+                  "the smallest change the repeats could detect)"
+                  if m.equivalence_margin is not None else ""),
+              f"- Cold boot: {text(m.cold_boot)}", "",
+              "Warmup and measurement, per cell:", ""]
+    lines += [f"{i}. {text(w)}" for i, w in enumerate(m.warmups, 1)]
+    lines += ["", "A result is valid only when:", ""]
+    return [*lines, *(f"- {text(r)}" for r in m.validity_rules)]
+
+
+def _interval(estimate: str, low: float | None, high: float | None,
+              bound: Callable[[float], str]) -> str:
+    """An estimate with its 95% interval, where the record has both bounds."""
+    return estimate if low is None or high is None else f"{estimate} [{bound(low)}, {bound(high)}]"
+
+
+def _throughput(r: ResultRow) -> str:
+    if r.throughput is None:
+        return "- (no valid repeat)"
+    return _interval(_num(r.throughput), r.low, r.high, _num) + f" (n={r.n})"
+
+
+def _speedup(r: ResultRow) -> str:
+    if r.speedup is None:
+        return "-"
+    return _interval(f"{r.speedup:.3f}x", r.speedup_low, r.speedup_high, lambda v: f"{v:.3f}")
+
+
+def _latency(r: ResultRow, metric: str) -> str:
+    ps = r.latency_ms.get(metric) or {}
+    if "p50" not in ps or "p99" not in ps:
+        return "-"
+    return f"{ps['p50']:,.1f} / {ps['p99']:,.1f}"
+
+
+def _verdict(r: ResultRow) -> str:
+    return text(f"{r.verdict} ({r.note})" if r.note else r.verdict)
+
+
+def results_section(r: Results | None) -> list[str]:
+    lines = ["## Results", ""]
+    if r is None:
+        return [*lines, "Not run: no bench summary in the given run directories."]
+    lines += [text(r.sentence), ""]
+    header = ("arm", "output tok/s, mean [95% CI] (n)", "acceptance length",
+              "accepted per draft", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
+              f"speedup over {text(r.baseline)} [95% CI]", "verdict", "valid")
+    for t in r.tables:
+        lines += [f"### Concurrency {t.concurrency}", ""]
+        lines += table(header, [
+            (text(row.arm), _throughput(row), _num(row.acceptance_length, 3),
+             _num(row.accepted_per_draft, 3), _latency(row, "ttft"), _latency(row, "tpot"),
+             _speedup(row), _verdict(row),
+             ("yes" if row.valid else "no: " + text("; ".join(row.reasons))) + (
+                 f"; DEGRADED ({text(', '.join(row.degraded))}: vLLM overrode what was asked)"
+                 if row.degraded else ""))
+            for row in t.rows])
+        lines.append("")
+    if r.plot:
+        lines += [f"![throughput and speedup vs concurrency]({quote(r.plot)})", ""]
+    return [*lines, *_lossless(r.lossless), *decisions_section(r.decisions),
+            f"Record: {code(r.record)}"]
+
+
+def _share(share: float | None, needed: float | None) -> str:
+    return ("-" if share is None else f"{share:.1%}") + (
+        "" if needed is None else f" ({needed:.1%})")
+
+
+def _lossless(rows: tuple[LosslessRow, ...]) -> list[str]:
+    """Lossless at temperature 0: each arm's pinned greedy answers against the reference's."""
+    if not rows:
+        return []
+    lines = ["### Lossless at temperature 0", "",
+             f"Every cell answered the pinned greedy prompts after its measured phase; its "
+             f"sequences are compared token for token with {code(rows[0].reference)}'s. A cell "
+             "below the identity share it needs is invalid.", ""]
+    lines += table(
+        ("arm", "compared by", "cells", "identical sequences", "share (needed)",
+         "first divergence", "cells below"),
+        [(text(r.arm), text(r.compared_by),
+          str(r.cells) + (f" (+{r.unchecked} unchecked)" if r.unchecked else ""),
+          f"{r.identical} of {r.total}", _share(r.share, r.min_identical),
+          text(r.first_divergence), text(", ".join(r.below) or "none")) for r in rows])
+    return [*lines, ""]

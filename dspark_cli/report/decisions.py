@@ -1,7 +1,8 @@
 """The report's decisions from a bench run (pure): goodput under the objectives per arm and
 concurrency, the arm to run per load, the proposal that follows the crossover (recomputed from
 the cells' winners, never the run's proposal.json; its preflight "not checked": the report runs
-nothing), and the pictures to read them from."""
+nothing), and the pictures to read them from. Rendered here too (`decisions_section`), record
+strings through `markup`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from dspark_cli.bench.proposal_files import NOT_CHECKED
+from dspark_cli.report.markup import block, table, text
 from dspark_cli.run_files import DECISIONS_PNG, PARETO_PNG
 
 
@@ -99,3 +102,37 @@ def decisions(summary: Mapping[str, Any], directory: Path, out_dir: str | None,
         if (p := directory / name).is_file() and not p.is_symlink())
     return Decisions(_words(obj) if isinstance(obj, Mapping) else None, metric, tuple(rows),
                      winners, _proposal(proposal), pictures)
+
+
+def decisions_section(d: Decisions | None) -> list[str]:
+    """Goodput under the objectives, the arm to run per load, the proposal and its pictures."""
+    if d is None or not d.winners:
+        return []
+    lines = ["### Which configuration to run", ""]
+    if d.goodput:
+        lines += [f"Goodput: output tokens/s of the requests that met the objectives "
+                  f"({text(d.objectives)}); 95% intervals over repeats.", ""]
+        lines += table(("concurrency", "arm", "output goodput tok/s", "good requests",
+                        "met the objective"),
+                       [(g.concurrency, text(g.arm), g.goodput, g.share, g.met)
+                        for g in d.goodput])
+        lines.append("")
+    lines += [f"The arm to run at each load: the best {text(d.metric)}, named only where the "
+              "verdict says it is faster than every other arm.", ""]
+    lines += table(("concurrency", "run", "why"),
+                   [(w.concurrency, text(w.run), text(w.why)) for w in d.winners])
+    lines.append("")
+    p = d.proposal
+    if p and p["kind"] != "none":
+        lines += [f"**Proposal ({text(p['kind'])}):** {text(p['note'])}. "
+                  f"{text(p['statement'])} Preflight: {text(p['preflight'])}.", ""]
+        lines += block(p["commands"], "bash")
+        if p["validate_command"]:
+            lines += ["", "Validate it as one more arm:", "", *block([p["validate_command"]],
+                                                                     "bash")]
+        lines.append("")
+    elif p:
+        lines += [f"No proposal: {text(p['note'])}.", ""]
+    for caption, link in d.pictures:
+        lines += [f"![{caption}]({quote(link)})", ""]
+    return lines

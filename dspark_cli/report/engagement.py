@@ -5,7 +5,8 @@ draft's parameter count against its pin. Pure: cell records (already type-checke
 Every outcome is recomputed from the section's counts (`spec_metrics.judge` on the steps, the
 draft's parameters against the pin), never taken from the record's `ok` or sentence: "0 of 340
 steps below K" is no engagement, 96 parameters against a pin of 97 a mismatch. The smoke's
-`engagement` and `draft_params` checks are in the smoke section's table."""
+`engagement` and `draft_params` checks are in the smoke section's table. Rendered here too
+(`engagement_section`), record strings through `markup`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dspark_cli.report.markup import table, text
 from dspark_cli.server.spec_metrics import FULL_K, Engagement, Judgement, judge
 
 EXPECTED = {"adaptive": "some steps below K (adaptive verification)",
@@ -135,3 +137,23 @@ def engagement_rows(cells: Sequence[Mapping[str, Any]]) -> tuple[EngagementRow, 
                                *(str(c.get("arm")) for c in cells)]))
     rows = (_row(arm, [c for c in cells if str(c.get("arm")) == arm]) for arm in arms)
     return tuple(r for r in rows if r is not None)
+
+
+TITLE = "### Adaptive verification seen to engage"
+
+
+def engagement_section(rows: Sequence[EngagementRow]) -> list[str]:
+    """The section (nothing when no arm speculates)."""
+    if not rows:
+        return []
+    lines = [TITLE, "",
+             "After its measured phase every cell of an arm that speculates sent as many "
+             "requests at once as its concurrency to the launch `dspark serve` starts (nothing "
+             "added); their verify steps, from the answers' per-request metrics where the server "
+             "reports them, else from vLLM's /metrics spec-decode counters, are held to what the "
+             "arm's launch expects, recomputed from the counts. A DSpark cell also read the "
+             "draft's parameter count from its load line.", ""]
+    lines += table(("arm", "expected steps", "held", "steps", "outcome", "draft params"),
+                   [(text(r.arm), text(r.expected), f"{r.held} of {r.cells}", text(r.steps),
+                     text(r.outcome), text(r.draft_params)) for r in rows])
+    return [*lines, ""]

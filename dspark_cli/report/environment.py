@@ -1,17 +1,169 @@
 """What the deployment was: the hardware, the model and checkpoint, the container's versions
 and the exact launch, from the run record of the launch that was smoke-tested (else the first
-bench arm's). Pure: records in, sections out."""
+bench arm's). Pure: records in, sections out.
+
+The model as its checkpoint states it: its own name (never the served name alone) and its
+quantization in words, with the config.json fields it is read from. Beyond the provenance
+table: the vLLM base and the patch as two facts (each with where it comes from), and what a
+byte-identical reproduction of the image needs. The sections are rendered here too, record
+strings through `markup`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from dspark_cli.report.container import Reproduction, reproduction
-from dspark_cli.report.model_facts import model_name, quantization
-from dspark_cli.report.sections import UNKNOWN, Environment, Provenance, Serving, known
+from dspark_cli.report.markup import UNKNOWN, block, code, known, one_line, text
 from dspark_cli.report.sources import Sources, lookup
 from dspark_cli.run_files import ARMS_DIR
+
+
+@dataclass(frozen=True)
+class Environment:
+    hardware: str
+    tensor_parallel_size: str
+    data_parallel_size: str
+    model: str
+    model_path: str
+    architecture: str
+    quantization: str
+    checkpoint_size: str
+    config_sha256: str
+    index_sha256: str
+    vllm_options: str  # which vLLM's option table the plan was checked with
+    record: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    image_tag: str
+    image_id: str
+    base_digest: str
+    vllm_version: str
+    vllm_commit: str  # what the installed vLLM reports (a patched build's base)
+    vllm_patch: str  # a patch on top of it, as the image's config states it
+    aiter_version: str
+    aiter_commit: str
+    aiter_wheel_sha256: str
+    pytorch: str
+    rocm: str
+    cuda: str
+    record: str
+
+
+@dataclass(frozen=True)
+class Serving:
+    script: str  # the export lines and the command, as the run record has them
+    record: str
+
+
+# Where the name came from (`launch/provenance.py` writes one of these keys).
+NAME_FROM = {"config": "config.json's _name_or_path", "hf_cache": "the Hugging Face cache's "
+             "repository", "directory": "the checkpoint directory's name; config.json names "
+             "none"}
+
+
+def model_name(ckpt: Mapping[str, Any], served: str | None) -> str:
+    """"deepseek-ai/DeepSeek-V4-Flash-DSpark (the Hugging Face cache's repository), served as
+    dsv4flash"."""
+    name = ckpt.get("name")
+    shown = (f"{name} ({NAME_FROM.get(str(ckpt.get('name_from')), 'the checkpoint record')})"
+             if name else f"{UNKNOWN} (the checkpoint record names none)")
+    return shown + (f", served as {served}" if served and served != name else "")
+
+
+def _value(v: Any) -> str:
+    return json.dumps(v, separators=(", ", ": ")) if isinstance(v, list) else str(v)
+
+
+def quantization(ckpt: Mapping[str, Any]) -> str:
+    """The quantization in words, then every recorded field of config.json it is read from."""
+    q = ckpt.get("quantization")
+    expert = ckpt.get("expert_dtype")
+    if q is None:
+        if not ckpt.get("exists"):
+            return UNKNOWN
+        return "none (config.json has no quantization_config)" + (
+            f"; expert_dtype={expert}" if expert else "")
+    method = q.get("quant_method")
+    expert = expert or q.get("expert_dtype")
+    if method and expert and str(expert).lower() != str(method).lower():
+        words = f"{str(expert).upper()} expert weights with {str(method).upper()} mixed precision"
+    elif method:
+        words = str(method).upper()
+    else:
+        words = "quantization_config without a quant_method"
+    fields = ", ".join(f"{k}={_value(v)}" for k, v in sorted(q.items())) or "empty"
+    top = f"expert_dtype={ckpt['expert_dtype']}; " if ckpt.get("expert_dtype") else ""
+    return f"{words} (config.json: {top}quantization_config {fields})"
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    vllm_base: str  # the installed vLLM's own commit, against its pin
+    vllm_patch: str  # the patch on top, as the image's config states it
+    caveat: str  # what reproducing the image byte for byte needs
+
+
+def _base(runtime: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
+    commit, pin = runtime.get("vllm_commit"), expected.get("vllm_commit")
+    pinned = (f"; pinned {pin} by runtime.expected.vllm_commit" if pin
+              else "; no pin (runtime.expected.vllm_commit is null)")
+    if not commit:
+        return ("vLLM base: unknown (the installed vLLM reports no commit: a release build, "
+                f"version {runtime.get('vllm_version') or 'unknown'}){pinned}.")
+    return f"vLLM base: {commit}, the commit the installed vLLM reports of itself{pinned}."
+
+
+def _patch(image: Mapping[str, Any]) -> str:
+    patch = image.get("vllm_patch")
+    if not patch:
+        return ("vLLM patch: none stated (runtime.image.vllm_patch is unset): the report claims "
+                "the installed vLLM as built from its base, nothing on top.")
+    return (f"vLLM patch: {patch}, applied on top of the base, as runtime.image.vllm_patch "
+            "states it (no vLLM metadata can show a patch: it is a fact of the image).")
+
+
+def _rebuild(image: Mapping[str, Any], runtime: Mapping[str, Any]) -> str:
+    parts, missing = [], []
+    for value, said, unsaid in (
+            (image.get("base_digest"), "the pinned base digest {}",
+             "the base digest (DSPARK_BASE_DIGEST)"),
+            (runtime.get("vllm_commit"), "vLLM at {}" + (f" with patch {image['vllm_patch']}"
+                                                          if image.get("vllm_patch") else ""),
+             "the vLLM commit"),
+            (runtime.get("aiter_wheel_sha256"), "the exact AITER wheel (SHA256 {})", None)):
+        if value:
+            parts.append(said.format(value))
+        elif unsaid:
+            missing.append(unsaid)
+    how = ", ".join(parts) if parts else "nothing recorded"
+    gap = f" Not recorded, so not reconstructible from this report: {', '.join(missing)}." \
+        if missing else ""
+    return f"reconstruction from {how}.{gap}"
+
+
+def reproduction(image: Mapping[str, Any], expected: Mapping[str, Any],
+                 runtime: Mapping[str, Any]) -> Reproduction:
+    tag, image_id, published = image.get("tag"), image.get("id"), image.get("published")
+    if published:
+        caveat = (f"The image is published as {published}: pulling it by that reference "
+                  "reproduces the software byte for byte" + (
+                      f" (image ID {image_id})." if image_id else "."))
+    elif tag or image_id:
+        named = ", ".join(filter(None, [tag and f"tag {tag}", image_id and f"ID {image_id}"]))
+        caveat = (f"The image ({named}) is a locally derived artifact rather than a public "
+                  "registry image (runtime.image.published is unset). A byte-identical "
+                  "reproduction requires access to that image or "
+                  + _rebuild(image, runtime))
+    else:
+        caveat = ("No container image was recorded (runtime.image.tag and runtime.image.id are "
+                  "unset: DSPARK_IMAGE_TAG, DSPARK_IMAGE_ID): the run used the software "
+                  "installed where it ran, so a reproduction needs the versions above, and is "
+                  "byte-identical only in that same environment.")
+    return Reproduction(_base(runtime, expected), _patch(image), caveat)
 
 
 def _launch_source(src: Sources) -> tuple[Mapping[str, Any], Mapping[str, Any], str | None,
@@ -167,3 +319,46 @@ def _script(launch: str) -> str:
     keep = [line for line in launch.splitlines()
             if not line.startswith("#") and not line.startswith("set -")]
     return "\n".join(keep).strip("\n")
+
+
+def environment_section(e: Environment) -> list[str]:
+    return ["## Reproduction Environment", "", "### Hardware", "",
+            f"- {text(e.hardware)}", f"- Tensor parallel size: {text(e.tensor_parallel_size)}",
+            f"- Data parallel size: {text(e.data_parallel_size)}", "", "### Model", "",
+            f"- Model: {text(e.model)}", f"- Local validation path: {text(e.model_path)}",
+            f"- Architecture: {text(e.architecture)}",
+            f"- Quantization: {text(e.quantization)}",
+            f"- Checkpoint size: {text(e.checkpoint_size)}",
+            f"- config.json SHA256: {text(e.config_sha256)}",
+            f"- model.safetensors.index.json SHA256: {text(e.index_sha256)}", "", "### vLLM", "",
+            f"- Option table the launch was checked with: {text(e.vllm_options)}", "",
+            f"Record: {code(e.record)}"]
+
+
+def provenance_section(p: Provenance, r: Reproduction | None) -> list[str]:
+    rows = (("Image tag", p.image_tag), ("Image ID", p.image_id),
+            ("Base digest", p.base_digest), ("vLLM", p.vllm_version),
+            ("vLLM base", p.vllm_commit), ("vLLM patch", p.vllm_patch),
+            ("AITER", p.aiter_version),
+            ("AITER commit", p.aiter_commit), ("AITER wheel SHA256", p.aiter_wheel_sha256),
+            ("PyTorch", p.pytorch), ("ROCm (HIP)", p.rocm), ("CUDA", p.cuda))
+    width = max(len(k) for k, _ in rows) + 1
+    return ["## Container Provenance", "",
+            *block([f"{k + ':':<{width}} {one_line(v)}" for k, v in rows]), "",
+            "The image tag, ID and base digest come from `runtime.image.*` "
+            "(DSPARK_IMAGE_TAG, DSPARK_IMAGE_ID, DSPARK_BASE_DIGEST): a container cannot see "
+            "its own image.", "", *_reproduction_lines(r), "",
+            f"Record: {code(p.record)}"]
+
+
+def serving_section(s: Serving | None) -> list[str]:
+    lines = ["## Serving Configuration", ""]
+    if s is None:
+        return [*lines, "Not recorded: no run record with a launch (an attached smoke only)."]
+    return [*lines, *block(s.script.splitlines(), "bash"), "", f"Record: {code(s.record)}"]
+
+
+def _reproduction_lines(r: Reproduction | None) -> list[str]:
+    if r is None:
+        return []
+    return [text(r.vllm_base), "", text(r.vllm_patch), "", text(r.caveat)]

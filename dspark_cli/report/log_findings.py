@@ -1,7 +1,8 @@
 """What the server logs showed, from the smoke and bench records: the evidence lines of the
 features the profile asks for (`logs.evidence`: breakable CUDA graphs, `use_flattening=True`),
 and the faults ruled out (the fatal-line families each log was scanned for, and what matched).
-Pure: records in, a section out."""
+Pure: records in, a section out. Rendered here too (`log_findings_section`), record strings
+through `markup`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dspark_cli.report.markup import code, table, text
 from dspark_cli.report.sources import BenchRecords, SmokeRecords, lookup
 
 
@@ -90,3 +92,37 @@ def findings(smoke: SmokeRecords | None, bench: BenchRecords | None) -> LogFindi
     scans = [s for s in (_smoke_scan(smoke) if smoke else None,
                          _bench_scan(bench) if bench else None) if s is not None]
     return LogFindings(evidence, note, tuple(scans))
+
+
+def _seen(line_no: int | None, line: str | None) -> str:
+    return "not seen" if line_no is None else f"line {line_no}: {code(line or '')}"
+
+
+def _scan(s: FaultScan, before: FaultScan | None) -> str:
+    where, n = text(s.where), len(s.families)
+    if not s.families:
+        scanned = f"{where} scanned (the families are not recorded)"
+    elif before is not None and before.families == s.families:
+        scanned = f"{where} scanned for the same {n} families"
+    else:
+        scanned = f"{where} scanned for {n} fatal-line families ({text(', '.join(s.families))})"
+    if not s.found:
+        return f"- {scanned}: none matched."
+    return f"- {scanned}: MATCHED {len(s.found)}: " + "; ".join(code(f) for f in s.found)
+
+
+def log_findings_section(f: LogFindings | None) -> list[str]:
+    if f is None:
+        return []
+    lines = ["Log evidence of the asked-for features (`logs.evidence`; expected where this "
+             "profile requires the line):", ""]
+    if f.evidence:
+        lines += table(("line family", "expected by this profile", "seen in the server log"),
+                       [(text(r.family), "yes" if r.expected else "no",
+                         _seen(r.line_no, r.line)) for r in f.evidence])
+    else:
+        lines.append(f"None recorded: {text(f.evidence_note)}.")
+    lines += ["", "Faults ruled out:", ""]
+    if not f.faults:
+        return [*lines, "- none: no server log was scanned (no smoke or bench record)."]
+    return [*lines, *(_scan(s, f.faults[i - 1] if i else None) for i, s in enumerate(f.faults))]

@@ -1,13 +1,26 @@
 """Markdown for record strings, which are untrusted: inline text that renders as written,
 code spans and fenced blocks no value can close, and tables whose cells cannot break out of
-their row. Every section renderer writes record strings through these."""
+their row. Every section renderer writes record strings through these.
+
+The words a section uses where a record holds nothing are here too, so every section says
+"unknown" and "not run" the same way."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from dspark_cli.untrusted import printable
+
+UNKNOWN = "unknown"
+NOT_RUN = "not run"
+
+
+def known(value: Any) -> str:
+    """A recorded fact as text; "unknown" where the record has none."""
+    return UNKNOWN if value is None or value == "" else str(value)
+
 
 # Record strings are untrusted: inline, every character that could open markup (emphasis,
 # a link or image, inline HTML or a comment, code, an entity) is escaped and line breaks are

@@ -1,18 +1,66 @@
 """What passed, recomputed from the validation's lowest-level records each time (pure: records
-in, sections out): the Summary's stage status comes from the same records as the sections
-below it (the smoke's checks, the cells, the accuracy's per-document results, the focused
-tests' counts), never from validate.json's own word; a failed, skipped or inconclusive stage is
-said so wherever it is mentioned."""
+in, sections out): the Summary's stage status comes from the same records as the sections below
+it (the smoke's checks, the cells, the accuracy's per-document results, the focused tests'
+counts), never from validate.json's own word; a failed, skipped or inconclusive stage is said so
+wherever it is mentioned. The Summary's stage table is drawn by `markdown.py`; the Focused
+Validation and Serving Smoke sections are rendered here."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli.accuracy.records import SCORED, AccuracyRecord
-from dspark_cli.report.sections import NOT_RUN, CheckRow, Counters, Focused, Smoke, StageRow
+from dspark_cli.report.markup import NOT_RUN, block, code, one_line, table, text
+from dspark_cli.report.revision import LintRow, lint_section
 from dspark_cli.report.sources import SmokeRecords, Sources, lookup
 from dspark_cli.run_files import SMOKE_JSON
+
+
+@dataclass(frozen=True)
+class StageRow:
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Focused:
+    status: str  # passed / failed / not run
+    tests: tuple[str, ...]
+    source: str | None
+    counts: Mapping[str, int]
+    detail: str
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    name: str
+    status: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Counters:
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    k: int | None
+    relation: str  # "126 = 18 x K=7", or why there is none
+
+
+@dataclass(frozen=True)
+class Smoke:
+    verdict: str
+    passed: bool
+    mode: str
+    checks: tuple[CheckRow, ...]
+    generated_tokens: int | None
+    counters: Counters | None
+    limits: str
+    record: str
+
 
 SMOKE_LIMITS = ("It demonstrates that the server started, generated tokens and (where "
                 "speculative decoding is on) executed its speculative path. It is not a "
@@ -159,3 +207,38 @@ def smoke(rec: SmokeRecords | None) -> Smoke | None:
                  passed, str(s.get("mode")), checks, lookup(s, "request", "completion_tokens"),
                  _counters(s), SMOKE_LIMITS if passed else SMOKE_FAILED,
                  str(rec.directory / SMOKE_JSON))
+
+
+def focused_section(f: Focused, lint: tuple[LintRow, ...]) -> list[str]:
+    lines = ["## Focused Validation", ""]
+    if f.status == NOT_RUN:
+        return [*lines, f"Not run: {text(f.detail)}."]
+    lines += [f"Run in {code(f.source)}:", "", *block([one_line(t) for t in f.tests]), ""]
+    counts = ", ".join(f"{n} {text(k)}" for k, n in f.counts.items()) or "no tests collected"
+    lines.append(f"Result: **{text(f.status)}** ({counts}).")
+    if f.detail:
+        lines += ["", text(f.detail)]
+    return [*lines, "", *lint_section(lint)]
+
+
+def smoke_section(s: Smoke | None) -> list[str]:
+    lines = ["## Serving Smoke Validation", ""]
+    if s is None:
+        return [*lines, "Not run: no smoke record in the given run directories."]
+    word = "passed" if s.passed else "FAILED"
+    lines += [f"A live serving smoke test ({text(s.mode)}) {word}: {text(s.verdict)}.", ""]
+    lines += table(("check", "result", "evidence"),
+                   [(text(c.name), text(c.status), text(c.evidence)) for c in s.checks])
+    lines += [""]
+    if s.counters is None:
+        lines.append("No speculative-decoding counters were recorded (speculative decoding "
+                     "off, or /metrics unreadable).")
+    else:
+        c = s.counters
+        width = len(str(max(c.drafts, c.draft_tokens, c.accepted)))
+        lines += ["Observed speculative-decoding counters during the smoke request:", "",
+                  *block([f"num_drafts_total:       {c.drafts:>{width}}",
+                          f"num_draft_tokens_total: {c.draft_tokens:>{width}}  # "
+                          f"{one_line(c.relation)}",
+                          f"num_accepted_tokens:    {c.accepted:>{width}}"])]
+    return [*lines, "", s.limits, "", f"Record: {code(s.record)}"]

@@ -6,7 +6,11 @@ A smoke run is a directory holding `smoke.json` (with its `config.yaml`, `launch
 `provenance.json` beside it when it was managed); a bench run holds `cells/*/cell.json` (with
 `summary.png` and each arm's record under `arms/`; its summary is recomputed from the cells).
 Every record is untrusted input: read inside the directory it was found under only, each field
-of its JSON type (`record_specs.py`), and records of different models refused together.
+of its JSON type (the specs below), and records of different models refused together.
+
+The fields of each record the report reads, and their JSON types: what `untrusted.check`
+holds a record to before the report trusts it (a record failing it is exit 2, naming the file
+and the field). Keys are dotted paths; `*` is every item of a list or value of an object.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from dspark_cli.bench import records
 from dspark_cli.bench.merge import summarize_records
 from dspark_cli.bench.proposal_files import recompute
 from dspark_cli.errors import UsageError
-from dspark_cli.report import record_specs as specs
 from dspark_cli.run_files import (
     ACCURACY_JSON,
     ARMS_DIR,
@@ -39,6 +42,14 @@ from dspark_cli.run_files import (
     VALIDATE_JSON,
 )
 from dspark_cli.untrusted import (
+    BOOL,
+    COUNT,
+    INT,
+    LIST,
+    MAP,
+    MARGIN,
+    NUMBER,
+    TEXT,
     Spec,
     check,
     contained,
@@ -49,6 +60,75 @@ from dspark_cli.untrusted import (
     text_path,
     walk,
 )
+
+VALIDATE = {"stages": LIST, "stages.*": MAP, "stages.*.name": TEXT, "stages.*.status": TEXT,
+            "stages.*.detail": TEXT, "exit_code": INT}
+VALIDATE_REQUIRED = ("stages", "stages.*.name", "stages.*.status")
+
+TESTS = {"status": TEXT, "node_ids": LIST, "node_ids.*": TEXT, "source": TEXT, "counts": MAP,
+         "counts.*": COUNT, "detail": TEXT}
+TESTS_REQUIRED = ("status",)
+
+CHECKPOINT = {"num_shards": COUNT, "total_bytes": COUNT}
+
+# The focused stage's source tree (validate/source.py) and its lint/format results.
+SOURCE = {"path": TEXT, "git": BOOL, "error": TEXT, "branch": TEXT, "head": TEXT,
+          "upstream": TEXT, "base": TEXT, "files": LIST, "files.*": MAP, "files.*.path": TEXT,
+          "files.*.insertions": COUNT, "files.*.deletions": COUNT, "files.*.kind": TEXT,
+          "insertions": COUNT, "deletions": COUNT, "uncommitted": COUNT}
+SOURCE_REQUIRED = ("git", "files.*.path", "files.*.kind")
+LINT = {"results": LIST, "results.*": MAP, "results.*.command": TEXT,
+        "results.*.exit_code": INT, "results.*.summary": TEXT, "results.*.status": TEXT,
+        "results.*.files": COUNT}
+LINT_REQUIRED = ("results", "results.*.command", "results.*.status")
+
+SMOKE = {"verdict": MAP, "verdict.passed": BOOL, "verdict.summary": TEXT, "mode": TEXT,
+         "checks": LIST, "checks.*": MAP, "checks.*.name": TEXT, "checks.*.status": TEXT,
+         "checks.*.evidence": TEXT, "checks.*.data": MAP, "checks.*.data.k": COUNT,
+         "checks.*.data.rule": TEXT, "request": MAP, "request.completion_tokens": COUNT,
+         "counters": MAP, "counters.spec_decode": MAP, "counters.spec_decode.drafts": COUNT,
+         "counters.spec_decode.draft_tokens": COUNT, "counters.spec_decode.accepted": COUNT,
+         "versions": MAP, "checks.*.data.families": LIST, "checks.*.data.families.*": TEXT,
+         "checks.*.data.events": LIST, "checks.*.data.events.*": MAP,
+         "checks.*.data.events.*.pattern": TEXT, "checks.*.data.events.*.line_no": COUNT,
+         "checks.*.data.events.*.line": TEXT, "checks.*.data.evidence": MAP,
+         "checks.*.data.evidence.*": MAP, "checks.*.data.evidence.*.expected": BOOL,
+         "checks.*.data.evidence.*.line_no": COUNT, "checks.*.data.evidence.*.line": TEXT}
+SMOKE_REQUIRED = ("verdict", "verdict.passed", "checks.*.name", "checks.*.status",
+                  "counters.spec_decode.drafts", "counters.spec_decode.draft_tokens",
+                  "counters.spec_decode.accepted")
+
+_CHECKPOINT = {"path": TEXT, "exists": BOOL, "config_sha256": TEXT, "index_sha256": TEXT,
+               "name": TEXT, "name_from": TEXT, "model_type": TEXT, "expert_dtype": TEXT,
+               "architecture": TEXT, "quantization": MAP, "num_shards": COUNT,
+               "total_bytes": COUNT}
+PROVENANCE = {"hardware": MAP, "hardware.gpus": LIST, "hardware.gpus.*": MAP,
+              "hardware.gpus.*.name": TEXT, "hardware.platform": TEXT, "platform": TEXT,
+              "checkpoint": MAP, **{f"checkpoint.{k}": v for k, v in _CHECKPOINT.items()},
+              "runtime": MAP, "runtime.vllm_commit": TEXT, "runtime.vllm_version": TEXT,
+              "runtime.aiter_wheel_sha256": TEXT, "packages": MAP, "torch_backends": MAP,
+              "argv": LIST, "argv.*": TEXT}
+# An attached smoke's `versions` (the server's own and this host's provenance).
+SMOKE.update({f"versions.{k}": v for k, v in PROVENANCE.items()})
+
+CONFIG = {"model": MAP, "model.path": TEXT, "model.name": TEXT, "model.args": MAP,
+          "model.args.served_model_name": TEXT, "hw": MAP, "hw.name": TEXT, "hw.args": MAP,
+          "runtime": MAP, "runtime.image": MAP, "runtime.image.tag": TEXT,
+          "runtime.image.id": TEXT, "runtime.image.base_digest": TEXT,
+          "runtime.image.vllm_patch": TEXT, "runtime.image.published": TEXT,
+          "runtime.expected": MAP, "runtime.expected.vllm_commit": TEXT, "logs": MAP,
+          "logs.fatal": MAP, "logs.fatal.*": TEXT, "bench": MAP, "bench.name": TEXT,
+          "bench.dataset": MAP, "bench.dataset.kind": TEXT, "bench.dataset.subset": TEXT,
+          "bench.dataset.path": TEXT, "bench.dataset.sha256": TEXT,
+          "bench.dataset.input_tokens": INT, "bench.dataset.seed": INT, "bench.sampling": MAP,
+          "bench.sampling.temperature": NUMBER, "bench.sampling.top_p": NUMBER,
+          "bench.sampling.max_output_tokens": INT, "bench.sampling.ignore_eos": BOOL,
+          "bench.warmups": LIST, "bench.warmups.*": MAP, "bench.warmups.*.num_prompts": COUNT,
+          "bench.warmups.*.concurrency": COUNT, "bench.warmups.*.output_tokens": COUNT,
+          "bench.measured_prompts": COUNT, "bench.concurrencies": LIST,
+          "bench.concurrencies.*": COUNT, "bench.arms": LIST, "bench.arms.*": TEXT,
+          "bench.baseline": TEXT, "bench.repeats": COUNT, "bench.equivalence_margin": MARGIN}
+CONFIG_REQUIRED = ("bench.warmups.*.num_prompts", "bench.warmups.*.output_tokens")
 
 
 @dataclass(frozen=True)
@@ -100,11 +180,11 @@ def lookup(record: Mapping[str, Any] | None, *path: str) -> Any:
 
 
 def read_yaml(path: Path, root: Path) -> dict[str, Any]:
-    """A run's config.yaml inside `root`, held to `record_specs.CONFIG` ({} when absent)."""
+    """A run's config.yaml inside `root`, held to `CONFIG` ({} when absent)."""
     data = load_yaml(path, root)
     if data is None:
         return {}
-    check(data, path, specs.CONFIG, specs.CONFIG_REQUIRED)
+    check(data, path, CONFIG, CONFIG_REQUIRED)
     return data
 
 
@@ -123,9 +203,9 @@ def _smoke(path: Path | None, root: Path) -> SmokeRecords | None:
     if path is None:
         return None
     d = path.parent
-    return SmokeRecords(d, load_record(path, root, specs.SMOKE, specs.SMOKE_REQUIRED),
+    return SmokeRecords(d, load_record(path, root, SMOKE, SMOKE_REQUIRED),
                         read_yaml(d / CONFIG_YAML, root), read_text(d / LAUNCH_SH, root),
-                        load_record(d / PROVENANCE_JSON, root, specs.PROVENANCE) or {})
+                        load_record(d / PROVENANCE_JSON, root, PROVENANCE) or {})
 
 
 def _bench(root: Path | None) -> BenchRecords | None:
@@ -145,7 +225,7 @@ def _bench(root: Path | None) -> BenchRecords | None:
         {a.name: read_yaml(a / CONFIG_YAML, root) for a in arms},
         {a.name: t for a in arms if (t := read_text(a / LAUNCH_SH, root)) is not None},
         {a.name: prov for a in arms
-         if (prov := load_record(a / PROVENANCE_JSON, root, specs.PROVENANCE)) is not None},
+         if (prov := load_record(a / PROVENANCE_JSON, root, PROVENANCE)) is not None},
         plot if plot.is_file() else None, recompute(summary, root, None).to_dict())
 
 
@@ -204,13 +284,13 @@ def collect(directories: Sequence[Path]) -> Sources:
     accuracy = _one(found[ACCURACY_JSON], "accuracy record")
     sources = Sources(
         dirs,
-        one(VALIDATE_JSON, "validate run", specs.VALIDATE, specs.VALIDATE_REQUIRED),
-        one(CHECKPOINT_JSON, "checkpoint record", specs.CHECKPOINT),
-        one(TESTS_JSON, "focused-test record", specs.TESTS, specs.TESTS_REQUIRED),
+        one(VALIDATE_JSON, "validate run", VALIDATE, VALIDATE_REQUIRED),
+        one(CHECKPOINT_JSON, "checkpoint record", CHECKPOINT),
+        one(TESTS_JSON, "focused-test record", TESTS, TESTS_REQUIRED),
         _smoke(smoke_json, under[smoke_json]) if smoke_json else None,
         _bench(bench_root),
-        one(SOURCE_JSON, "source revision record", specs.SOURCE, specs.SOURCE_REQUIRED),
-        one(LINT_JSON, "lint record", specs.LINT, specs.LINT_REQUIRED),
+        one(SOURCE_JSON, "source revision record", SOURCE, SOURCE_REQUIRED),
+        one(LINT_JSON, "lint record", LINT, LINT_REQUIRED),
         accuracy=accuracy_records.read(accuracy, under[accuracy]) if accuracy else None,
         accuracy_path=accuracy,
     )

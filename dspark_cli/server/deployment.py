@@ -15,6 +15,7 @@ is known: a queue's wait is not the server's. `Watch` is what the session watche
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,12 @@ class Deployment(abc.ABC):
         """A process of this host that ended: its exit code (`wait_s` waits for an exit that a
         dropped connection announces a moment early); None for anything else."""
         return None
+
+    def wait_end(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for it to end; whether it has. A process here is waited on
+        (its exit ends the wait); an engine's deployment is asked again at the next check."""
+        time.sleep(timeout_s)
+        return False
 
     def signal(self, sig: int) -> None:
         """Pass a signal on to what runs here (an engine's deployment is cancelled by `stop`)."""

@@ -10,7 +10,7 @@ evidence (the counters, when tokens last grew). An engine with nothing in it nev
 `/metrics` that cannot be read is not a stall (the session's other watches judge a dead
 server).
 
-    watch = StallWatch(lambda: url, StallSettings(stall_s=90)).start()
+    watch = StallWatch(client, lambda: url, StallSettings(stall_s=90)).start()
     watch.tripped        # the Stall, or None
     watch.stop()
 """
@@ -21,7 +21,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where a request is made: a dry run loads no HTTP stack
+    import httpx
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -74,15 +77,13 @@ def read_sample(text: str) -> dict[str, EngineSample]:
     return {engine: EngineSample(**values) for engine, values in seen.items()}
 
 
-def fetch(base_url: str, timeout_s: float) -> dict[str, EngineSample] | None:
-    """`/metrics` now, per engine; None when it cannot be read or parsed."""
+def fetch(client: httpx.Client, base_url: str,
+          timeout_s: float) -> dict[str, EngineSample] | None:
+    """`/metrics` now, per engine, through `client`; None when it cannot be read or parsed."""
     import httpx
 
-    from dspark_cli.server.tls import shared_context
-
     try:
-        response = httpx.get(base_url.rstrip("/") + "/metrics", timeout=timeout_s,
-                             verify=shared_context())
+        response = client.get(base_url.rstrip("/") + "/metrics", timeout=timeout_s)
         response.raise_for_status()
         return read_sample(response.text)
     except (httpx.HTTPError, ValueError):
@@ -141,12 +142,13 @@ class StallTracker:
 
 class StallWatch:
     """Reads `/metrics` in a daemon thread and trips once (`tripped`, `fired`) on a stall.
-    `url()` gives the server's base URL now (None: not known yet)."""
+    `url()` gives the server's base URL now (None: not known yet); `client` is its session's."""
 
-    def __init__(self, url: Callable[[], str | None], settings: StallSettings,
+    def __init__(self, client: httpx.Client, url: Callable[[], str | None],
+                 settings: StallSettings,
                  on_trip: Callable[[Stall], None] | None = None) -> None:
         self.settings = settings
-        self._url, self._on_trip = url, on_trip
+        self._client, self._url, self._on_trip = client, url, on_trip
         self._tracker = StallTracker(settings.stall_s)
         self.fired = threading.Event()
         self.tripped: Stall | None = None
@@ -177,7 +179,7 @@ class StallWatch:
             if self.tripped is not None:
                 continue
             url = self._url()
-            engines = fetch(url, self.settings.timeout_s) if url else None
+            engines = fetch(self._client, url, self.settings.timeout_s) if url else None
             if engines is None:
                 continue
             self.reads += 1

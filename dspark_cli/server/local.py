@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -123,6 +124,14 @@ class LocalDeployment(Deployment):
             self.processes[0].wait(wait_s)
         dead = self.dead_node()
         return dead[1] if dead is not None else None
+
+    def wait_end(self, timeout_s: float) -> bool:
+        """Waits on the head's process (another node's exit is seen when this returns)."""
+        if self.processes and self.processes[0].alive():
+            self.processes[0].wait(timeout_s)
+        elif not self.processes:
+            time.sleep(timeout_s)
+        return self.dead_node() is not None
 
     def describe(self) -> str:
         return (f"{len(self.nodes)} nodes on this host" if len(self.nodes) > 1

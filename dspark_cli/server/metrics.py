@@ -6,7 +6,7 @@ mistake seen in the wild, so everything here works on `_total` samples only, sum
 (`engine`, `model_name`, ...) unless a label filter narrows them.
 
 Public API (also used by `dspark bench`):
-    scrape(base_url) -> Scrape          GET /metrics and parse it
+    scrape(client, base_url) -> Scrape  GET /metrics and parse it
     parse(text) -> Scrape               parse exposition text (pure)
     Scrape.total(name, **labels)        sum of `<name>_total` samples matching the labels
     Scrape.by_label(name, label)        `<name>_total` split by one label's values
@@ -20,6 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where a request is made: a dry run loads no HTTP stack
+    import httpx
 
 GENERATION_TOKENS = "vllm:generation_tokens"
 PROMPT_TOKENS = "vllm:prompt_tokens"
@@ -127,15 +131,14 @@ def parse(text: str) -> Scrape:
     return Scrape(samples)
 
 
-def scrape(base_url: str, timeout_s: float = 5.0) -> Scrape:
-    """GET `<base_url>/metrics` and parse it; ScrapeError on any HTTP or parse failure."""
+def scrape(client: httpx.Client, base_url: str, timeout_s: float = 5.0) -> Scrape:
+    """GET `<base_url>/metrics` through `client` and parse it; ScrapeError on any HTTP or
+    parse failure."""
     import httpx
-
-    from dspark_cli.server.tls import shared_context
 
     url = base_url.rstrip("/") + "/metrics"
     try:
-        response = httpx.get(url, timeout=timeout_s, verify=shared_context())
+        response = client.get(url, timeout=timeout_s)
         response.raise_for_status()
     except httpx.HTTPError as exc:
         raise ScrapeError(f"could not read {url}: {exc}") from exc

@@ -1,18 +1,16 @@
-"""Short HTTP probes of a vLLM server, each with its own timeout: a hung server never hangs
-dspark."""
+"""Short HTTP probes of a vLLM server through its session's client, each with its own timeout:
+a hung server never hangs dspark."""
 
 from __future__ import annotations
 
 import httpx
 
-from dspark_cli.server.tls import shared_context
-
 PROBE_TIMEOUT_S = 2.0
 
 
-def healthy(base_url: str) -> bool:
+def healthy(client: httpx.Client, base_url: str) -> bool:
     """Whether `/health` answers 200 right now."""
-    return health(base_url) == 200
+    return health(client, base_url) == 200
 
 
 # `health()` when no connection could be made: nothing listens there, or the host is unknown
@@ -20,12 +18,11 @@ def healthy(base_url: str) -> bool:
 REFUSED = -1
 
 
-def health(base_url: str) -> int | None:
+def health(client: httpx.Client, base_url: str) -> int | None:
     """`/health`'s status code now; REFUSED when no connection could be made, None when a
     connection was made but gave no answer in time."""
     try:
-        return httpx.get(base_url + "/health", timeout=PROBE_TIMEOUT_S,
-                         verify=shared_context()).status_code
+        return client.get(base_url + "/health", timeout=PROBE_TIMEOUT_S).status_code
     except (httpx.ConnectError, httpx.ConnectTimeout):
         return REFUSED
     except httpx.HTTPError:
@@ -43,10 +40,9 @@ def url_problem(url: str) -> str | None:
     return None if parsed.host else "it names no host"
 
 
-def version(base_url: str) -> str | None:
+def version(client: httpx.Client, base_url: str) -> str | None:
     """The server's `/version`, or None when it does not say."""
     try:
-        return str(httpx.get(base_url + "/version", timeout=PROBE_TIMEOUT_S,
-                             verify=shared_context()).json()["version"])
+        return str(client.get(base_url + "/version", timeout=PROBE_TIMEOUT_S).json()["version"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None

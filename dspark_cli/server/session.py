@@ -1,6 +1,8 @@
 """One server session, the same for `serve`, `smoke` and `bench`: start its deployment (or
 attach to a running server), wait until it is healthy while racing the log watcher and the
 deployment's end, read its metrics until they settle, and tear it down into a frozen `Teardown`.
+Every request the session makes (health, /metrics, the stall watch's reads, a command's own
+requests through `session.http`) goes through its one HTTP client, closed with it.
 
     with ServerSession(deployment, watch) as session:  # started, its log watched
         session.wait_healthy()              # ServerError(reason=...): ended, fatal, timeout
@@ -21,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
 from dspark_cli.server import probe
@@ -30,7 +34,11 @@ from dspark_cli.server.logscan import LogSnapshot, LogWatcher
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
 from dspark_cli.server.process import Teardown
 
-HEALTH_POLL_S = 0.1
+HEALTH_POLL_S = 1.0  # /health while booting (vLLM's own sweep polls once a second too)
+# Between two polls the session waits on the deployment (a process here: on its exit) in slices
+# this long, checking the log watcher's fatal flag after each: a death or a fatal line ends the
+# wait at once, not at the next poll.
+WAKE_S = 0.1
 # Attached: how long connections may be refused before nothing listening is the verdict (not
 # `ready_timeout_s`, which is for a server that is booting).
 SETTLE_POLL_S = 0.1
@@ -54,6 +62,7 @@ class ServerSession:
         self.started_at = 0.0
         self._started = False
         self.stall_watch: StallWatch | None = None
+        self.http = httpx.Client()
 
     @property
     def managed(self) -> bool:
@@ -87,7 +96,7 @@ class ServerSession:
         self.started_at = time.monotonic()
         stall = self.watch.stall
         if stall is not None and stall.enabled:
-            self.stall_watch = StallWatch(d.base_url, stall).start()
+            self.stall_watch = StallWatch(self.http, d.base_url, stall).start()
         if d.managed:
             if self._echo is not None:
                 d.listen(self._echo)
@@ -100,12 +109,15 @@ class ServerSession:
         return self
 
     def close(self) -> Teardown | None:
-        """Tear the deployment down (managed) and keep the log's final snapshot in
-        `final_log`. Safe to call twice."""
+        """Tear the deployment down (managed), keep the log's final snapshot in `final_log`
+        and close the HTTP client. Safe to call twice."""
         if self._started and self.teardown is None:
             self.teardown = self.deployment.stop()
         if self.watcher is not None and self.final_log is None:
             self.final_log = self.watcher.stop()
+        if self.stall_watch is not None:
+            self.stall_watch.stop()
+        self.http.close()
         return self.teardown
 
     def signal(self, sig: int) -> None:
@@ -118,7 +130,7 @@ class ServerSession:
         d = self.deployment
         aborted = self._abort if d.queued and self._abort is not None else lambda: None
         while d.managed and not (d.ended() or aborted() or self.stalled):
-            time.sleep(poll_s)
+            d.wait_end(poll_s)
         return d.exit_code()
 
     # -- state --------------------------------------------------------------------------------
@@ -181,7 +193,7 @@ class ServerSession:
             now = time.monotonic()
             if url is not None and running_since is None:
                 running_since = now
-            status = probe.health(url) if url is not None else None
+            status = probe.health(self.http, url) if url is not None else None
             if status == 200 and running_since is not None:
                 return time.monotonic() - running_since
             if d.queued:
@@ -199,7 +211,17 @@ class ServerSession:
             if running_since is not None and time.monotonic() - running_since > timeout:
                 raise self._failure(f"/health did not answer 200 within {timeout:.0f} s "
                                     "(server.ready_timeout_s)")
-            time.sleep(HEALTH_POLL_S)
+            self._pause(HEALTH_POLL_S)
+
+    def _pause(self, seconds: float) -> None:
+        """Until the next poll; over at once when the deployment ends or the log shows a
+        fatal line (the next `stop_reason()` says which)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.watcher is not None and self.watcher.fired.is_set():
+                return
+            if self.deployment.wait_end(min(left, WAKE_S)):
+                return
 
     def _failure(self, reason: str) -> ServerError:
         tail = self.deployment.tail(TAIL_LINES) if self.managed else ()
@@ -207,7 +229,7 @@ class ServerSession:
 
     def scrape(self) -> Scrape:
         """/metrics now (ScrapeError on failure)."""
-        return scrape(self.base_url, self.watch.metrics_timeout_s)
+        return scrape(self.http, self.base_url, self.watch.metrics_timeout_s)
 
     def scrape_settled(self, before: Scrape, tokens: int | float) -> Scrape:
         """/metrics once the server's generation counter has caught up with `tokens` generated
@@ -222,7 +244,7 @@ class ServerSession:
         return after
 
     def healthy(self) -> bool:
-        return probe.healthy(self.base_url)
+        return probe.healthy(self.http, self.base_url)
 
     def version(self) -> str | None:
-        return probe.version(self.base_url)
+        return probe.version(self.http, self.base_url)

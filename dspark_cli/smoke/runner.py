@@ -20,7 +20,6 @@ from dspark_cli.server.metrics import Scrape, ScrapeError
 from dspark_cli.server.process import Teardown
 from dspark_cli.server.session import ServerSession
 from dspark_cli.server.spec_metrics import parse
-from dspark_cli.server.tls import shared_context
 from dspark_cli.smoke.background import BackgroundCheck, race
 from dspark_cli.smoke.checks import evaluate
 from dspark_cli.smoke.expectations import Expectations
@@ -63,16 +62,16 @@ class SmokeRun:
     server_version: str | None
 
 
-def complete(base_url: str, model: str, prompt: str, max_tokens: int,
+def complete(client: httpx.Client, base_url: str, model: str, prompt: str, max_tokens: int,
              timeout: float) -> RequestOutcome:
-    """One greedy completion of exactly `max_tokens` tokens (ignore_eos), judged by HTTP only."""
+    """One greedy completion of exactly `max_tokens` tokens (ignore_eos) through the session's
+    `client`, judged by HTTP only."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True}
     start = time.monotonic()
     try:
-        r = httpx.post(base_url + "/v1/completions", json=body,
-                       timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S),
-                       verify=shared_context())
+        r = client.post(base_url + "/v1/completions", json=body,
+                        timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S))
     except httpx.TimeoutException:
         return RequestOutcome(RequestState.timeout, detail="no response")
     except httpx.HTTPError as exc:
@@ -94,18 +93,18 @@ def complete(base_url: str, model: str, prompt: str, max_tokens: int,
         return RequestOutcome(RequestState.ok, latency, 200, tokens, spec_problems=(str(exc),))
 
 
-def complete_all(base_url: str, model: str, prompt: str, max_tokens: int, timeout: float,
-                 count: int) -> RequestOutcome:
+def complete_all(client: httpx.Client, base_url: str, model: str, prompt: str,
+                 max_tokens: int, timeout: float, count: int) -> RequestOutcome:
     """`count` completions at once (so a data parallel server spreads them over its engines),
     as one outcome: ok when every one is, the first failure otherwise; tokens summed, latency
     the slowest."""
     if count == 1:
-        return complete(base_url, model, prompt, max_tokens, timeout)
+        return complete(client, base_url, model, prompt, max_tokens, timeout)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(count) as pool:
-        outcomes = list(pool.map(lambda i: complete(base_url, model, f"{prompt} {i}", max_tokens,
-                                                    timeout), range(count)))
+        outcomes = list(pool.map(lambda i: complete(client, base_url, model, f"{prompt} {i}",
+                                                    max_tokens, timeout), range(count)))
     failed = [o for o in outcomes if o.state is not RequestState.ok]
     if failed:
         return failed[0]
@@ -137,7 +136,7 @@ class _Smoke:
             exp.requests > 1) else ""
         progress(f"requesting {many}{exp.max_tokens} tokens")
         kind, value = race(
-            lambda: complete_all(self.session.base_url, self.model, exp.prompt,
+            lambda: complete_all(self.session.http, self.session.base_url, self.model, exp.prompt,
                                  exp.max_tokens, exp.request_timeout_s, exp.requests),
             exp.request_timeout_s, self.session.stop_reason)
         outcomes = {"timeout": RequestOutcome(RequestState.timeout, detail="no response"),

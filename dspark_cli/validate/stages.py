@@ -55,8 +55,7 @@ def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:
     """verify-checkpoint's structure, pins and heads (and hashes when asked) on model.path."""
     from omegaconf import OmegaConf
 
-    from dspark_cli.checkpoint.request import checkpoint_root, content_request
-    from dspark_cli.checkpoint.verify import verify_checkpoint
+    from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
     from dspark_cli.launch.prepare import ensure_model
 
     ensure_model(cfg)  # the tiny model is made before it can be verified

@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.vllm.quick_exit import quick_exit
-
 SHIPPED = Path(__file__).resolve().parents[1] / "launch" / "vllm_serve_options.json"
 FORMAT = 1  # of an entry: {"format", "vllm": {dist, version, commit}, "options": {dest: ...}}
 KINDS = ("bool", "flag", "value", "list")
@@ -166,4 +164,4 @@ def _main() -> int:
 
 
 if __name__ == "__main__":
-    quick_exit(_main())
+    sys.exit(_main())

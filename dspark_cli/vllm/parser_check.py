@@ -15,8 +15,6 @@ import json
 import os
 import sys
 
-from dspark_cli.vllm.quick_exit import quick_exit
-
 
 def check(args: list[str]) -> dict:
     from dspark_cli.vllm.shim import patch_version_lookup
@@ -66,4 +64,3 @@ if __name__ == "__main__":
     result = [check(a) for a in request] if several else check(request)
     sys.stdout.flush()
     print("\n" + json.dumps(result))
-    quick_exit(0)

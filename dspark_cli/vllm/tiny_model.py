@@ -153,7 +153,7 @@ def _draft_tensors(config: dict):
     """The draft's tensors: seeded random layers and fc, unit norms, the counting Markov head."""
     import torch
 
-    from dspark_cli.checkpoint.dspark_draft import draft_tensor_shapes
+    from dspark_cli.checkpoint.head import draft_tensor_shapes
 
     generator = torch.Generator().manual_seed(SEED + 1)
     tensors = {name: torch.ones(shape) if len(shape) == 1

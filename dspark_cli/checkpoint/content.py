@@ -1,4 +1,14 @@
-"""SHA-256 manifests in the format `sha256sum` writes and `sha256sum -c` reads, and Hugging Face
+"""Content hashes: every file hashed in parallel, checked against a sha256sum manifest and
+against the Hugging Face cache blobs' own names (the only check that reads tensor data).
+
+Hash many large files in parallel, with a progress bar (bytes, rate, ETA) on stderr.
+
+Threads suffice: hashlib is OpenSSL's SHA-256 (SHA-NI where the CPU has it) and releases the
+GIL while it hashes a buffer, and `readinto` releases it while it reads. One file is hashed by
+one thread (SHA-256 is sequential), so files go out largest first to keep every core busy to the
+end. `benchmarks/checkpoint_hashing.py` compares this with parallel `openssl dgst -sha256`.
+
+SHA-256 manifests in the format `sha256sum` writes and `sha256sum -c` reads, and Hugging Face
 cache blobs, which carry their own hash as their file name.
 
 A manifest lists every file of the checkpoint by its path relative to the checkpoint directory
@@ -16,14 +26,128 @@ skips with a warning ("improperly formatted") is refused, since it may be a file
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
-from dspark_cli.checkpoint.hashing import GIT_SHA1, SHA256
-from dspark_cli.checkpoint.result import Check, Problem, problem
+from dspark_cli.checkpoint.result import Check, Content, Problem, problem
+
+CHUNK_BYTES = 1024 * 1024  # per-thread read buffer
+SHA256 = "sha256"
+GIT_SHA1 = "git-sha1"  # a git blob id: sha1(b"blob <size>\0" + content), as HF names small blobs
+ALGORITHMS = (SHA256, GIT_SHA1)
+
+
+@dataclass(frozen=True)
+class HashJob:
+    key: str  # how results are named (a path relative to the checkpoint)
+    path: Path
+    algorithms: tuple[str, ...] = (SHA256,)
+
+
+@dataclass(frozen=True)
+class HashOutcome:
+    digests: Mapping[str, str]  # algorithm -> hex digest; empty when the file could not be read
+    size: int
+    error: str | None = None
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _new_hasher(algorithm: str, size: int) -> hashlib._Hash:
+    if algorithm == SHA256:
+        return hashlib.sha256()
+    if algorithm == GIT_SHA1:
+        return hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+    raise ValueError(f"unknown hash algorithm {algorithm!r}")
+
+
+def hash_file(
+    path: Path,
+    algorithms: Iterable[str] = (SHA256,),
+    on_bytes: Callable[[int], None] | None = None,
+) -> HashOutcome:
+    """Hash one file with each algorithm in a single read; errors become the outcome's `error`."""
+    buf = bytearray(CHUNK_BYTES)
+    view = memoryview(buf)
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            hashers = {a: _new_hasher(a, size) for a in algorithms}
+            seen = 0
+            while n := fh.readinto(view):
+                for h in hashers.values():
+                    h.update(view[:n])
+                seen += n
+                if on_bytes:
+                    on_bytes(n)
+    except OSError as exc:
+        return HashOutcome({}, 0, exc.strerror or str(exc))
+    if seen != size:
+        return HashOutcome({}, seen, f"size changed while hashing ({size} -> {seen} bytes)")
+    return HashOutcome({a: h.hexdigest() for a, h in hashers.items()}, size)
+
+
+def sha256_file(path: Path) -> str | None:
+    """One file's SHA-256 (hex), or None when it cannot be read."""
+    return hash_file(path).digests.get(SHA256)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def hash_files(
+    jobs: Iterable[HashJob], workers: int | None = None, progress: bool | None = None
+) -> dict[str, HashOutcome]:
+    """Hash every job's file on `workers` threads; show a progress bar when stderr is a tty."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    sized = sorted(((_size(j.path), j) for j in jobs), key=lambda sj: -sj[0])
+    total = sum(s for s, _ in sized)
+    workers = max(1, min(workers or default_workers(), len(sized) or 1))
+    console = Console(stderr=True)
+    bar = Progress(
+        TextColumn("hashing {task.fields[files]} files"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not (console.is_terminal if progress is None else progress),
+    )
+    with bar, ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hash") as pool:
+        task = bar.add_task("hash", total=total, files=len(sized))
+
+        def advance(n: int) -> None:
+            bar.advance(task, n)
+
+        futures = {
+            j.key: pool.submit(hash_file, j.path, j.algorithms, advance) for _, j in sized
+        }
+        return {key: f.result() for key, f in futures.items()}
+
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r"}
 _UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
@@ -228,3 +352,77 @@ def write_manifest(target: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@dataclass(frozen=True)
+class ContentRequest:
+    """Which file contents to hash: blobs always; manifest entries; or every file."""
+
+    manifest: Mapping[str, str] | None = None  # verify against this (relative path -> sha256)
+    every_file: bool = False  # hash every file, for a manifest to be written
+    # Files the manifest need not list: the manifest itself, kept in the checkpoint (`sha256sum
+    # -c` never asks a manifest to list itself).
+    unlisted_ok: frozenset[str] = frozenset()
+    workers: int | None = None
+    progress: bool | None = None
+
+
+def _jobs(root: Path, on_disk: list[str], request: ContentRequest) -> dict[str, HashJob]:
+    wanted = set(on_disk) if request.every_file else set()
+    if request.manifest is not None:
+        wanted |= {
+            n for n in request.manifest if not unsafe_name(n) and is_file(root / n)
+        }
+    jobs = {}
+    for name in sorted(wanted | set(on_disk)):
+        algorithms = {SHA256} if name in wanted else set()
+        blob = blob_expectation(root / name)
+        if blob:
+            algorithms.add(blob[0])
+        if algorithms:
+            jobs[name] = HashJob(name, root / name, tuple(sorted(algorithms)))
+    return jobs
+
+
+def check_content(root: Path, request: ContentRequest) -> tuple[Content, list[Problem]]:
+    """Hash what the request asks for; check blobs against their names and the manifest."""
+    on_disk = list_checkpoint_files(root)
+    jobs = _jobs(root, on_disk, request)
+    start = time.perf_counter()
+    outcomes = hash_files(jobs.values(), request.workers, request.progress)
+    seconds = time.perf_counter() - start
+
+    problems = []
+    sha256: dict[str, str | None] = {}
+    blobs_checked = 0
+    for name, outcome in sorted(outcomes.items()):
+        if outcome.error:
+            problems.append(
+                problem("file-unreadable", Check.content, name, "a readable file", outcome.error)
+            )
+            sha256[name] = None
+            continue
+        sha256[name] = outcome.digests.get(SHA256)
+        blob = blob_expectation(root / name)
+        if blob:
+            blobs_checked += 1
+            algorithm, want = blob
+            if outcome.digests[algorithm] != want:
+                problems.append(
+                    problem("blob-hash-mismatch", Check.content, name,
+                            f"{algorithm} {want} (the blob's name)",
+                            outcome.digests[algorithm])
+                )
+    if request.manifest is not None:
+        problems += compare_with_manifest(
+            request.manifest, root, [n for n in on_disk if n not in request.unlisted_ok], sha256)
+    digests = {n: d for n, d in sha256.items() if d is not None}
+    content = Content(
+        hashed_files=len(outcomes),
+        hashed_bytes=sum(o.size for o in outcomes.values()),
+        against_manifest=sum(1 for n in request.manifest or {} if n in digests),
+        against_blob_name=blobs_checked,
+        seconds=round(seconds, 3),
+        digests=MappingProxyType(digests),
+    )
+    return content, problems

@@ -1,23 +1,75 @@
-"""This host as dspark sees it, as one frozen record: the GPUs and the profile they match,
-Python, vLLM (and what it supports of DSpark), torch, AITER, the option table planning uses,
-the chosen profile's pins against what is installed, and what a run here would refuse.
+"""`dspark env`: this host as dspark sees it, as one frozen record: the GPUs and the profile
+they match, Python, vLLM (and what it supports of DSpark), torch, AITER, the option table
+planning uses, the chosen profile's pins against what is installed, and what a run here would
+refuse.
 
 Read from metadata, source files and the GPU tools: nothing imports vLLM or torch, unless asked
-(`derive`: the installed vLLM's option table is derived when no cached entry holds it)."""
+(`derive`: the installed vLLM's option table is derived when no cached entry holds it).
+
+What the installed vLLM supports of DSpark, read from its source files (never imported: an
+import takes seconds): the `dspark` speculative method, `enable_adaptive_verification`, and the
+V2 model runner switch (`VLLM_USE_V2_MODEL_RUNNER` in its envs.py).
+
+`render` puts it on one screen: a line per fact, the pins as expected/installed, then what a run
+here would refuse. Plain text (no table to wrap in a log)."""
 
 from __future__ import annotations
 
+import importlib.util
 import platform
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from dspark_cli.hostenv.vllm_support import VllmSupport, support
 from dspark_cli.launch import runtime_pins
 from dspark_cli.launch.runtime import Runtime, installed, installed_vllm
 from dspark_cli.machine.detect import Machine
 from dspark_cli.status import Finding
+from dspark_cli.vllm.speculative_fields import has_field
+
+_LIMIT = 4 << 20  # bytes read of one source file
+
+
+@dataclass(frozen=True)
+class VllmSupport:
+    """True/False as the installed vLLM's source says; None where there is no vLLM to read."""
+
+    method_dspark: bool | None
+    adaptive_verification: bool | None
+    v2_model_runner: bool | None
+
+    def to_dict(self) -> dict[str, bool | None]:
+        return asdict(self)
+
+
+def _package_root() -> Path | None:
+    spec = importlib.util.find_spec("vllm")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    return Path(roots[0]) if roots else None
+
+
+def _text(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            return f.read(_LIMIT).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def support() -> VllmSupport:
+    root = _package_root()
+    if root is None:
+        return VllmSupport(None, None, None)
+    speculative = _text(root / "config" / "speculative.py")
+    return VllmSupport(
+        method_dspark=re.search(r"""Literal\[[^\]]*['"]dspark['"]""", speculative) is not None,
+        adaptive_verification=has_field("enable_adaptive_verification"),
+        v2_model_runner="VLLM_USE_V2_MODEL_RUNNER" in _text(root / "envs.py"),
+    )
+
 
 NO_VLLM = ("no vLLM is installed in this Python: serve, smoke and bench need the platform's "
            "vLLM (exit 4); run dspark inside the vLLM image, or `make setup` on a CPU machine")
@@ -149,3 +201,68 @@ def option_table(derive: bool) -> tuple[dict[str, Any], bool]:
                     "from vLLM's parser; `dspark env --vllm` does it now)"}, False
     source = active().source
     return {"kind": source.kind, "ready": True, "described": source.describe()}, True
+
+
+def _gpus(env: HostEnv) -> str:
+    gpus = env.machine.get("gpus") or []
+    if not gpus:
+        return f"none detected (platform {env.machine.get('platform')})"
+    names: dict[str, int] = {}
+    for g in gpus:
+        label = g.get("name") + (f" [{g['arch']}]" if g.get("arch") else "")
+        names[label] = names.get(label, 0) + 1
+    driver = f", driver {env.machine['driver']}" if env.machine.get("driver") else ""
+    return ", ".join(f"{n} x {label}" for label, n in names.items()) + driver
+
+
+def _yes(value: bool | None) -> str:
+    return "unknown" if value is None else "yes" if value else "NO"
+
+
+def render(env: HostEnv) -> str:
+    lines = [f"GPUs:          {_gpus(env)}"]
+    profile = env.profile or "none"
+    how = ("given with +hw" if env.chosen_by == "+hw" else "detected" if env.profile
+           else "no profile matches these GPUs: +hw=<profile>")
+    match = (f"; this machine matches {env.detected_profile}"
+             if env.chosen_by == "+hw" and env.detected_profile not in (None, env.profile)
+             else "")
+    lines.append(f"Profile:       {profile} ({how}{match})")
+    py = env.python
+    lines.append(f"Python:        {py['version']} ({py['executable']})")
+    if env.vllm is None:
+        lines.append("vLLM:          not installed")
+    else:
+        v, s = env.vllm, env.vllm["supports"]
+        commit = f", commit {v['commit']}" if v.get("commit") else ""
+        lines.append(f"vLLM:          {v['dist']} {v['version']}{commit}")
+        lines.append(f"  knows:       method=dspark {_yes(s['method_dspark'])}, "
+                     f"enable_adaptive_verification {_yes(s['adaptive_verification'])}, "
+                     f"V2 model runner {_yes(s['v2_model_runner'])}")
+    t = env.torch
+    build = ", ".join(f"{k.upper()} {t[k]}" for k in ("rocm", "cuda") if t.get(k)) or "CPU"
+    lines.append("torch:         " + (f"{t['version']} ({build})" if t.get("version")
+                                      else "not installed"))
+    a = env.aiter
+    lines.append("AITER:         " + (" ".join(p for p in (
+        a["version"], a.get("commit") and f"commit {a['commit']}",
+        a.get("wheel_sha256") and f"wheel sha256 {a['wheel_sha256']}") if p)
+        if a.get("version") else "not installed"))
+    lines.append(f"Option table:  {env.option_table['described']}")
+    if env.pins:
+        lines.append("Pins (runtime.expected):")
+        lines += [f"  {'ok ' if p['ok'] else 'BAD'} {p['pin']}: expected {p['expected']}, "
+                  f"installed {p['installed'] or 'nothing'}" for p in env.pins]
+    else:
+        lines.append("Pins:          none set (an image group pins software: +image=<name>)")
+    if env.reference and env.reference["differences"]:
+        lines.append(f"Unlike +image={env.reference['image']} (noted, not refused):")
+        lines += [f"  {d}" for d in env.reference["differences"]]
+    for note in env.not_checked:
+        lines.append(f"Not checked:   {note}")
+    if env.refusals:
+        lines.append("A run here would refuse:")
+        lines += [f"  {r['rule']}: {r['message']}" for r in env.refusals]
+    else:
+        lines.append("A run here would refuse: nothing dspark can check without a boot")
+    return "\n".join(lines) + "\n"
