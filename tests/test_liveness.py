@@ -218,8 +218,7 @@ def test_the_probes_end_when_the_watch_trips_not_at_their_timeout() -> None:
     /health answers 200: each gives up within seconds of the watch (their HTTP timeout is
     120 s), saying why; the server answers /health all along."""
     from dspark_cli.bench.engagement_probe import probe
-    from dspark_cli.bench.greedy_probe import answer
-    from dspark_cli.bench.lossless import LosslessSpec, PromptSet
+    from dspark_cli.bench.lossless import LosslessSpec, PromptSet, answer
     from dspark_cli.bench.protocol import Sampling
 
     proc, watch, url = _stall_watched(free_port())

@@ -5,7 +5,7 @@ read from the launch as `dspark serve` starts it (per-request metrics where the 
 them, else /metrics' spec-decode counters around the probe: `spec_metrics.observed`), say
 whether verification trimmed: what the cell's record keeps as `engagement`, beside the DSpark
 draft's parameter count against its pin (`draft_params`). Waited for under the session's
-watches (`greedy_probe.watched`): a stalled engine ends it at once, not at its HTTP timeout."""
+watches (`lossless.watched`): a stalled engine ends it at once, not at its HTTP timeout."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from dspark_cli.bench.greedy_probe import Stopped, watched
+from dspark_cli.bench.lossless import Stopped, watched
 from dspark_cli.bench.protocol import Sampling
 from dspark_cli.server.metrics import Scrape, spec_decode
 from dspark_cli.server.spec_metrics import Engagement, RequestSteps, judge, observed, parse

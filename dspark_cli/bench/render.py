@@ -7,8 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench import decision_render, stats, verdicts
-from dspark_cli.bench.summary import Summary
-from dspark_cli.bench.summary_rows import ArmResult
+from dspark_cli.bench.summary import ArmResult, Summary
 from dspark_cli.launch.secrets import redact_text
 from dspark_cli.untrusted import printable
 

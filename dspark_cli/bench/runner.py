@@ -21,15 +21,13 @@ from dspark_cli.bench import records
 from dspark_cli.bench.arm_launch import ArmLaunch
 from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.cell import CellRecord, CellTimings, Observed, ProtocolInfo, build
-from dspark_cli.bench.dataset import VerifiedDataset
+from dspark_cli.bench.dataset import VerifiedDataset, describe
 from dspark_cli.bench.engagement_probe import PROMPTS, probe
 from dspark_cli.bench.engagement_probe import record as engagement_record
 from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
-from dspark_cli.bench.greedy_probe import answer
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
-from dspark_cli.bench.lossless import PromptSet, compare, reference_record
+from dspark_cli.bench.lossless import PromptSet, answer, compare, reference_record
 from dspark_cli.bench.protocol import Cell, Protocol
-from dspark_cli.bench.request_set import describe
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.effective import EffectiveLaunch

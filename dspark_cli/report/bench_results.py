@@ -93,7 +93,7 @@ class Results:
     decisions: Decisions | None = None  # goodput, the arm per load, the proposal
 
 
-# What `dspark_cli/bench/validity.py` judges every cell by.
+# What `dspark_cli/bench/cell.py` judges every cell by.
 VALIDITY_RULES = (
     "client and server generated-token counts match (vllm:generation_tokens_total delta)",
     "no preemptions (vllm:num_preemptions_total delta)",
