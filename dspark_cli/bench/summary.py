@@ -21,7 +21,7 @@ from statistics import fmean
 from typing import Any
 
 from dspark_cli.bench import goodput as gp
-from dspark_cli.bench import lossless, stats, verdicts, winners
+from dspark_cli.bench import lossless, stats, winners
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.protocol import variant
 from dspark_cli.launch.secrets import redact_text
@@ -50,7 +50,7 @@ class Summary:
 
     @property
     def results_sentence(self) -> str:
-        return verdicts.results_sentence([s.result for s in self.speedups if s.result])
+        return stats.results_sentence([s.result for s in self.speedups if s.result])
 
     def result(self, arm: str, concurrency: int) -> ArmResult | None:
         return next((r for r in self.results if (r.arm, r.concurrency) == (arm, concurrency)),
@@ -152,7 +152,7 @@ def aggregate(arm: str, concurrency: int, rows: Sequence[CellRow]) -> ArmResult:
 
 
 def _speedup(cell: ArmResult | None, base: ArmResult | None, baseline: str,
-             margin: float) -> tuple[verdicts.Speedup | None, str]:
+             margin: float) -> tuple[stats.Speedup | None, str]:
     if cell is None:
         return None, "cell not run"
     if base is None:
@@ -163,7 +163,7 @@ def _speedup(cell: ArmResult | None, base: ArmResult | None, baseline: str,
         return None, "baseline cell invalid" if base.invalid else "no throughput"
     if fmean(base.throughputs) <= 0:
         return None, "no throughput"
-    result = verdicts.speedup(cell.arm, cell.throughputs, baseline, base.throughputs,
+    result = stats.speedup(cell.arm, cell.throughputs, baseline, base.throughputs,
                            cell.concurrency, margin)
     left_out = [f"{r.invalid} of {len(r.repeats)} {what} repeats invalid"
                 for r, what in ((cell, "arm"), (base, "baseline")) if r.invalid]
@@ -351,7 +351,7 @@ class SpeedupRow:
     arm: str
     baseline: str
     concurrency: int
-    result: verdicts.Speedup | None
+    result: stats.Speedup | None
     note: str  # why there is no speedup, or what it leaves out; "" when nothing to say
 
     @property
@@ -359,8 +359,8 @@ class SpeedupRow:
         return None if self.result is None else self.result.ratio.estimate
 
     @property
-    def verdict(self) -> verdicts.Verdict:
-        return verdicts.Verdict.INCONCLUSIVE if self.result is None else self.result.verdict
+    def verdict(self) -> stats.Verdict:
+        return stats.Verdict.INCONCLUSIVE if self.result is None else self.result.verdict
 
     def to_dict(self) -> dict[str, Any]:
         if self.result is not None:
