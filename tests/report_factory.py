@@ -15,7 +15,7 @@ from dspark_cli.bench.cell import CellRecord, ProtocolInfo
 from dspark_cli.bench.goodput import Goodput, Objectives
 from dspark_cli.bench.merge import summarize_records
 from dspark_cli.bench.protocol import variant
-from dspark_cli.bench.summary_files import write
+from dspark_cli.bench.summary import write
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.record import write_record
 from tests.checkpoint_factory import DSV4_FLASH_QUANTIZATION

@@ -16,7 +16,7 @@ import pytest
 from dspark_cli.bench import lossless
 from dspark_cli.bench import schema as bench_schema
 from dspark_cli.bench.cell import CellRecord
-from dspark_cli.bench.greedy_probe import answer
+from dspark_cli.bench.lossless import answer
 from dspark_cli.bench.protocol import build_protocol
 from dspark_cli.bench.summary import summarize
 from dspark_cli.config.plain import plain

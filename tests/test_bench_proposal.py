@@ -104,7 +104,7 @@ def test_a_load_without_a_clear_winner_keeps_the_baseline_never_an_arm_measured_
     """At 8 draft_model is measured at 0.5x and none is not clearly faster than ngram: the load
     has no clear winner. Draft_model wins 2 and 32 on either side, yet 8 is not merged into its
     range: it keeps the baseline (none), and the note says so."""
-    from dspark_cli.bench import verdicts
+    from dspark_cli.bench import stats
 
     measured = [("none", 2, [50.0, 51.0, 49.0]), ("draft_model", 2, [100.0, 101.0, 99.0]),
                 ("ngram", 2, [60.0, 61.0, 59.0]),
@@ -122,8 +122,8 @@ def test_a_load_without_a_clear_winner_keeps_the_baseline_never_an_arm_measured_
         mine = next(v for a, c, v in measured if (a, c) == (w.routed, w.concurrency))
         for arm, c, values in measured:
             if c == w.concurrency and arm != w.routed:
-                s = verdicts.speedup(str(w.routed), mine, arm, values, c, 0.05)
-                assert s.verdict is not verdicts.Verdict.SLOWER, (w, arm)
+                s = stats.speedup(str(w.routed), mine, arm, values, c, 0.05)
+                assert s.verdict is not stats.Verdict.SLOWER, (w, arm)
     arms = ["none", "draft_model", "ngram"]
     made = proposal.propose(found, {a: PROFILES.get(a) or profile(a) for a in arms}, False,
                             ["+hw=cpu"], tmp_path, arms)

@@ -10,7 +10,7 @@ from statistics import fmean
 
 import pytest
 
-from dspark_cli.bench import stats, verdicts
+from dspark_cli.bench import stats
 from tests.conftest import run_dspark
 from tests.vllm_server import ARMS, CELLS, CONCURRENCY, REPEATS, CpuValidateRun
 
@@ -71,7 +71,7 @@ def test_two_repeats_give_intervals_verdicts_acceptance_and_latency(
 
             (sp,) = [s for s in summary["speedups"]
                      if (s["arm"], s["concurrency"]) == (arm, c)]
-            want = verdicts.speedup(arm, drafted["throughputs"], "none",
+            want = stats.speedup(arm, drafted["throughputs"], "none",
                                     results[("none", c)]["throughputs"], c, 0.05)
             assert sp["ratio"] == want.ratio.to_dict() and sp["verdict"] == str(want.verdict)
             assert sp["ratio"]["n"] == REPEATS
@@ -81,7 +81,7 @@ def test_two_repeats_give_intervals_verdicts_acceptance_and_latency(
             wanted[(arm, c)] = want
     # One sentence per arm over the baseline, from the same verdicts.
     expected = [wanted[(s["arm"], s["concurrency"])] for s in summary["speedups"]]
-    assert summary["results_sentence"] == verdicts.results_sentence(expected)
+    assert summary["results_sentence"] == stats.results_sentence(expected)
     for arm in ARMS[1:]:
         (verdict,) = {s["verdict"] for s in summary["speedups"] if s["arm"] == arm}
         assert f"{arm} over none: {verdict} at concurrency {CONCURRENCY}" in \

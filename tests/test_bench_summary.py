@@ -16,9 +16,8 @@ from dspark_cli.bench import records
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.merge import merge
 from dspark_cli.bench.render import table
-from dspark_cli.bench.stats import mean_interval
+from dspark_cli.bench.stats import Speedup, Verdict, mean_interval, results_sentence
 from dspark_cli.bench.summary import summarize
-from dspark_cli.bench.verdicts import Speedup, Verdict, results_sentence
 from dspark_cli.errors import UsageError
 
 PROTOCOL = {"name": "t", "arms": ["none", "fixed", "adaptive"], "baseline": "fixed",

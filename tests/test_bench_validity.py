@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from dspark_cli.bench.validity import Evidence, judge
+from dspark_cli.bench.cell import Evidence, judge
 
 CLEAN = Evidence(num_prompts=880, completed=880, failed=0, client_output_tokens=1_000_000,
                  server_generation_tokens=1_000_000.0, preemptions=0.0)

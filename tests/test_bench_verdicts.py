@@ -10,13 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspark_cli.bench.stats import Interval, ratio_interval, t_quantile
-from dspark_cli.bench.verdicts import (
+from dspark_cli.bench.stats import (
+    Interval,
     Speedup,
     Verdict,
     min_detectable,
+    ratio_interval,
     results_sentence,
     speedup,
+    t_quantile,
     verdict_of,
     words,
 )

@@ -5,6 +5,7 @@ flags, an older driver's missing field, no tool at all, and nothing left running
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -104,3 +105,50 @@ def test_every_cell_records_its_gpus_under_load(tmp_path: Path) -> None:
     assert gpus["flags"] == ["GPU 5 sat idle in the measured phase (mean utilisation 1.0% < 10%)"]
     rows = json.loads((tmp_path / "run/cells/none-c2/gpus.json").read_text())["rows"]
     assert len(rows) == gpus["samples"] > len(gpus["measured"])
+
+
+GPU_TOOLS = Path(__file__).parent / "data" / "gpu_tools"
+
+
+def _fixture(name: str) -> str:
+    """A recorded output, its `#` header (where its format comes from) left out."""
+    return "".join(line for line in (GPU_TOOLS / name).read_text().splitlines(keepends=True)
+                   if not line.startswith("#"))
+
+
+@pytest.mark.parametrize(("tool", "fixture", "want"), [
+    # GPU 0 under load and throttled; GPU 1 with its usage section "N/A" and no hotspot
+    ("amd-smi", "amd_smi_metric.json",
+     {"0": (97.0, 171204.0, 618.0, 1843.0, 71.0, "throttled"),
+      "1": (None, 283.0, 140.0, None, 38.0, 0.0)}),
+    # card1: a secondary die without power, in deep sleep, its junction sensor N/A
+    ("rocm-smi", "rocm_smi.json",
+     {"0": (96.0, 171204.1, 612.0, 1843.0, 69.0, None),
+      "1": (0.0, 283.0, None, 133.0, 37.0, None)}),
+])
+def test_amd_tools_are_read_in_the_format_their_source_prints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str, fixture: str,
+        want: dict[str, tuple]) -> None:
+    """A stand-in of the tool on PATH (a real process) prints the output its own source builds
+    (tests/data/gpu_tools/, each with the repository, path and commit it follows); the sampler
+    asks it as it asks the real one and reads every field, "N/A" as unknown."""
+    from dspark_cli.machine.gpu_sampler import FIELDS, THROTTLE_BITS
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "out.json").write_text(_fixture(fixture))
+    calls = tmp_path / "calls"
+    script = bin_dir / tool
+    script.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncat {bin_dir / "out.json"}\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    sampler = GpuSampler(0.1, tool).start()
+    time.sleep(0.5)
+    samples = sampler.stop()
+    assert sampler.error is None and samples, sampler.error
+    assert "--json" in calls.read_text().split()
+    got = {s.gpu: s.values for s in samples}
+    expected = {gpu: tuple(float(THROTTLE_BITS) if v == "throttled" else v for v in row)
+                for gpu, row in want.items()}
+    assert got == expected, dict(zip(FIELDS, got.get("0", ()), strict=False))
+    assert len(samples) >= 2 * len(want)  # asked again every interval

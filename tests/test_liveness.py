@@ -200,3 +200,83 @@ def test_serve_without_exit_says_it_once_and_keeps_serving(tmp_path: Path) -> No
             proc.kill()
     reader.join(5)
     assert sum(x.startswith("dspark: stalled: ") for x in lines) == 1, lines
+
+
+def _stall_watched(port: int) -> tuple[subprocess.Popen[bytes], StallWatch, str]:
+    """The fake whose engine stops at its first completion, watched as a session watches it."""
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(command(port, "stalled", "--stall-after", "0"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: _status(url) == 200, 15, "the fake's /health")
+    return proc, _watch(url), url
+
+
+def _watch(url: str) -> StallWatch:
+    return StallWatch(httpx.Client(), lambda: url, StallSettings(stall_s=1.0, poll_s=0.1)).start()
+
+
+def _reason(watch: StallWatch) -> str | None:
+    return watch.tripped.reason if watch.tripped is not None else None
+
+
+def test_the_probes_end_when_the_watch_trips_not_at_their_timeout() -> None:
+    """The lossless and the engagement probes against a real server whose engine stalls while
+    /health answers 200: each gives up within seconds of the watch (their HTTP timeout is
+    120 s), saying why; the server answers /health all along."""
+    from dspark_cli.bench.engagement_probe import probe
+    from dspark_cli.bench.lossless import LosslessSpec, PromptSet, answer
+    from dspark_cli.bench.protocol import Sampling
+
+    proc, watch, url = _stall_watched(free_port())
+    client = httpx.Client()
+    try:
+        spec = LosslessSpec(Path("greedy.jsonl"), "0" * 64, 16, "none", 1.0)
+        started = time.monotonic()
+        got = answer(client, url, "tiny", PromptSet(spec, ("a b", "c d")), 120.0,
+                     lambda: _reason(watch))
+        assert time.monotonic() - started < 10
+        assert got["texts"] == [] and got["token_ids"] is None
+        (error,) = got["errors"]
+        assert error.startswith("prompt 0: stalled: no token generated for "), error
+        watch.stop()  # the engagement probe meets the same stalled server under a fresh watch
+        watch = _watch(url)
+        started = time.monotonic()
+        seen = probe(client, url, "tiny", ("a b",), 4, Sampling(0.0, 1.0, 32, True), 120.0, 3,
+                     lambda: None, lambda: _reason(watch))
+        assert time.monotonic() - started < 10
+        assert (seen.level, seen.requests, seen.steps) == (None, 0, 0)
+        assert seen.why.startswith("the probe was given up: stalled: no token generated"), \
+            seen.why
+        assert _status(url) == 200
+    finally:
+        watch.stop()
+        proc.kill()
+        proc.wait()
+        client.close()
+
+
+@pytest.mark.vllm  # the cells' load generator is vLLM's own `vllm bench serve`
+def test_a_cell_whose_engine_stalls_in_a_probe_ends_as_stalled(tmp_path: Path) -> None:
+    """none-c2's engine stalls at the lossless probe (after the 6 measured requests),
+    draft_model-c2's at the engagement probe (after those and the 8 greedy prompts): each cell
+    ends at once, invalid with reason `stalled` where it happened and the evidence."""
+    boots = tmp_path / "boots.json"
+    boots.write_text(json.dumps([["--scenario", "stalled", "--stall-after", "6"],
+                                 ["--scenario", "stalled", "--stall-after", "14"]]))
+    started = time.monotonic()
+    code, out, err = bench(tmp_path, "healthy", "bench.concurrency=2", *FAST,
+                           fake_args=("--per-boot", str(boots)))
+    assert time.monotonic() - started < 240, "a probe waited for its timeout"
+    assert [(c["cell_id"], c["valid"]) for c in out["cells"]] == [
+        ("none-c2", False), ("draft_model-c2", False)], err[-3000:]
+    for cell, where in (("none-c2", "the lossless probe"),
+                        ("draft_model-c2", "the engagement probe")):
+        rec = cell_record(tmp_path, cell)
+        assert rec["reasons"][0].startswith("stalled: no token generated for "), rec["reasons"]
+        assert f"(in {where}, after " in rec["reasons"][0], rec["reasons"]
+        assert rec["stall"]["reason"] == "stalled" and rec["stall"]["running"] >= 1
+        assert rec["stall"]["log_tail"] and rec["completed"] == 6
+        assert rec["teardown"]["port_free"] and not rec["teardown"]["leftover_pids"]
+    assert cell_record(tmp_path, "draft_model-c2")["lossless"]["errors"] == []
+    assert cell_record(tmp_path, "draft_model-c2")["engagement"]["outcome"] == "not_measured"
+    assert code == 1

@@ -9,7 +9,7 @@ Every arm answers the same documents, so each arm's score is compared with the b
 document by document: the difference of the two accuracies and its interval from the paired
 counts (Newcombe's hybrid score interval for paired proportions, 1998, method 10: it keeps its
 coverage near 0 and 1 and when no document differs, where a t interval of the per-document
-differences would shrink to a point). The words are the bench's (`bench/verdicts.py`):
+differences would shrink to a point). The words are the bench's (`bench/stats.py`):
 "comparable" only from a test of equivalence (the 90% interval inside +/- the margin, two
 one-sided tests at 5%); "different" when the 95% interval excludes 0 and the difference passes
 the margin; otherwise "inconclusive", with the smallest difference the run could have seen."""
@@ -23,8 +23,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from dspark_cli.bench.stats import CONFIDENCE, Interval
-from dspark_cli.bench.verdicts import EQUIVALENCE_CONFIDENCE, POWER
+from dspark_cli.bench.stats import CONFIDENCE, EQUIVALENCE_CONFIDENCE, POWER, Interval
 from dspark_cli.compat import StrEnum
 from dspark_cli.untrusted import (
     AMOUNT,

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dspark_cli.bench.stats import Interval
-from dspark_cli.bench.summary import Summary
-from dspark_cli.bench.summary_rows import ArmResult
+from dspark_cli.bench.summary import ArmResult, Summary
 from dspark_cli.run_files import DECISIONS_PNG, PARETO_PNG
 from dspark_cli.untrusted import png_bytes, write_atomic
 

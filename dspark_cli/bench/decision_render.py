@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dspark_cli.bench import stats, verdicts
+from dspark_cli.bench import stats
 from dspark_cli.bench.summary import Summary
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def winner_reason(summary: Summary, concurrency: int) -> tuple[str, str]:
                                             else "")
     s = w.runner_up
     why = "over every other arm" if s is None else \
-        f"{verdicts.words(s)} than {s.baseline} ({interval(s.ratio, '.3f', unit='x')})"
+        f"{stats.words(s)} than {s.baseline} ({interval(s.ratio, '.3f', unit='x')})"
     return w.arm, why
 
 

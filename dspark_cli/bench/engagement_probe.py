@@ -4,7 +4,8 @@ sampled as the protocol samples (at most MAX_TOKENS each: enough verify steps). 
 read from the launch as `dspark serve` starts it (per-request metrics where the server reports
 them, else /metrics' spec-decode counters around the probe: `metrics.observed`), say
 whether verification trimmed: what the cell's record keeps as `engagement`, beside the DSpark
-draft's parameter count against its pin (`draft_params`)."""
+draft's parameter count against its pin (`draft_params`). Waited for under the session's
+watches (`lossless.watched`): a stalled engine ends it at once, not at its HTTP timeout."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from dspark_cli.bench.lossless import Stopped, watched
 from dspark_cli.bench.protocol import Sampling
 from dspark_cli.server.metrics import (
     Engagement,
@@ -46,19 +48,27 @@ def _one(client: httpx.Client, url: str, body: dict[str, Any],
 
 def probe(client: httpx.Client, base_url: str, model: str, prompts: Sequence[str], concurrency: int,
           sampling: Sampling, timeout_s: float, k: int | None,
-          scrape: Callable[[], Scrape | None]) -> Engagement:
+          scrape: Callable[[], Scrape | None],
+          stop: Callable[[], str | None] = lambda: None) -> Engagement:
     """`concurrency` (at most MAX_REQUESTS) completions at once through the cell's session's
     `client`, sampled as `sampling` says; `scrape` reads /metrics (None when it cannot) before
-    and after them."""
+    and after them. Not measured, with the reason, when `stop()` names one before they are all
+    answered (a stall)."""
     count = max(1, min(concurrency, MAX_REQUESTS))
     bodies = [{"model": model, "prompt": prompts[i % len(prompts)], "ignore_eos": True,
                "max_tokens": min(sampling.max_output_tokens, MAX_TOKENS),
                "temperature": sampling.temperature, "top_p": sampling.top_p}
               for i in range(count)]
     before = scrape()
-    with ThreadPoolExecutor(count) as pool:
-        answers = list(pool.map(
-            lambda b: _one(client, f"{base_url}/v1/completions", b, timeout_s), bodies))
+    pool = ThreadPoolExecutor(count)
+    try:
+        answers = watched(lambda: list(pool.map(
+            lambda b: _one(client, f"{base_url}/v1/completions", b, timeout_s), bodies)), stop)
+    finally:  # a stalled server's requests end with its teardown: no wait for them here
+        pool.shutdown(wait=False, cancel_futures=True)
+    if isinstance(answers, Stopped):
+        return Engagement(None, 0, 0, 0, 0, 0, k, None,
+                          why=f"the probe was given up: {answers.reason}")
     after = scrape()
     counters = None if before is None or after is None else spec_decode(after.delta(before))
     return observed([a for a in answers if not isinstance(a, str)],

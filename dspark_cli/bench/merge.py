@@ -14,8 +14,7 @@ from dspark_cli.bench import decision_plot
 from dspark_cli.bench import records as rec
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.proposal_files import Launch, write_proposal
-from dspark_cli.bench.summary import Summary, summarize
-from dspark_cli.bench.summary_files import write
+from dspark_cli.bench.summary import Summary, summarize, write
 from dspark_cli.errors import UsageError
 from dspark_cli.untrusted import shown_path, text_path
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.bench import decision_render, stats, verdicts
-from dspark_cli.bench.summary import Summary
-from dspark_cli.bench.summary_rows import ArmResult
+from dspark_cli.bench import decision_render, stats
+from dspark_cli.bench.summary import ArmResult, Summary
 from dspark_cli.launch.secrets import redact_text
 from dspark_cli.untrusted import printable
 
@@ -109,7 +108,7 @@ def table(summary: Summary) -> RenderableType:
         sp = summary.speedup(result.arm, result.concurrency)
         ratio = sp.result.ratio if sp and sp.result else None
         verdict = "baseline" if result.arm == summary.baseline else \
-            "-" if sp is None else verdicts.words(sp.result) if sp.result else str(sp.verdict)
+            "-" if sp is None else stats.words(sp.result) if sp.result else str(sp.verdict)
         t.add_row(
             str(result.concurrency),
             result.arm,

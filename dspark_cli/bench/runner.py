@@ -21,15 +21,13 @@ from dspark_cli.bench import records
 from dspark_cli.bench.arm_launch import ArmLaunch
 from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.cell import CellRecord, CellTimings, Observed, ProtocolInfo, build
-from dspark_cli.bench.dataset import VerifiedDataset
+from dspark_cli.bench.dataset import VerifiedDataset, describe
 from dspark_cli.bench.engagement_probe import PROMPTS, probe
 from dspark_cli.bench.engagement_probe import record as engagement_record
 from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
-from dspark_cli.bench.greedy_probe import answer
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
-from dspark_cli.bench.lossless import PromptSet, compare, reference_record
+from dspark_cli.bench.lossless import PromptSet, answer, compare, reference_record
 from dspark_cli.bench.protocol import Cell, Protocol
-from dspark_cli.bench.request_set import describe
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.effective import EffectiveLaunch
@@ -193,18 +191,33 @@ class _CellRun:
                     "total_output_tokens"))
         if self.ctx.prompts is not None:  # after the counters were read: they stay the load's
             progress(f"{self.cell.id}: lossless: {len(self.ctx.prompts.prompts)} greedy prompts")
+            began = time.monotonic()
             self.greedy = answer(session.http, session.base_url, self.arm.plan.served_model_name,
-                                 self.ctx.prompts, self.ctx.protocol.phase_timeout_s)
+                                 self.ctx.prompts, self.ctx.protocol.phase_timeout_s,
+                                 session.stop_reason)
+            if self._stalled(session, "the lossless probe", began):
+                return
         if self.arm.expected_steps is not None:
             progress(f"{self.cell.id}: engagement: {self.cell.concurrency} requests at once")
+            began = time.monotonic()
             self.engaged = probe(session.http, session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
                                  self.cell.concurrency, self.ctx.protocol.sampling,
                                  self.ctx.protocol.phase_timeout_s,
                                  self.arm.cfg.speculative.num_speculative_tokens,
-                                 lambda: _quiet(session.scrape))
+                                 lambda: _quiet(session.scrape), session.stop_reason)
+            if self._stalled(session, "the engagement probe", began):
+                return
         if self.ctx.after is not None:
             self.ctx.after(self.cell.id, self.arm, self.launch, session)
+
+    def _stalled(self, session: ServerSession, where: str, began: float) -> bool:
+        """A probe the stall watch ended: the cell is invalid as `stalled`, like a phase."""
+        stalled = session.stalled
+        if stalled is not None:
+            self.errors.append(f"{stalled.reason} (in {where}, after "
+                               f"{time.monotonic() - began:.0f} s)")
+        return stalled is not None
 
     def _gpus(self, samples: list[Sample]) -> dict[str, Any] | None:
         """The cell's `gpus` section (every sample in its own gpus.json); None: not sampled."""

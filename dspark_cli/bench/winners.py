@@ -1,5 +1,5 @@
 """The arm to run at each load (pure): the best goodput (throughput when the protocol names no
-objective), named only where the shared verdict (`verdicts.speedup`) says it is faster than
+objective), named only where the shared verdict (`stats.speedup`) says it is faster than
 every other arm measured there; "no clear winner" otherwise, with the verdict that stopped it.
 A load without a clear winner keeps the baseline, unless the intervals call the baseline slower
 than another arm there (then the best arm, which no interval can call slower): a proposal never
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from dspark_cli.bench import stats, verdicts
+from dspark_cli.bench import stats
 
 GOODPUT = "output goodput"
 THROUGHPUT = "output throughput"
@@ -25,7 +25,7 @@ class Winner:
     arm: str | None  # None: no clear winner
     metric: str  # GOODPUT or THROUGHPUT
     best: str | None  # the arm with the highest mean, winner or not
-    runner_up: verdicts.Speedup | None  # best over the closest other arm, judged
+    runner_up: stats.Speedup | None  # best over the closest other arm, judged
     note: str  # why there is no winner, or ""
     kept: str | None = None  # without a clear winner: the arm a proposal keeps (see above)
 
@@ -45,11 +45,11 @@ class Winner:
 
 
 def _against(best: str, best_v: Sequence[float], other: str, other_v: Sequence[float],
-             concurrency: int, margin: float) -> verdicts.Speedup | None:
+             concurrency: int, margin: float) -> stats.Speedup | None:
     """best over other; None when other's mean is zero (no ratio: best wins when its own
     interval is above zero)."""
     if fmean(other_v) > 0:
-        return verdicts.speedup(best, best_v, other, other_v, concurrency, margin)
+        return stats.speedup(best, best_v, other, other_v, concurrency, margin)
     return None
 
 
@@ -66,8 +66,8 @@ def _kept(here: Sequence[tuple[str, tuple[float, ...]]], baseline: str | None, c
         if arm == baseline:
             continue
         if fmean(base) > 0:
-            beaten = verdicts.speedup(arm, values, baseline, base, c,
-                                      margin).verdict is verdicts.Verdict.FASTER
+            beaten = stats.speedup(arm, values, baseline, base, c,
+                                      margin).verdict is stats.Verdict.FASTER
         else:  # the baseline measured nothing: beaten by an arm bounded above zero
             low = stats.mean_interval(values).low
             beaten = low is not None and low > 0
@@ -99,8 +99,8 @@ def pick(measured: Sequence[tuple[str, int, Sequence[float]]], concurrencies: Se
                 low = stats.mean_interval(best_v).low
                 if low is None or low <= 0:
                     blocked = f"{best} over {other} (zero): not bounded above zero"
-            elif s.verdict is not verdicts.Verdict.FASTER:
-                blocked = f"{best} over {other}: {verdicts.words(s)} ({s.ratio.estimate:.3f}x)"
+            elif s.verdict is not stats.Verdict.FASTER:
+                blocked = f"{best} over {other}: {stats.words(s)} ({s.ratio.estimate:.3f}x)"
             if blocked:
                 break
         out.append(Winner(c, None if blocked else best, metric, best, runner_up, blocked,

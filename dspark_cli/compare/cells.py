@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from statistics import fmean, median
 from typing import Any
 
-from dspark_cli.bench import verdicts
+from dspark_cli.bench import stats
 from dspark_cli.bench.protocol import variant
 from dspark_cli.errors import UsageError
 
@@ -32,13 +32,13 @@ class CellChange:
     arm: str
     concurrency: int
     metric: str
-    result: verdicts.Speedup | None  # B over A; None: not judged (`note` says why)
+    result: stats.Speedup | None  # B over A; None: not judged (`note` says why)
     note: str = ""
     fails: bool = False  # not judged, and A measured it: the gate cannot pass over it
 
     @property
     def slower(self) -> bool:
-        return self.result is not None and self.result.verdict is verdicts.Verdict.SLOWER
+        return self.result is not None and self.result.verdict is stats.Verdict.SLOWER
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "concurrency": self.concurrency, "metric": self.metric,
@@ -64,7 +64,7 @@ def _results(summary: Mapping[str, Any]) -> dict[tuple[str, int], Mapping[str, A
     return out
 
 
-def _finite(s: verdicts.Speedup) -> bool:
+def _finite(s: stats.Speedup) -> bool:
     iv = s.ratio
     return all(v is None or math.isfinite(v) for v in (iv.estimate, iv.low, iv.high, s.mde))
 
@@ -77,7 +77,7 @@ def _one(key: tuple[str, int], metric: str, va: list[float], vb: list[float],
     if not b_ok:
         return CellChange(*key, metric, None, "no valid repeat in B (A has one)", fails=True)
     try:
-        found = verdicts.speedup("B", vb, "A", va, key[1], margin)
+        found = stats.speedup("B", vb, "A", va, key[1], margin)
     except (ArithmeticError, ValueError):
         found = None
     if found is None or not _finite(found):

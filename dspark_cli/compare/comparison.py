@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.bench import verdicts
+from dspark_cli.bench import stats
 from dspark_cli.compare.cells import (
     DEFAULT_BOOT_MARGIN,
     BootChange,
@@ -248,7 +248,7 @@ def _ratio(c) -> str:
     iv = c.result.ratio
     bounds = f" [{_x(iv.low)}, {_x(iv.high)}]" if iv.low is not None and iv.high is not None \
         else ""
-    return f"{_x(iv.estimate)}x{bounds} {verdicts.words(c.result)}"
+    return f"{_x(iv.estimate)}x{bounds} {stats.words(c.result)}"
 
 
 def _why_failed(found: Comparison) -> str:

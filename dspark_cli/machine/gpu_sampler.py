@@ -66,10 +66,10 @@ def parse_nvidia_line(line: str, columns: int) -> tuple[str, tuple[float | None,
 
 
 def _amd_value(entry: Any) -> float | None:
-    """amd-smi's `{"value": 93, "unit": "%"}` or a bare number/string."""
+    """amd-smi's `{"value": 93, "unit": "%"}` or a bare number/string; "N/A" is None."""
     if isinstance(entry, Mapping):
         entry = entry.get("value")
-    if isinstance(entry, int | float):
+    if isinstance(entry, int | float) and not isinstance(entry, bool):
         return float(entry)
     if isinstance(entry, str):
         digits = "".join(ch for ch in entry if ch.isdigit() or ch == ".")
@@ -77,21 +77,36 @@ def _amd_value(entry: Any) -> float | None:
     return None
 
 
+def _section(row: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """A section of an amd-smi GPU object; one it could not read is the string "N/A"."""
+    value = row.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+# amd-smi says only whether a GPU throttles (power.throttle_status), not why: a throttled one
+# counts as every slowdown bit of nvidia-smi's mask set, an unthrottled one as none.
+_AMD_THROTTLE = {"THROTTLED": float(THROTTLE_BITS), "UNTHROTTLED": 0.0}
+
+
 def parse_amd_smi(text: str) -> list[tuple[str, tuple[float | None, ...]]]:
-    """`amd-smi metric --usage --power --clock --temperature --mem-usage --json`."""
+    """`amd-smi metric --usage --power --clock --temperature --mem-usage --json`: a list of GPU
+    objects (`{"gpu_data": [...]}` in later releases), each value `{"value", "unit"}` or "N/A"
+    (tests/data/gpu_tools/amd_smi_metric.json: the format from the tool's source)."""
     data = json.loads(text)
     rows = data if isinstance(data, list) else data.get("gpu_data", [data])
     out = []
     for row in rows:
         if not isinstance(row, Mapping):
             continue
-        usage, power = row.get("usage") or {}, row.get("power") or {}
-        clock = (row.get("clock") or {}).get("gfx_0") or {}
-        temp, mem = row.get("temperature") or {}, row.get("mem_usage") or {}
+        usage, power = _section(row, "usage"), _section(row, "power")
+        clock = _section(_section(row, "clock"), "gfx_0")
+        temp, mem = _section(row, "temperature"), _section(row, "mem_usage")
+        hotspot = _amd_value(temp.get("hotspot"))
         out.append((str(row.get("gpu", len(out))), (
             _amd_value(usage.get("gfx_activity")), _amd_value(mem.get("used_vram")),
             _amd_value(power.get("socket_power")), _amd_value(clock.get("clk")),
-            _amd_value(temp.get("hotspot") or temp.get("edge")), None)))
+            hotspot if hotspot is not None else _amd_value(temp.get("edge")),
+            _AMD_THROTTLE.get(str(power.get("throttle_status"))))))
     return out
 
 
@@ -200,8 +215,8 @@ class GpuSampler:
     def _amd(self) -> None:
         argv = (["amd-smi", "metric", "--usage", "--power", "--clock", "--temperature",
                  "--mem-usage", "--json"] if self.tool == "amd-smi" else
-                ["rocm-smi", "--showuse", "--showpower", "--showtemp", "--showmemuse",
-                 "--json"])
+                ["rocm-smi", "--showuse", "--showpower", "--showtemp", "--showmeminfo", "vram",
+                 "--showclocks", "--json"])
         while not self._stop.is_set():
             t = round(self.now(), 3)
             try:
@@ -214,20 +229,34 @@ class GpuSampler:
             self._stop.wait(self.interval_s)
 
 
+def _rocm_clock(value: Any) -> float | None:
+    """rocm-smi's clock level, `"1 (1843Mhz)"` (`"S (133Mhz)"` in deep sleep): its MHz."""
+    text = str(value)
+    inside = text[text.find("(") + 1:text.rfind("Mhz")] if "(" in text else ""
+    return _number(inside) if inside else None
+
+
 def parse_rocm_smi(text: str) -> list[tuple[str, tuple[float | None, ...]]]:
-    """`rocm-smi --showuse --showpower --showtemp --showmemuse --json` ({"card0": {...}})."""
+    """`rocm-smi --showuse --showpower --showtemp --showmeminfo vram --showclocks --json`:
+    `{"card0": {"GPU use (%)": "96", ...}}`, every value a string
+    (tests/data/gpu_tools/rocm_smi.json: the format from the tool's source)."""
     data = json.loads(text)
     out = []
     for card, row in data.items():
         if not card.startswith("card") or not isinstance(row, Mapping):
             continue
 
-        def pick(*words: str, row: Mapping[str, Any] = row) -> float | None:
-            key = next((k for k in row if all(w in k.lower() for w in words)), None)
-            return _amd_value(row[key]) if key is not None else None
+        def value(*names: str, row: Mapping[str, Any] = row) -> float | None:
+            return next((v for n in names if (v := _amd_value(row.get(n))) is not None), None)
 
-        out.append((card[4:], (pick("gpu use"), None, pick("power"), pick("sclk"),
-                               pick("temperature"), None)))
+        used = value("VRAM Total Used Memory (B)")
+        out.append((card[4:], (
+            value("GPU use (%)"), None if used is None else round(used / 2**20, 1),
+            value("Current Socket Graphics Package Power (W)",
+                  "Average Graphics Package Power (W)"),
+            _rocm_clock(row.get("sclk clock level")),
+            value("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)"),
+            None)))
     return out
 
 
