@@ -61,9 +61,9 @@ def cpu_plan(port: int) -> Any:
     from hydra import compose, initialize_config_dir
 
     from dspark_cli.config import schema
+    from dspark_cli.config import smoke as smoke_schema
     from dspark_cli.launch.plan import build_plan
     from dspark_cli.paths import conf_dir
-    from dspark_cli.smoke import schema as smoke_schema
 
     schema.register()
     smoke_schema.register()

@@ -18,17 +18,7 @@ from typing import Any
 
 from dspark_cli import __version__
 from dspark_cli.command_help import HYDRA_FLAGS, command_help
-from dspark_cli.console import set_verbose
-from dspark_cli.errors import (
-    EXTRAS,
-    DsparkError,
-    ExitCode,
-    MissingEngine,
-    MissingExtra,
-    UsageError,
-    exit_codes_help,
-)
-from dspark_cli.hydra_app import (
+from dspark_cli.commands.hydra_app import (
     COMPLETION,
     SWEEP,
     hydra_settings,
@@ -40,6 +30,16 @@ from dspark_cli.hydra_app import (
     settle_run_dir,
     shell_completion,
     split_run_dir,
+)
+from dspark_cli.console import set_verbose
+from dspark_cli.errors import (
+    EXTRAS,
+    DsparkError,
+    ExitCode,
+    MissingEngine,
+    MissingExtra,
+    UsageError,
+    exit_codes_help,
 )
 
 
@@ -265,6 +265,7 @@ def run_command(name: str, argv: list[str]) -> int:
     check_override_keys(plain)
 
     from dspark_cli.config.strict import check_known_keys, check_ranges
+    from dspark_cli.config.typed import to_typed, values_of
     from dspark_cli.launch.secrets import learn
 
     settings = hydra_settings(name, opts)
@@ -274,11 +275,12 @@ def run_command(name: str, argv: list[str]) -> int:
         try:
             if dry_run:
                 opts.planned_run_dir = planned_run_dir(run_dir)
-            learn(cfg)  # its secrets are scrubbed from everything printed from here on
+            learn(values_of(cfg))  # its secrets are scrubbed from everything printed from here on
             redact_hydra_files(cfg)
             check_known_keys(cfg)
             check_ranges(cfg)
-            code = int(module.run(cfg, opts) or 0)
+            # The edge: below here a config is the schema's dataclasses, not OmegaConf.
+            code = int(module.run(to_typed(cfg), opts) or 0)
         except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
             code = exit_code_for(e, opts.debug)
         settle_run_dir(code)
@@ -314,24 +316,11 @@ def exit_code_for(error: BaseException, debug: bool) -> int:
         error = MissingEngine(error.name or "", str(error))
     elif isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] in EXTRAS:
         error = MissingExtra(error.name or "")
-    error = _missing_value(error)
     if isinstance(error, DsparkError):
         err(error.message + (f"\n  hint: {error.hint}" if error.hint else ""))
         return int(error.exit_code)
     err(f"unexpected {type(error).__name__}: {error} (rerun with --debug for the traceback)")
     return int(ExitCode.INTERNAL)
-
-
-def _missing_value(error: BaseException) -> BaseException:
-    """A `???` the composition left unset (a group option that has no default, such as
-    model=deepseek_v4_local's path) is the user's to give: a usage error naming the key."""
-    from omegaconf.errors import MissingMandatoryValue
-
-    if not isinstance(error, MissingMandatoryValue):
-        return error
-    key = getattr(error, "full_key", "") or "a setting"
-    return UsageError(f"`{key}` has no value, and this command needs one: the composed config "
-                      "leaves it for you to give; nothing was started.", hint=f"add {key}=...")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -216,6 +216,13 @@ def compose_config(overrides: list[str], config: str = "serve") -> DictConfig:
     return copy.deepcopy(_COMPOSED[key])
 
 
+def compose_typed(overrides: list[str], config: str = "serve") -> Any:
+    """`compose_config` as the command edge hands it on: the schema's dataclasses."""
+    from dspark_cli.config.typed import to_typed
+
+    return to_typed(compose_config(overrides, config))
+
+
 def dspark_argv(*args: str) -> list[str]:
     """The argv of the real CLI (run it with `dspark_env()`, so this checkout is the one run)."""
     return [sys.executable, "-m", "dspark_cli.cli", *args]

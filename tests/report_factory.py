@@ -105,12 +105,12 @@ def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02,
     each cell's goodput under them (SHARE_DROP); `scale` multiplies every throughput (a run
     that got slower), `protocol` renames it (records that do not belong together);
     `prefix_caching` (False: off) each arm's launches (OFF_SCALE: off runs slower)."""
-    from dspark_cli.bench import schema
     from dspark_cli.bench.arms import arm_config
-    from tests.conftest import compose_config
+    from dspark_cli.config import bench as schema
+    from tests.conftest import compose_typed
 
     schema.register()
-    cfg = compose_config(["+hw=mi350x", "+image=seed_mi350x", "bench=speed_bench_throughput_1k",
+    cfg = compose_typed(["+hw=mi350x", "+image=seed_mi350x", "bench=speed_bench_throughput_1k",
                           f"bench.repeats={repeats}", f"bench.equivalence_margin={margin}",
                           "bench.dataset.sha256=" + "5" * 64], config="bench")
     for arm in ARMS:
@@ -155,14 +155,14 @@ def smoke_run(root: Path, overrides: tuple[str, ...] = (),
     """A passed smoke of the seed's deployment (K=7) under `root`, as `dspark smoke` writes it;
     its log checks are the smoke's own (`log_evidence`, `no_fatal_lines`) on `log`, scanned
     by the real scanner with the composed profile's expectations."""
+    from dspark_cli.config import smoke as schema
     from dspark_cli.server.logscan import scan_lines
-    from dspark_cli.smoke import schema
     from dspark_cli.smoke.checks import Boot, Observations, check_log_evidence, check_no_fatal
     from dspark_cli.smoke.expectations import expectations
-    from tests.conftest import compose_config
+    from tests.conftest import compose_typed
 
     schema.register()
-    cfg = compose_config(["+hw=mi350x", "+image=seed_mi350x", *overrides], config="smoke")
+    cfg = compose_typed(["+hw=mi350x", "+image=seed_mi350x", *overrides], config="smoke")
     plan = build_plan(cfg)
     write_record(root, cfg, plan, list(plan.argv), provenance(), [])
     (root / "server.log").write_text("\n".join(log) + "\n")

@@ -28,11 +28,12 @@ from dspark_cli.accuracy.records import (
     pair,
     words,
 )
+from dspark_cli.config import validate as validate_schema
+from dspark_cli.config.typed import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.run_files import ACCURACY_JSON
-from dspark_cli.validate import schema as validate_schema
-from tests.conftest import REPO, compose_config, run_dspark
+from tests.conftest import REPO, compose_typed, run_dspark
 
 SAMPLE = conf_dir() / "data" / "gsm8k_sample.jsonl"
 
@@ -223,8 +224,8 @@ def test_the_settings_are_checked() -> None:
 
 def test_the_shipped_sample_is_pinned_and_gsm8k_shaped() -> None:
     validate_schema.register()
-    cfg = compose_config(["+hw=cpu"], config="validate")
-    s = accuracy_spec(dict(cfg.validate.accuracy), "py", list(cfg.bench.arms))
+    cfg = compose_typed(["+hw=cpu"], config="validate")
+    s = accuracy_spec(plain(cfg.validate.accuracy), "py", list(cfg.bench.arms))
     from dspark_cli.accuracy.run import verified_documents
 
     data, documents = verified_documents(s)

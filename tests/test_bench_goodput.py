@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from dspark_cli.bench import goodput, winners
-from dspark_cli.bench import schema as bench_schema
 from dspark_cli.bench.protocol import build_protocol
 from dspark_cli.bench.records import collect
-from dspark_cli.config.plain import plain
+from dspark_cli.config import bench as bench_schema
+from dspark_cli.config.typed import plain
 from dspark_cli.errors import ExitCode, UsageError
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 from tests.report_factory import CONCURRENCIES, bench_run
 from tests.test_missing_engine import broken_install
 
@@ -25,7 +25,7 @@ OBJ = goodput.Objectives(ttft_ms=2000, tpot_ms=80, percentile=99)
 
 def bench_conf(*overrides: str) -> dict[str, Any]:
     bench_schema.register()
-    return plain(compose_config(["+hw=cpu", *overrides], config="bench").bench)
+    return plain(compose_typed(["+hw=cpu", *overrides], config="bench").bench)
 
 
 def test_objectives_come_from_the_protocol_and_reach_vllms_flags() -> None:

@@ -14,23 +14,23 @@ import httpx
 import pytest
 
 from dspark_cli.bench import lossless
-from dspark_cli.bench import schema as bench_schema
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.lossless import answer
 from dspark_cli.bench.protocol import build_protocol
 from dspark_cli.bench.summary import summarize
-from dspark_cli.config.plain import plain
+from dspark_cli.config import bench as bench_schema
+from dspark_cli.config.typed import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.process import free_port
-from tests.conftest import compose_config, run_dspark, run_dspark_process, wait_until
+from tests.conftest import compose_typed, run_dspark, run_dspark_process, wait_until
 from tests.doubles.fake_engine import LOSSY_INDEX
 from tests.doubles.fake_vllm import command
 
 
 def bench_conf(*overrides: str) -> Any:
     bench_schema.register()
-    return compose_config(["+hw=cpu", *overrides], config="bench").bench
+    return compose_typed(["+hw=cpu", *overrides], config="bench").bench
 
 
 PINNED = bench_conf("bench=cpu").lossless

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from dspark_cli.bench import proposal, proposal_files, winners
-from dspark_cli.bench import schema as bench_schema
 from dspark_cli.bench.arms import arm_config
 from dspark_cli.bench.proposal_files import this_launch
+from dspark_cli.config import bench as bench_schema
 from dspark_cli.paths import conf_dir
 from dspark_cli.vllm.options import has_field
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 
 
 def profile(arm: str) -> dict:
@@ -59,7 +59,7 @@ def test_a_crossover_of_draft_counts_is_a_schedule(tmp_path: Path) -> None:
         [[1, 2, 3], [3, 8, 0]]
     # `dspark validate` runs it as one more arm: bench.profiles finds the profile.
     bench_schema.register()
-    cfg = compose_config(["+hw=cpu", f"bench.profiles={tmp_path / 'proposal'}"],
+    cfg = compose_typed(["+hw=cpu", f"bench.profiles={tmp_path / 'proposal'}"],
                          config="bench")
     arm = arm_config(cfg, "proposed")
     assert arm.speculative.extra[proposal.SCHEDULE_KEY] == [[1, 2, 3], [3, 8, 0]]
@@ -94,7 +94,7 @@ def test_a_runs_overrides_file_is_never_read_back(tmp_path: Path) -> None:
     (tmp_path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
         ["bench=cpu", "+hw=cpu", "+hw.env.PYTHONPATH=/planted"]))
     bench_schema.register()
-    launch = this_launch(compose_config(["+hw=cpu"], config="bench"))
+    launch = this_launch(compose_typed(["+hw=cpu"], config="bench"))
     assert launch.overrides == () and launch.profiles_dir is None
 
 
@@ -171,6 +171,6 @@ def test_when_the_proposal_wins_the_next_proposal_composes(tmp_path: Path, kind:
         assert spec[proposal.SCHEDULE_KEY] == [[1, 2, 3], [3, 8, 0]]
     # The validation of the next proposal finds every arm it names.
     bench_schema.register()
-    cfg = compose_config(["+hw=cpu", f"bench.profiles={second / 'proposal'}"], config="bench")
+    cfg = compose_typed(["+hw=cpu", f"bench.profiles={second / 'proposal'}"], config="bench")
     for arm in ("proposed", *(("proposed_2",) if kind == "schedule" else ())):
         assert arm_config(cfg, arm).speculative.method == "draft_model"

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from dspark_cli.bench import schema
 from dspark_cli.bench.protocol import (
     VLLM_DEFAULT_MAX_NUM_SEQS,
     build_protocol,
     check_max_num_seqs,
 )
+from dspark_cli.config import bench as schema
 from dspark_cli.errors import UsageError
 from tests.conftest import compose_config
 

@@ -17,7 +17,7 @@ from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.rules import Context, Status, run_rules
 from dspark_cli.paths import conf_dir
 from dspark_cli.status import Finding
-from tests.conftest import compose_config
+from tests.conftest import compose_typed
 from tests.test_fatal_patterns import source_message
 
 RULE = "cudagraphs-cover-spec-batches"
@@ -27,7 +27,7 @@ COMPILATION = sorted(p.stem for p in (conf_dir() / "compilation").glob("*.yaml")
 
 
 def finding(overrides: list[str]) -> Finding:
-    plan = build_plan(compose_config(overrides))
+    plan = build_plan(compose_typed(overrides))
     return next(f for f in run_rules(Context(plan, None)) if f.rule == RULE)
 
 
@@ -45,7 +45,7 @@ def test_every_shipped_composition_is_covered(hw: str) -> None:
 
 
 def test_the_seed_is_exactly_covered() -> None:
-    plan = build_plan(compose_config(["+hw=mi350x"]))
+    plan = build_plan(compose_typed(["+hw=mi350x"]))
     cov = coverage(EffectiveLaunch.of(plan))
     assert cov is not None and (cov.max_num_seqs, cov.query_len) == (256, 8)
     assert cov.covered_tokens == cov.needed_tokens == 2048 and cov.problem() is None

@@ -70,7 +70,7 @@ def test_pinned_profile_mismatch_exits_1(ckpt: Path, cwd: Path) -> None:
     ("args", "message"),
     [(["model.path=/nonexistent/ckpt"], "does not exist"),
      (["model.path={ckpt}/config.json"], "not a directory"),
-     ([], "model.path is not set"),
+     ([], "`model.path` has no value"),
      (["model.path={ckpt}", "--manifest", "{cwd}/a", "--write-manifest", "{cwd}/b"],
       "exclude each other"),
      (["model.path={ckpt}", "--manifest", "{cwd}/none.sha256"], "cannot read --manifest"),

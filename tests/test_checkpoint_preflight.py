@@ -12,13 +12,13 @@ from checkpoint_factory import build_checkpoint, fingerprint, rewrite_json
 
 from dspark_cli.launch.checkpoint_findings import OVERRIDE_KEY, checkpoint_findings
 from dspark_cli.launch.rules import Status
-from tests.conftest import compose_config
+from tests.conftest import compose_typed
 
 HEAD_RULE = "checkpoint-confidence-head"
 
 
 def by_rule(overrides: list[str]) -> dict[str, object]:
-    cfg = compose_config(overrides)
+    cfg = compose_typed(overrides)
     return {f.rule: f for f in checkpoint_findings(cfg.model, cfg.speculative, cfg.checks)}
 
 

@@ -50,7 +50,7 @@ def test_verify_checkpoint_composes_no_hw_profile(tmp_path: Path, ckpt: Path) ->
     env = fake_host(tmp_path / "bin", "h200x8")
     done = run_dspark("verify-checkpoint", f"model.path={ckpt}", "--cfg", "job", env=env)
     assert done.returncode == 0, done.stderr
-    assert "name: local" in done.stdout and "name: ???" in done.stdout
+    assert "name: local" in done.stdout and "hw: null" in done.stdout
     assert "DeepSeek" not in done.stdout
 
 

@@ -23,16 +23,16 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from dspark_cli.bench import schema as bench_schema
+from dspark_cli.config import bench as bench_schema
 from dspark_cli.config import schema
+from dspark_cli.config import smoke as smoke_schema
+from dspark_cli.config import validate as validate_schema
 from dspark_cli.config.strict import check_known_keys
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
 from dspark_cli.machine.profiles import profile_patterns
 from dspark_cli.paths import conf_dir
-from dspark_cli.smoke import schema as smoke_schema
-from dspark_cli.validate import schema as validate_schema
 from tests.conftest import compose_config, run_dspark, seed_cache
 
 CONF = conf_dir()

@@ -13,7 +13,7 @@ import pytest
 
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.machine.preload import find_libraries, installed_libraries, search_dirs
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 
 TCMALLOC, IOMP = "libtcmalloc_minimal.so.4", "libiomp5.so"
 
@@ -49,26 +49,26 @@ def test_the_environments_own_lib_is_searched_first() -> None:
 
 def test_the_cpu_plan_preloads_what_was_found_in_order() -> None:
     finder = Finder({TCMALLOC: "/l/tc.so", IOMP: "/l/iomp.so"})
-    plan = build_plan(compose_config(["+hw=cpu"]), finder)
+    plan = build_plan(compose_typed(["+hw=cpu"]), finder)
     assert plan.env_map["LD_PRELOAD"] == "/l/tc.so:/l/iomp.so"
     assert finder.asked == [[TCMALLOC, IOMP]]
 
 
 def test_nothing_found_means_no_ld_preload() -> None:
-    assert "LD_PRELOAD" not in build_plan(compose_config(["+hw=cpu"]), Finder({})).env_map
+    assert "LD_PRELOAD" not in build_plan(compose_typed(["+hw=cpu"]), Finder({})).env_map
 
 
 @pytest.mark.parametrize("overrides", [["hw.preload=[]"], ["+hw.env.LD_PRELOAD=/mine.so"]])
 def test_the_config_turns_it_off_or_takes_over(overrides: list[str]) -> None:
     finder = Finder({TCMALLOC: "/l/tc.so"})
-    plan = build_plan(compose_config(["+hw=cpu", *overrides]), finder)
+    plan = build_plan(compose_typed(["+hw=cpu", *overrides]), finder)
     assert plan.env_map.get("LD_PRELOAD") in (None, "/mine.so")
     assert finder.asked == []
 
 
 def test_gpu_profiles_preload_nothing() -> None:
     finder = Finder({TCMALLOC: "/l/tc.so", IOMP: "/l/iomp.so"})
-    assert "LD_PRELOAD" not in build_plan(compose_config(["+hw=mi350x"]), finder).env_map
+    assert "LD_PRELOAD" not in build_plan(compose_typed(["+hw=mi350x"]), finder).env_map
     assert finder.asked == []
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from dspark_cli.server.process import free_port
 from tests.conftest import (
-    compose_config,
+    compose_typed,
     dspark_argv,
     dspark_env,
     run_dspark,
@@ -117,7 +117,7 @@ def test_each_nodes_server_gets_the_nodes_cpus_and_memory_on_a_site_like_slurm(
     from dspark_cli.deploy.slurm_target import sbatch_spec
     from dspark_cli.launch.plan import build_plan
 
-    cfg = compose_config(list(TINY_OVERRIDES))
+    cfg = compose_typed(list(TINY_OVERRIDES))
     plan = build_plan(cfg)
     layout = plan.layout
     probe = (sys.executable, "-c", PROBE)

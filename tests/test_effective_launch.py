@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from checkpoint_factory import build_checkpoint
-from omegaconf import open_dict
 
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import checks, vllm_options
@@ -20,7 +19,7 @@ from dspark_cli.launch.effective import EffectiveLaunch, read_argv
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.rules import Context, run_rules
 from dspark_cli.status import Status
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 
 
 def failed_rules(cfg, plan) -> set[str]:
@@ -90,21 +89,20 @@ def test_a_free_form_map_cannot_set_what_a_group_owns(overrides: list[str], name
 ])
 def test_a_free_form_value_cannot_smuggle_another_option(override: str) -> None:
     with pytest.raises(UsageError):
-        build_plan(compose_config(["+hw=mi350x", override]))
+        build_plan(compose_typed(["+hw=mi350x", override]))
 
 
 @pytest.mark.parametrize("key", ["--port", "-port", " port", "Port", "--no-enforce-eager"])
 def test_keys_hydra_cannot_spell_are_still_resolved(key: str) -> None:
     """A YAML config file can hold keys an override cannot (leading dashes, spaces)."""
-    cfg = compose_config(["+hw=mi350x"])
-    with open_dict(cfg):
-        cfg.serving.extra_args[key] = 1234 if "port" in key else True
+    cfg = compose_typed(["+hw=mi350x"])
+    cfg.serving.extra_args[key] = 1234 if "port" in key else True
     with pytest.raises(UsageError, match=r"server\.port|compilation=eager"):
         build_plan(cfg)
 
 
 def test_free_form_options_that_no_group_owns_still_render() -> None:
-    cfg = compose_config(["+hw=mi350x", "+serving.extra_args.enable_chunked_prefill=true",
+    cfg = compose_typed(["+hw=mi350x", "+serving.extra_args.enable_chunked_prefill=true",
                           "+serving.extra_args.seed=-1",
                           "+serving.extra_args.no_enable_log_requests=true"])
     assert build_plan(cfg).argv[-4:] == ("--enable-chunked-prefill", "--seed", "-1",
@@ -130,7 +128,7 @@ def _rendered(plan, extra: list[str], spec: dict | None = None):
 
 
 def test_rules_read_the_rendered_command_not_the_config_fields() -> None:
-    cfg = compose_config(["+hw=mi350x", "speculative=dspark_fixed"])
+    cfg = compose_typed(["+hw=mi350x", "speculative=dspark_fixed"])
     plan = build_plan(cfg)
     assert failed_rules(cfg, plan) == set()
     adaptive = {"method": "dspark", "num_speculative_tokens": 7,
@@ -145,7 +143,7 @@ def test_rules_read_the_rendered_command_not_the_config_fields() -> None:
 
 
 def test_eager_means_no_full_cudagraphs() -> None:
-    cfg = compose_config(["+hw=mi350x"])
+    cfg = compose_typed(["+hw=mi350x"])
     launch = EffectiveLaunch.of(_rendered(build_plan(cfg), ["--enforce-eager"]))
     assert launch.eager and not launch.full_cudagraphs and launch.cudagraph_mode == "NONE"
 
@@ -153,7 +151,7 @@ def test_eager_means_no_full_cudagraphs() -> None:
 def test_the_head_check_follows_the_rendered_speculative_config(tmp_path: Path) -> None:
     """fixed-K in the config, adaptive in the command: the confidence head is required."""
     root = build_checkpoint(tmp_path / "no-head", with_confidence_head=False)
-    cfg = compose_config(["+hw=mi350x", "speculative=dspark_fixed", "model=deepseek_v4_local",
+    cfg = compose_typed(["+hw=mi350x", "speculative=dspark_fixed", "model=deepseek_v4_local",
                           f"model.path={root}"])
     plan = build_plan(cfg)
     adaptive = {"method": "dspark", "num_speculative_tokens": 7,

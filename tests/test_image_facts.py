@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from dspark_cli.config.typed import plain
 from dspark_cli.errors import ExitCode
 from dspark_cli.launch.runtime import Runtime
 from dspark_cli.launch.runtime_pins import matches, mismatches
 from dspark_cli.report.markdown import write_report
-from tests.conftest import REPO, compose_config, run_dspark
+from tests.conftest import REPO, compose_typed, run_dspark
 from tests.report_factory import SEED_RUNTIME, smoke_run
 
 BASE, PATCH = "2a02f6efe", "ad170197f40a3e48eddbb92bd195a2e5db684267"
@@ -48,7 +49,7 @@ def test_the_images_installed_vllm_satisfies_the_mi350x_commit_pin(tmp_path: Pat
                           check=True, env={"PYTHONPATH": f"{image_site(tmp_path)}:{REPO}"})
     here = Runtime(**json.loads(done.stdout.splitlines()[-1]))
     assert here.vllm_commit == BASE and here.vllm_version == "0.1.dev1+g2a02f6efe"
-    pins = compose_config(["+hw=mi350x", "+image=seed_mi350x"]).runtime.expected
+    pins = compose_typed(["+hw=mi350x", "+image=seed_mi350x"]).runtime.expected
     assert pins.vllm_commit == BASE
     assert mismatches({"vllm_commit": pins.vllm_commit}, here) == []
     # the patch commit, pinned as the vLLM commit, is what this image can never satisfy
@@ -61,8 +62,8 @@ def test_a_report_of_the_image_passes_the_pin_check_and_shows_base_and_patch(
     run = smoke_run(tmp_path / "smoke")
     recorded = json.loads((run / "provenance.json").read_text())["runtime"]
     assert recorded == SEED_RUNTIME  # the facts the validation report states
-    cfg = compose_config(["+hw=mi350x", "+image=seed_mi350x"])
-    assert mismatches(dict(cfg.runtime.expected), Runtime(**recorded)) == []
+    cfg = compose_typed(["+hw=mi350x", "+image=seed_mi350x"])
+    assert mismatches(plain(cfg.runtime.expected), Runtime(**recorded)) == []
     assert cfg.runtime.image.vllm_patch == PATCH
     _, text = write_report([run], tmp_path / "out")
     assert re.search(rf"^vLLM base: +{BASE}$", text, re.MULTILINE), text

@@ -104,3 +104,17 @@ def test_the_deploy_target_is_named_in_one_place() -> None:
     readers = sorted(str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
                      if "deploy.target)" in p.read_text() or "deploy.target ==" in p.read_text())
     assert readers == ["dspark_cli/deploy/targets.py"]
+
+
+def test_only_the_command_edge_and_config_import_omegaconf() -> None:
+    """The edge (cli.py, commands/) turns the composed config into the schema's dataclasses
+    (config/typed.py); every layer below takes those, so none of it imports OmegaConf."""
+    edge = ("dspark_cli/cli.py", "dspark_cli/commands/", "dspark_cli/config/")
+    importers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "omegaconf" for n in names):
+                importers.add(str(path.relative_to(REPO)))
+    assert importers and all(p.startswith(edge) for p in importers), sorted(importers)

@@ -19,7 +19,7 @@ from dspark_cli.deploy.k8s_target import k8s_spec
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.server.process import free_port
-from tests.conftest import compose_config, run_dspark, wait_until
+from tests.conftest import compose_typed, run_dspark, wait_until
 from tests.doubles.fake_kubectl import install, processes, reap
 
 FAKE_VLLM = Path(__file__).resolve().parent / "doubles" / "fake_vllm.py"
@@ -53,7 +53,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no
 
 
 def run_for(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
-    cfg = compose_config(["+hw=cpu", "hw.nodes=2", "deploy=k8s", f"deploy.k8s.image={DIGEST}",
+    cfg = compose_typed(["+hw=cpu", "hw.nodes=2", "deploy=k8s", f"deploy.k8s.image={DIGEST}",
                           f"server.port={free_port()}", f"hw.dp_rpc_port={free_port()}",
                           *overrides])
     plan = build_plan(cfg)

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dspark_cli.config.typed import plain
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.prepare import record_notes
 from dspark_cli.launch.record import write_config, write_record
 from dspark_cli.launch.secrets import REDACTED, learn
 from dspark_cli.run_files import CONFIG_YAML
 from dspark_cli.status import Finding, Status
-from tests.conftest import compose_config
+from tests.conftest import compose_typed
 
 
 def record(tmp_path: Path, *findings: Finding, custom: bool = False) -> str:
-    cfg = compose_config(["+hw=cpu", "model.path=/nonexistent/model"])
+    cfg = compose_typed(["+hw=cpu", "model.path=/nonexistent/model"])
     plan = build_plan(cfg)
     write_record(tmp_path, cfg, plan, list(plan.argv), {},
                  record_notes(plan.argv, custom, findings))
@@ -41,9 +42,9 @@ def test_a_replaced_command_is_noted(tmp_path: Path) -> None:
 def test_config_yaml_is_redacted_and_scrubbed_whoever_writes_it(tmp_path: Path) -> None:
     """A secret's value also typed under a key that is no secret's is scrubbed there too."""
     value = "s3cret-token-value"
-    cfg = compose_config(["+hw=cpu", f"+serving.env.HF_TOKEN={value}",
+    cfg = compose_typed(["+hw=cpu", f"+serving.env.HF_TOKEN={value}",
                           f"+serving.extra_args.revision={value}"])
-    learn(cfg)
+    learn(plain(cfg))
     write_config(tmp_path, cfg)
     text = (tmp_path / CONFIG_YAML).read_text()
     assert value not in text

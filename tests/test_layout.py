@@ -8,13 +8,13 @@ import pytest
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLayout
 from dspark_cli.launch.plan import build_plan
-from tests.conftest import compose_config
+from tests.conftest import compose_typed
 
 PROFILES = ("mi350x", "mi355x", "mi300x", "h200", "b200", "cpu")
 
 
 def layout(*overrides: str) -> NodeLayout:
-    cfg = compose_config(list(overrides))
+    cfg = compose_typed(list(overrides))
     return build_plan(cfg).layout
 
 
@@ -30,7 +30,7 @@ def opts(argv: tuple[str, ...]) -> dict[str, str | None]:
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_one_node_is_the_plans_argv_byte_for_byte(profile: str) -> None:
-    cfg = compose_config([f"+hw={profile}"])
+    cfg = compose_typed([f"+hw={profile}"])
     plan = build_plan(cfg)
     lay = plan.layout
     assert lay.mode == "single" and lay.nodes == 1 and len(lay.launches) == 1
@@ -71,7 +71,7 @@ def test_dp_nodes_share_everything_but_the_rank_flags() -> None:
     i = other.argv.index("--data-parallel-start-rank")
     assert other.argv[i:i + 3] == ("--data-parallel-start-rank", "1", "--headless")
     assert other.argv[:i] + other.argv[i + 3:] == head.argv
-    plan = build_plan(compose_config(["+hw=cpu"]))
+    plan = build_plan(compose_typed(["+hw=cpu"]))
     assert head.argv[:3] == ("vllm", "serve", plan.model_path)
     assert dict(head.env) == dict(other.env) == plan.env_map
     assert dict(head.env)["VLLM_CPU_KVCACHE_SPACE"] == "1"
@@ -127,7 +127,7 @@ def test_head_address_placeholder_resolves_per_node() -> None:
 
 def test_single_node_plan_flags_keep_their_order_and_values() -> None:
     """Every option of the single-node plan appears on every node with its value (sizes aside)."""
-    cfg = compose_config(["+hw=mi350x"])
+    cfg = compose_typed(["+hw=mi350x"])
     single = opts(build_plan(cfg).argv)
     for node in layout("+hw=mi350x", "hw.nodes=2").launches:
         o = opts(node.argv)

@@ -16,7 +16,7 @@ from dspark_cli.launch.layout_rules import (
 )
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.status import Status
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 
 GOOD = {
     "dp cpu": ["+hw=cpu", "hw.nodes=2"],
@@ -31,7 +31,7 @@ GOOD = {
 
 
 def findings(overrides: list[str]) -> dict[str, tuple[Status, str, str | None]]:
-    cfg = compose_config(overrides)
+    cfg = compose_typed(overrides)
     return {f.rule: (f.status, f.message, f.key) for f in layout_findings(build_plan(cfg))}
 
 
@@ -43,7 +43,7 @@ def test_good_layouts_pass_every_rule(name: str) -> None:
 
 
 def test_one_node_has_no_layout_findings() -> None:
-    cfg = compose_config(["+hw=mi350x", "hw.args.pipeline_parallel_size=2"])
+    cfg = compose_typed(["+hw=mi350x", "hw.args.pipeline_parallel_size=2"])
     plan = build_plan(cfg)
     assert checked_layout(plan) is plan.layout and layout_findings(plan) == ()
 
@@ -79,7 +79,7 @@ def test_each_bad_layout_fails_its_rule_naming_the_key(rule: str) -> None:
     status, message, named = findings(overrides)[rule]
     assert status is Status.failed, message
     assert named == key and words in message
-    cfg = compose_config(overrides)
+    cfg = compose_typed(overrides)
     with pytest.raises(UsageError) as err:
         checked_layout(build_plan(cfg))
     assert f"change `{key}`" in err.value.message and rule in err.value.message
@@ -104,7 +104,7 @@ def test_ports_out_of_range_or_shared_are_refused(overrides: list[str], key: str
 def test_a_hand_made_layout_whose_sizes_do_not_multiply_is_refused() -> None:
     """What a deploy target gets must number its ranks: a layout whose start ranks collide
     (or whose DP size is not nodes x local DP) breaks `layout-sizes-multiply`."""
-    cfg = compose_config(["+hw=cpu", "hw.nodes=2"])
+    cfg = compose_typed(["+hw=cpu", "hw.nodes=2"])
     plan = build_plan(cfg)
     lay = plan.layout
     head, other = lay.launches
@@ -129,7 +129,7 @@ def test_hybrid_with_one_rank_per_node_is_kept_for_moe_models() -> None:
 def test_headless_heads_and_headless_hybrid_nodes_are_refused() -> None:
     """`--headless` is the layout's alone (config cannot set it); a layout built elsewhere (a
     deploy target's) that serves no API, or runs hybrid load balancing headless, is refused."""
-    cfg = compose_config(["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid",
+    cfg = compose_typed(["+hw=mi350x", "hw.nodes=2", "hw.layout=dp_hybrid",
                           "hw.args.data_parallel_size=2", "hw.args.tensor_parallel_size=4"])
     plan = build_plan(cfg)
     lay = plan.layout
@@ -151,11 +151,11 @@ def test_headless_heads_and_headless_hybrid_nodes_are_refused() -> None:
 
 def test_headless_from_config_is_refused_naming_hw_nodes() -> None:
     with pytest.raises(UsageError, match=r"hw\.nodes"):
-        build_plan(compose_config(["+hw=cpu", "hw.nodes=2", "+serving.extra_args.headless=true"]))
+        build_plan(compose_typed(["+hw=cpu", "hw.nodes=2", "+serving.extra_args.headless=true"]))
 
 
 def test_tp_node_ranks_must_number_the_nodes() -> None:
-    cfg = compose_config(["+hw=cpu", "hw.nodes=2", "hw.layout=tp",
+    cfg = compose_typed(["+hw=cpu", "hw.nodes=2", "hw.layout=tp",
                           "hw.args.tensor_parallel_size=2"])
     plan = build_plan(cfg)
     lay = plan.layout
@@ -196,7 +196,7 @@ def test_bench_plans_several_nodes(tmp_path) -> None:
 def _fits(overrides: list[str]):  # type: ignore[no-untyped-def]
     from dspark_cli.launch.rules import Context, run_rules
 
-    cfg = compose_config(overrides)
+    cfg = compose_typed(overrides)
     return {f.rule: f for f in run_rules(Context(build_plan(cfg), None))}[
         "parallel-fits-profile"]
 
@@ -236,7 +236,7 @@ def test_nodes_run_here_share_this_machines_gpus() -> None:
     h200x8 = Machine(Platform.cuda, tuple(Gpu(i, "NVIDIA H200", "sm_90") for i in range(8)))
 
     def fits(overrides: list[str]) -> Status:
-        cfg = compose_config(overrides)
+        cfg = compose_typed(overrides)
         found = {f.rule: f for f in run_rules(Context(build_plan(cfg), h200x8))}
         return found["parallel-fits-machine"].status
 

@@ -13,7 +13,7 @@ from checkpoint_factory import build_checkpoint
 
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.model_family import MAX_CONFIG_BYTES, check_family, read_declared
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_the_family_option_gets_the_familys_flags_and_rules(dsv4: Path) -> None:
 
 
 def _model(path: Path, option: str = "local") -> object:
-    return compose_config(["+hw=mi350x", f"model={option}", f"model.path={path}"]).model
+    return compose_typed(["+hw=mi350x", f"model={option}", f"model.path={path}"]).model
 
 
 def _with_config(tmp_path: Path, content: bytes | str) -> Path:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from dspark_cli.config import smoke as smoke_schema
 from dspark_cli.launch.plan import build_plan
-from dspark_cli.smoke import schema as smoke_schema
 from dspark_cli.smoke.workflow import smoke_plan
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 
 ARMS = ("none", "draft_model", "ngram")
 BASE = ("+hw=cpu",)
@@ -61,8 +61,8 @@ def test_smoke_and_every_bench_arm_boot_what_serve_boots(tmp_path: Path) -> None
     smoke_schema.register()
     for arm in ARMS:
         overrides = [*BASE, f"speculative={arm}"]
-        smoke = smoke_plan(compose_config(overrides, config="smoke"))
-        serve = build_plan(compose_config(overrides, config="serve"))
+        smoke = smoke_plan(compose_typed(overrides, config="smoke"))
+        serve = build_plan(compose_typed(overrides, config="serve"))
         assert smoke.argv == serve.argv and dict(smoke.env) == dict(serve.env), arm
         assert comparable(smoke.argv, dict(smoke.env), None)["argv"] == served[arm]["argv"]
 

@@ -6,7 +6,7 @@ import pytest
 
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.plan import build_plan, render_flag
-from tests.conftest import compose_config
+from tests.conftest import compose_typed
 
 
 @pytest.mark.parametrize(("dest", "value", "argv"), [
@@ -24,7 +24,7 @@ def test_render_flag(dest: str, value: object, argv: list[str]) -> None:
 
 
 def test_extra_args_render_after_the_seed_flags() -> None:
-    cfg = compose_config(["+hw=mi350x", "+serving.extra_args.enable-chunked-prefill=true"])
+    cfg = compose_typed(["+hw=mi350x", "+serving.extra_args.enable-chunked-prefill=true"])
     assert build_plan(cfg).argv[-1] == "--enable-chunked-prefill"
 
 
@@ -38,17 +38,17 @@ def test_extra_args_render_after_the_seed_flags() -> None:
 ])
 def test_contradictory_config_is_a_usage_error(overrides: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        build_plan(compose_config(overrides))
+        build_plan(compose_typed(overrides))
 
 
 def test_client_url_uses_loopback_when_binding_all_interfaces() -> None:
-    plan = build_plan(compose_config(["+hw=cpu", "server.port=9100"]))
+    plan = build_plan(compose_typed(["+hw=cpu", "server.port=9100"]))
     assert plan.base_url == "http://127.0.0.1:9100"
-    plan = build_plan(compose_config(["+hw=cpu", "server.url=http://10.0.0.5:8000/"]))
+    plan = build_plan(compose_typed(["+hw=cpu", "server.url=http://10.0.0.5:8000/"]))
     assert plan.base_url == "http://10.0.0.5:8000"
 
 
 def test_draft_model_speculative_config_points_at_the_model() -> None:
-    plan = build_plan(compose_config(["+hw=cpu", "speculative=draft_model"]))
+    plan = build_plan(compose_typed(["+hw=cpu", "speculative=draft_model"]))
     assert plan.arg("speculative_config") == {
         "method": "draft_model", "model": plan.model_path, "num_speculative_tokens": 3}

@@ -31,7 +31,7 @@ def test_a_dry_run_is_composed_by_hydras_app_as_a_run_is(tmp_path: Path) -> None
 def test_a_command_stores_only_the_schema_it_composes(command: str, stored: list[str]) -> None:
     code = ("import importlib\n"
             "from hydra.core.config_store import ConfigStore\n"
-            "from dspark_cli.hydra_app import register_schemas\n"
+            "from dspark_cli.commands.hydra_app import register_schemas\n"
             f"register_schemas(importlib.import_module('dspark_cli.commands.{command}'))\n"
             "print(*sorted(k for k in ConfigStore.instance().repo if k.endswith('_schema.yaml')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,

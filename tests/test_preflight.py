@@ -12,7 +12,7 @@ from dspark_cli.config.choices import Platform
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.rules import RULES, Context, Status, run_rules
 from dspark_cli.machine.detect import Gpu, Machine
-from tests.conftest import REPO, compose_config, dspark_argv, dspark_env, run_dspark
+from tests.conftest import REPO, compose_typed, dspark_argv, dspark_env, run_dspark
 from tests.fake_gpu import fake_host
 
 MI350X = Machine(Platform.rocm, tuple(Gpu(i, "AMD Instinct MI350X", "gfx950") for i in range(8)))
@@ -21,7 +21,7 @@ CPU = Machine(Platform.cpu)
 
 
 def findings(overrides: list[str], machine: Machine | None = None) -> dict[str, object]:
-    cfg = compose_config(overrides)
+    cfg = compose_typed(overrides)
     return {f.rule: f for f in run_rules(Context(build_plan(cfg), machine))}
 
 

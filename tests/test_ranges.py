@@ -12,7 +12,7 @@ from dspark_cli.config import schema
 from dspark_cli.config.strict import check_ranges
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.plan import build_plan
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_config, compose_typed, run_dspark
 
 # (override, the range the message names)
 OUT_OF_RANGE = [
@@ -110,7 +110,7 @@ def test_every_numeric_field_of_the_schema_declares_its_range() -> None:
 ])
 def test_free_form_values_of_known_options_are_checked(override: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        build_plan(compose_config(["+hw=mi350x", override]))
+        build_plan(compose_typed(["+hw=mi350x", override]))
 
 
 @pytest.mark.parametrize("override", ["+serving.extra_args.seed=-1",
@@ -119,4 +119,4 @@ def test_free_form_values_of_known_options_are_checked(override: str, message: s
                                       "+serving.extra_args.cpu_offload_gb=0",
                                       "+serving.extra_args.kv_cache_memory_bytes=8G"])
 def test_vllms_own_special_values_stay_allowed(override: str) -> None:
-    build_plan(compose_config(["+hw=mi350x", override]))
+    build_plan(compose_typed(["+hw=mi350x", override]))

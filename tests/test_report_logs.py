@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from dspark_cli.config import smoke as schema
 from dspark_cli.report.markdown import write_report
-from dspark_cli.smoke import schema
 from dspark_cli.smoke.expectations import expectations
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 from tests.report_factory import SEED_LOG, bench_run, smoke_run
 
 FAMILIES = ("rocm_memory_fault, hsa_error, gpu_hang, illegal_memory_access, launch_failure, "
@@ -38,7 +38,7 @@ def part(text: str, start: str, end: str) -> str:
 def test_each_profile_expects_its_own_evidence(overrides: list[str],
                                                expected: tuple[str, ...]) -> None:
     schema.register()
-    exp = expectations(compose_config(overrides, config="smoke"))
+    exp = expectations(compose_typed(overrides, config="smoke"))
     assert exp.expected_evidence == expected
     required = {p.regex.pattern for p in exp.required}
     assert {p.name for p in exp.evidence if p.regex.pattern in required} == set(expected)

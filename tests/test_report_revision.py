@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from dspark_cli.config import validate as schema
 from dspark_cli.report.markdown import write_report
 from dspark_cli.run_files import LINT_JSON, SOURCE_JSON
-from dspark_cli.validate import schema, stages
-from tests.conftest import compose_config, run_dspark
+from dspark_cli.validate import stages
+from tests.conftest import compose_typed, run_dspark
 
 # ruff comes with the dev extra (not in the lowest-versions lane, whose tests needing it skip).
 RUFF = next((str(p) for p in (Path(sys.executable).parent / "ruff", shutil.which("ruff"))
@@ -57,7 +58,7 @@ def repo(tmp_path: Path, runtime: str = "VALUE = 1\n") -> Path:
 
 def run_stage(tmp_path: Path, src: Path, *overrides: str) -> tuple[Path, stages.StageResult]:
     schema.register()
-    cfg = compose_config(["+hw=cpu", f"validate.tests.source={src}",
+    cfg = compose_typed(["+hw=cpu", f"validate.tests.source={src}",
                           "validate.tests.node_ids=[tests/test_adaptive.py]",
                           "validate.tests.upstream=main", *overrides], config="validate")
     run = tmp_path / "run"

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.config.plain import plain
 from dspark_cli.config.schema import RuntimePins
+from dspark_cli.config.typed import plain
 from dspark_cli.launch import runtime
 from dspark_cli.launch.runtime import Runtime, wheel_sha256
 from dspark_cli.launch.runtime_pins import finding, mismatches, reference_pins
 from dspark_cli.status import Status
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 
 
 def _wheel(tmp_path: Path, name: str, version: str) -> Path:
@@ -91,16 +91,16 @@ def test_finding_passes_fails_and_skips_in_a_dry_run() -> None:
 
 
 def test_the_hw_profile_pins_no_software_and_the_image_group_pins_the_seed_image() -> None:
-    assert plain(compose_config(["+hw=mi350x"]).runtime.expected) == {
+    assert plain(compose_typed(["+hw=mi350x"]).runtime.expected) == {
         f.name: None for f in fields(RuntimePins)}
-    pins = compose_config(["+hw=mi350x", "+image=seed_mi350x"]).runtime.expected
+    pins = compose_typed(["+hw=mi350x", "+image=seed_mi350x"]).runtime.expected
     assert pins.torch == "2.12.0+rocm10.0.0"
     assert pins.aiter_commit == "804648bcbf87646ddef4b7add10da9c3b322567c"
     assert pins.aiter_wheel_sha256 == (
         "30360d15819a9c8e3ec8e4ae665683abf4c5358d5be1f49a9aa2f7962c0032db")
     assert reference_pins("seed_mi350x") == {k: v for k, v in plain(pins).items() if v}
     # one override switches every pin off
-    off = compose_config(["+hw=mi350x", "+image=seed_mi350x", "runtime.expected=null"])
+    off = compose_typed(["+hw=mi350x", "+image=seed_mi350x", "runtime.expected=null"])
     assert off.runtime.expected is None
 
 
@@ -143,7 +143,7 @@ def test_a_dry_run_says_what_a_real_run_here_would_refuse() -> None:
 
 def test_image_facts_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSPARK_IMAGE_ID", "sha256:49067946")
-    image = compose_config(["+hw=cpu"]).runtime.image
+    image = compose_typed(["+hw=cpu"]).runtime.image
     assert image.id == "sha256:49067946" and image.tag is None
 
 

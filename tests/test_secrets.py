@@ -19,7 +19,7 @@ from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
 from dspark_cli.launch.secret_overrides import hide
 from dspark_cli.server.process import free_port
-from tests.conftest import compose_config, dspark_env, run_dspark
+from tests.conftest import compose_typed, dspark_env, run_dspark
 from tests.smoke_support import smoke_args, smoke_argv
 
 # route -> a planted value (long and unique, so a hit is a leak)
@@ -87,7 +87,7 @@ def test_the_json_plan_and_cfg_job_redact() -> None:
 def test_vllm_gets_secret_options_through_its_environment() -> None:
     overrides = ["+hw=mi350x", "+serving.extra_args.api_key=sk-one-12345678",
                  "+serving.extra_args.hf_token=hf-one-12345678"]
-    plan = build_plan(compose_config(overrides))
+    plan = build_plan(compose_typed(overrides))
     assert plan.env_map["VLLM_API_KEY"] == "sk-one-12345678"
     assert plan.env_map["HF_TOKEN"] == "hf-one-12345678"
     assert not [a for a in plan.argv if "one-1234" in a]
@@ -100,7 +100,7 @@ def test_vllm_gets_secret_options_through_its_environment() -> None:
 ])
 def test_contradictory_secrets_are_refused_without_showing_them(overrides: list[str]) -> None:
     with pytest.raises(UsageError) as e:
-        build_plan(compose_config(["+hw=mi350x", *overrides]))
+        build_plan(compose_typed(["+hw=mi350x", *overrides]))
     assert "1234567" not in e.value.message
 
 

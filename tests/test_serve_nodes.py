@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from dspark_cli.launch.plan import build_plan
-from tests.conftest import compose_config, run_dspark
+from tests.conftest import compose_typed, run_dspark
 
 SEED = Path(__file__).parent / "data" / "golden" / "mi350x.sh"
 # Stands in for `vllm` when a node's block is run: prints the argv it got, as JSON.
@@ -34,7 +34,7 @@ def run_block(block: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 def test_two_nodes_on_mi350x_print_each_nodes_env_and_command_shell_ready() -> None:
     done = run_dspark("serve", "+hw=mi350x", "hw.nodes=2", "--dry-run")
     assert done.returncode == 0, done.stderr
-    cfg = compose_config(["+hw=mi350x", "hw.nodes=2"])
+    cfg = compose_typed(["+hw=mi350x", "hw.nodes=2"])
     layout = build_plan(cfg).layout
     found = blocks(done.stdout)
     assert [b.splitlines()[0] for b in found] == [

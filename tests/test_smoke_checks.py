@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
-from dspark_cli.config import schema
+from dspark_cli.config import smoke as smoke_schema
 from dspark_cli.config.choices import DraftTokensRule
+from dspark_cli.config.smoke import SmokePrimary
 from dspark_cli.errors import ExitCode, UsageError
-from dspark_cli.paths import conf_dir
 from dspark_cli.server.logscan import scan_lines
 from dspark_cli.server.metrics import parse
-from dspark_cli.smoke import schema as smoke_schema
 from dspark_cli.smoke.checks import (
     Boot,
     CheckResult,
@@ -28,13 +25,13 @@ from dspark_cli.smoke.checks import (
 )
 from dspark_cli.smoke.expectations import expectations
 from dspark_cli.status import Status
+from tests.conftest import compose_typed
 
 
-def smoke_cfg(*overrides: str) -> DictConfig:
-    schema.register()
+def smoke_cfg(*overrides: str) -> SmokePrimary:
+    """`dspark smoke <overrides>`'s config, as the command edge hands it on."""
     smoke_schema.register()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose("smoke", overrides=list(overrides))
+    return compose_typed(list(overrides), config="smoke")
 
 
 # What broken servers print (vllm-dspark-facts.md), one per configured fatal pattern.

@@ -6,12 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from dspark_cli.config import schema
-from dspark_cli.paths import conf_dir
+from dspark_cli.config import smoke as smoke_schema
 from dspark_cli.server.metrics import engine_tokens, parse
-from dspark_cli.smoke import schema as smoke_schema
 from dspark_cli.smoke.checks import (
     Boot,
     Observations,
@@ -22,13 +19,12 @@ from dspark_cli.smoke.checks import (
 )
 from dspark_cli.smoke.expectations import Expectations, expectations
 from dspark_cli.status import Status
+from tests.conftest import compose_typed
 
 
 def exp(engines: int) -> Expectations:
-    schema.register()
     smoke_schema.register()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose("smoke", overrides=["+hw=cpu", "speculative=none"])
+    cfg = compose_typed(["+hw=cpu", "speculative=none"], config="smoke")
     return replace(expectations(cfg), engines=engines)
 
 

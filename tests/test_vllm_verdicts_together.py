@@ -18,7 +18,7 @@ from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.prepare import ensure_model
 from dspark_cli.launch.vllm_verdict import node_verdicts
 from dspark_cli.vllm import accepts
-from tests.conftest import compose_config
+from tests.conftest import compose_typed
 
 pytestmark = pytest.mark.vllm
 
@@ -43,12 +43,12 @@ def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs,
     """Three arms and one whose model is not there are asked in one import; an answer given
     without the model's config (vLLM could not build the engine config) is not kept, so that
     arm is asked again (once its model is made, `ready()` gets the whole check)."""
-    arms = [compose_config(["+hw=cpu", "speculative=none", "server.port=9301"]),
-            compose_config(["+hw=cpu", "speculative=draft_model", "server.port=9301"]),
-            compose_config(["+hw=cpu", "speculative=draft_model", "server.port=9301",
+    arms = [compose_typed(["+hw=cpu", "speculative=none", "server.port=9301"]),
+            compose_typed(["+hw=cpu", "speculative=draft_model", "server.port=9301"]),
+            compose_typed(["+hw=cpu", "speculative=draft_model", "server.port=9301",
                             "+speculative.extra.no_such_key=1"]),
             # the tiny model's environment (HF_HUB_OFFLINE), so it is asked in the same import
-            compose_config(["+hw=cpu", "model=local", f"model.path={tmp_path / 'model'}",
+            compose_typed(["+hw=cpu", "model=local", f"model.path={tmp_path / 'model'}",
                             "server.port=9301", "+hw.env.HF_HUB_OFFLINE='1'"])]
     plans = [build_plan(cfg) for cfg in arms]
     assert len({tuple(sorted(plan.env_map.items())) for plan in plans}) == 1
@@ -65,7 +65,7 @@ def test_arms_are_judged_in_one_import_and_each_verdict_is_kept(validator_runs,
     assert "engine config not checked" in unchecked.message and unchecked.status.value == "passed"
     assert len(validator_runs) == 2 and validator_runs[1].count("--port") == 1
     # A command of one's own is not vLLM's to judge: nothing is asked for it.
-    custom = compose_config(["+hw=cpu", "server.port=9302", "server.command=[sleep,1]"])
+    custom = compose_typed(["+hw=cpu", "server.port=9302", "server.command=[sleep,1]"])
     ask_vllm_together([(custom, build_plan(custom))], asked)
     assert asked.along == {} and len(validator_runs) == 2
     # Without the command's answers, a verdict is asked afresh.
@@ -79,10 +79,10 @@ def test_validates_smoke_question_takes_the_bench_arms_along(validator_runs) -> 
     command is asked along is the test above). A bench that does not plan is left for its
     stage to report, with nothing asked ahead. Nothing here imports vLLM."""
     from dspark_cli.bench.workflow import ask_vllm_ahead, compose_arms, protocol_of
-    from dspark_cli.validate import schema
+    from dspark_cli.config import validate as schema
 
     schema.register()
-    cfg = compose_config(["+hw=cpu", "bench=cpu", "server.port=9303"], config="validate")
+    cfg = compose_typed(["+hw=cpu", "bench=cpu", "server.port=9303"], config="validate")
     asked = accepts.Verdicts()
     ask_vllm_ahead(cfg, asked)
     arms = compose_arms(cfg, protocol_of(cfg)[0])
@@ -90,6 +90,6 @@ def test_validates_smoke_question_takes_the_bench_arms_along(validator_runs) -> 
     smoke_env = tuple(sorted(build_plan(cfg).env_map.items()))
     assert asked.along == {smoke_env: [tuple(arm.plan.argv) for arm in arms.values()]}
     nothing = accepts.Verdicts()
-    ask_vllm_ahead(compose_config(["+hw=cpu", "bench=cpu", "bench.arms=[none,nope]"],
+    ask_vllm_ahead(compose_typed(["+hw=cpu", "bench=cpu", "bench.arms=[none,nope]"],
                                   config="validate"), nothing)
     assert nothing.along == {} and validator_runs == []

@@ -16,9 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from dspark_cli.accuracy.plan import (
     FILTER,
@@ -35,7 +33,7 @@ from dspark_cli.accuracy.records import FAILED, SCORED, AccuracyRecord, ArmScore
 from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
 from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.workflow import claimed_ports, protocol_of
-from dspark_cli.config.plain import plain
+from dspark_cli.config.typed import plain
 from dspark_cli.console import progress
 from dspark_cli.errors import DsparkError, ExitCode, MissingExtra, ServerError, UsageError
 from dspark_cli.launch.secrets import SCRUB
@@ -48,6 +46,9 @@ from dspark_cli.server.watchdog import descendants, stop_group
 from dspark_cli.status import Finding, Status
 from dspark_cli.untrusted import write_atomic
 from dspark_cli.vllm.accepts import Verdicts
+
+if TYPE_CHECKING:
+    from dspark_cli.config.validate import ValidatePrimary
 
 DATASET_RULE, PYTHON_RULE = "accuracy-dataset", "accuracy-lm-eval"
 
@@ -108,12 +109,12 @@ def lm_eval_version(python: str) -> str:
     return done.stdout.strip()
 
 
-def _spec(cfg: DictConfig) -> AccuracySpec | None:
+def _spec(cfg: ValidatePrimary) -> AccuracySpec | None:
     return accuracy_spec(plain(cfg.validate.accuracy), default_python(),
                          [str(a) for a in cfg.bench.arms])
 
 
-def input_findings(cfg: DictConfig) -> tuple[Finding, ...]:
+def input_findings(cfg: ValidatePrimary) -> tuple[Finding, ...]:
     """The stage's inputs as a dry run's findings: the pinned dataset, and an interpreter that
     finds lm_eval (asked without importing it)."""
     spec = _spec(cfg)
@@ -147,7 +148,7 @@ class Prepared:
     version: str  # lm_eval's
 
 
-def prepare(cfg: DictConfig) -> Prepared | None:
+def prepare(cfg: ValidatePrimary) -> Prepared | None:
     """Exit 2 on a dataset that is not the pinned one, or an interpreter without lm_eval; None
     when `validate.accuracy=null`."""
     spec = _spec(cfg)
@@ -255,7 +256,7 @@ class Scorer:
             progress(f"accuracy: {arm.name}: lm_eval {TASK} on bench cell {cell}'s server")
             self.score(arm, launch, session, cell)
 
-    def boot_and_score(self, arm: Arm, launch: ArmLaunch, cfg: DictConfig) -> ArmScore:
+    def boot_and_score(self, arm: Arm, launch: ArmLaunch, cfg: ValidatePrimary) -> ArmScore:
         """The arm's own server booted, scored, stopped."""
         arm_dir = self.directory / ARMS_DIR / arm.name
         arm_dir.mkdir(parents=True, exist_ok=True)
@@ -277,7 +278,7 @@ def _said(last: ArmScore) -> None:
              if last.status == SCORED else f"FAILED: {last.reason}"))
 
 
-def accuracy_in(cfg: DictConfig, scorer: Scorer,
+def accuracy_in(cfg: ValidatePrimary, scorer: Scorer,
                 verdicts: Verdicts | None = None) -> AccuracyRecord:
     """The stage into `scorer.directory`: every arm of `bench.arms` the bench did not score
     booted in turn (each checked before the first boot, `verdicts`: vLLM's answers the command
@@ -304,9 +305,9 @@ def accuracy_in(cfg: DictConfig, scorer: Scorer,
     return record
 
 
-def _record(cfg: DictConfig, prepared: Prepared, model: str,
+def _record(cfg: ValidatePrimary, prepared: Prepared, model: str,
             scores: tuple[ArmScore, ...]) -> AccuracyRecord:
-    synthetic: Any = cfg.model.get("synthetic")
+    synthetic = cfg.model.synthetic
     spec = prepared.spec
     return AccuracyRecord(TASK, str(spec.dataset), spec.sha256, prepared.documents,
                           spec.baseline, spec.margin, model,

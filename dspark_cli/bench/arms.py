@@ -11,15 +11,14 @@ serving.args.enable_prefix_caching=false` does.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from dspark_cli.bench.protocol import Cell, Protocol, check_max_num_seqs
+from dspark_cli.config.bench import BenchPrimary
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.config.schema import SpeculativeConf
+from dspark_cli.config.typed import with_group
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
@@ -31,7 +30,7 @@ from dspark_cli.server.metrics import expected_of
 @dataclass(frozen=True)
 class Arm:
     name: str  # the launch's name (`protocol.variant`): the arm, or `<arm>+pc-off`
-    cfg: DictConfig
+    cfg: BenchPrimary
     plan: LaunchPlan
     # What its verify steps must show (server/metrics.py), and the DSpark draft's pinned
     # parameter count; its launch is `dspark serve`'s, nothing added.
@@ -39,13 +38,11 @@ class Arm:
     draft_params: DraftParams | None
 
 
-def arm_config(cfg: DictConfig, arm: str) -> DictConfig:
+def arm_config(cfg: BenchPrimary, arm: str) -> BenchPrimary:
     """`cfg` with `speculative` replaced by the arm's profile (schema-checked)."""
-    from omegaconf.errors import OmegaConfBaseException
-
     directory = conf_dir() / "speculative"
     path = directory / f"{arm}.yaml"
-    extra = (cfg.get("bench") or {}).get("profiles")
+    extra = cfg.bench.profiles
     if not path.is_file() and extra:  # a proposal's profile (bench/proposal.py)
         path = Path(str(extra)) / "speculative" / f"{arm}.yaml"
     if not path.is_file():
@@ -55,22 +52,17 @@ def arm_config(cfg: DictConfig, arm: str) -> DictConfig:
             hint=f"Arms are files of conf/speculative/ ({known}) or of "
             "<bench.profiles>/speculative/.",
         )
-    out = copy.deepcopy(cfg)
-    try:
-        out.speculative = OmegaConf.merge(OmegaConf.structured(SpeculativeConf),
-                                          OmegaConf.load(path))  # fmt: skip
-    except OmegaConfBaseException as exc:
-        raise UsageError(f"speculative profile {path} does not fit its schema: {exc}") from None
-    return out
+    return with_group(cfg, "speculative", SpeculativeConf, path)
 
 
-def variant_config(cfg: DictConfig, cell: Cell) -> DictConfig:
+def variant_config(cfg: BenchPrimary, cell: Cell) -> BenchPrimary:
     """The arm's config for `cell`: prefix caching off is the one override a variant adds; on
     is the launch as configured, which must not have it off (the cells would not differ)."""
     arm_cfg = arm_config(cfg, cell.arm)
     if not cell.prefix_caching:
-        arm_cfg.serving.args.enable_prefix_caching = False
-    elif arm_cfg.serving.args.get("enable_prefix_caching") is False:
+        args = replace(arm_cfg.serving.args, enable_prefix_caching=False)
+        return replace(arm_cfg, serving=replace(arm_cfg.serving, args=args))
+    if arm_cfg.serving.args.enable_prefix_caching is False:
         raise UsageError(
             "bench.prefix_caching lists on, but serving.args.enable_prefix_caching=false: the "
             "cells marked on would run without it.",
@@ -78,7 +70,7 @@ def variant_config(cfg: DictConfig, cell: Cell) -> DictConfig:
     return arm_cfg
 
 
-def compose_arms(cfg: DictConfig, protocol: Protocol) -> dict[str, Arm]:
+def compose_arms(cfg: BenchPrimary, protocol: Protocol) -> dict[str, Arm]:
     """Plan every launch a selected cell uses (an arm, or an arm with prefix caching off), its
     node layout checked, and enforce `max_num_seqs >= concurrency` for every cell before
     anything boots."""

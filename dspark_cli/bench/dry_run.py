@@ -85,7 +85,7 @@ class Estimate:
 
 def estimate_of(cfg: Any) -> Estimate | None:
     """`bench.estimate` as the dry run's assumption (None: not set)."""
-    conf = cfg.bench.get("estimate")
+    conf = cfg.bench.estimate
     if conf is None:
         return None
     return Estimate(float(conf.boot_s), float(conf.tokens_per_s))

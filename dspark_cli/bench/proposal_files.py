@@ -16,9 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench import proposal
 from dspark_cli.bench.protocol import split_variant
@@ -28,6 +26,9 @@ from dspark_cli.paths import conf_dir
 from dspark_cli.run_files import PROPOSAL_DIR
 from dspark_cli.untrusted import load_json, load_yaml, write_atomic
 from dspark_cli.vllm.options import has_field
+
+if TYPE_CHECKING:
+    from dspark_cli.config.bench import BenchPrimary
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # a config group option's name
 
@@ -47,13 +48,13 @@ class Launch:
     profiles_dir: Path | None  # `bench.profiles`: arms from outside the config group
 
 
-def this_launch(cfg: DictConfig) -> Launch:
+def this_launch(cfg: BenchPrimary) -> Launch:
     """The launch of the running `dspark bench`/`validate`, from Hydra's own record of this
     process's command line."""
     from hydra.core.hydra_config import HydraConfig
 
     given = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    extra = (cfg.get("bench") or {}).get("profiles")
+    extra = cfg.bench.profiles
     return Launch(tuple(o for o in given if not o.lstrip("~").startswith(_NOT_LAUNCH)),
                   Path(str(extra)).expanduser().resolve() if extra else None)
 

@@ -11,27 +11,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
 from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
 from dspark_cli.bench.protocol import Protocol, build_protocol
-from dspark_cli.config.plain import plain
+from dspark_cli.config.typed import plain
 from dspark_cli.run_files import ARMS_DIR
 from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:  # the runner's machinery is imported when cells run
     from dspark_cli.bench.runner import CellHook
+    from dspark_cli.config.bench import BenchPrimary
 
 
-def protocol_of(cfg: DictConfig) -> tuple[Protocol, DatasetSpec]:
+def protocol_of(cfg: BenchPrimary) -> tuple[Protocol, DatasetSpec]:
     """The protocol and request set `cfg.bench` describes (pure; the dataset is verified when
     the run starts)."""
     return build_protocol(plain(cfg.bench)), dataset_spec(plain(cfg.bench.dataset), Path.cwd())
 
 
 @contextlib.contextmanager
-def claimed_ports(cfg: DictConfig) -> Iterator[DictConfig]:
+def claimed_ports(cfg: BenchPrimary) -> Iterator[BenchPrimary]:
     """`cfg` with the ports this job holds while it runs, claimed before anything is planned.
     A sweep's jobs may run side by side on one host (submitit_local, Slurm jobs sharing a node):
     each claims its own port, from `server.port` up; several local nodes claim a block of API
@@ -56,11 +55,12 @@ def claimed_ports(cfg: DictConfig) -> Iterator[DictConfig]:
                                                                 width=nodes))
         if nodes > 1:
             for key in ("dp_rpc_port", "master_port"):
-                claimed.hw[key] = claims.enter_context(claimed_port(host, int(cfg.hw[key])))
+                setattr(claimed.hw, key, claims.enter_context(
+                    claimed_port(host, int(getattr(cfg.hw, key)))))
         yield claimed
 
 
-def run_protocol(cfg: DictConfig, protocol: Protocol, dataset: DatasetSpec,
+def run_protocol(cfg: BenchPrimary, protocol: Protocol, dataset: DatasetSpec,
                  arms: dict[str, Arm], directory: Path, stop_on_failure: bool,
                  after: CellHook | None = None, verdicts: Verdicts | None = None) -> Any:
     """Run every pending cell into `directory` and summarize it (the bench Report); `after`:
@@ -120,7 +120,7 @@ def gpu_tool(interval_s: float | None) -> str | None:
     return tool
 
 
-def ask_vllm_ahead(cfg: DictConfig, verdicts: Verdicts) -> None:
+def ask_vllm_ahead(cfg: BenchPrimary, verdicts: Verdicts) -> None:
     """Have vLLM asked about the arms `bench_in(cfg, ...)` will start together with the next
     command asked about in their environment with `verdicts` (`validate`'s smoke, which boots
     first): one vLLM import for both stages. A plan that fails here is left for the bench to
@@ -136,7 +136,7 @@ def ask_vllm_ahead(cfg: DictConfig, verdicts: Verdicts) -> None:
     ask_vllm_together([(arm.cfg, arm.plan) for arm in arms.values()], verdicts)
 
 
-def bench_in(cfg: DictConfig, directory: Path, stop_on_failure: bool,
+def bench_in(cfg: BenchPrimary, directory: Path, stop_on_failure: bool,
              after: CellHook | None = None, verdicts: Verdicts | None = None) -> Any:
     """Run the protocol of `cfg.bench` into `directory` on the ports this job claims, and
     summarize it (the bench Report); `verdicts`: vLLM's answers the command already has."""

@@ -34,11 +34,8 @@ from dspark_cli.errors import UsageError
 USAGE_HINT = "dspark verify-checkpoint model.path=DIR  (or model=NAME for a pinned profile)"
 
 
-def checkpoint_root(path: str | None) -> Path:
-    """The checkpoint directory `model.path` names (None: not set); a usage error unless it
-    is a directory."""
-    if path is None:
-        raise UsageError("model.path is not set.", hint=USAGE_HINT)
+def checkpoint_root(path: str) -> Path:
+    """The checkpoint directory `model.path` names; a usage error unless it is a directory."""
     root = Path(str(path)).expanduser()
     if not root.exists():
         raise UsageError(f"model.path {root} does not exist.", hint=USAGE_HINT)

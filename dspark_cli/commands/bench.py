@@ -14,11 +14,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.errors import ExitCode, worst
+
+if TYPE_CHECKING:
+    from dspark_cli.config.bench import BenchPrimary
 
 EXAMPLES = (
     ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run", "the seed's, planned"),
@@ -58,12 +59,12 @@ class _Report(argparse.Action):
 
 
 def register() -> None:
-    from dspark_cli.bench import schema
+    from dspark_cli.config import bench as schema
 
     schema.register()
 
 
-def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+def run(cfg: BenchPrimary, opts: argparse.Namespace) -> int:
     if opts.report is not None:
         _refuse_overrides(opts.report)
         return _report(opts.report, opts)
@@ -141,7 +142,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
     return worst([checks.exit_code(inputs), *(checks.exit_code(f) for f in findings.values())])
 
 
-def _watches(cfg: DictConfig) -> Any:
+def _watches(cfg: BenchPrimary) -> Any:
     """The watches every cell runs (`watch.*`, `logs.fallbacks`, `logs.degraded`)."""
     from dspark_cli.bench.watch_plan import watch_plan
     from dspark_cli.machine.gpu_sampler import find_tool

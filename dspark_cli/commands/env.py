@@ -13,8 +13,6 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
-
 from dspark_cli.errors import DsparkError, ExitCode
 
 EXAMPLES = (
@@ -25,6 +23,7 @@ EXAMPLES = (
 )
 
 if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
     from dspark_cli.machine.detect import Machine
     from dspark_cli.status import Finding
 
@@ -52,10 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(dry_run=True)
 
 
-def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
-    from omegaconf import OmegaConf
-
-    from dspark_cli.config.plain import plain
+def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
+    from dspark_cli.config.typed import plain
     from dspark_cli.hostenv import Choice, collect, option_table, render
     from dspark_cli.machine.detect import detect, match_profile
     from dspark_cli.machine.profiles import profile_patterns
@@ -65,7 +62,7 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
         detected: str | None = match_profile(machine, profile_patterns())
     except LookupError:
         detected = None
-    name = cfg.hw.name if not OmegaConf.is_missing(cfg.hw, "name") else None
+    name = cfg.hw.name if cfg.hw is not None else None
     choice = Choice(profile=name, chosen_by="detected" if name == detected else "+hw",
                     method=cfg.speculative.method,
                     adaptive=bool(cfg.speculative.enable_adaptive_verification),
@@ -80,11 +77,11 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     return int(ExitCode.CHECK_FAILED if opts.check and env.refused else ExitCode.OK)
 
 
-def _preflight(cfg: DictConfig, machine: Machine, ready: bool,
+def _preflight(cfg: LaunchConf, machine: Machine, ready: bool,
                profile: str | None) -> tuple[list[Finding], list[str]]:
     """The preflight a real run does on this machine (no vLLM verdict), when the option table is
     at hand; else only the runtime pins, and a line saying what was not checked."""
-    from dspark_cli.config.plain import plain
+    from dspark_cli.config.typed import plain
     from dspark_cli.launch import checks, runtime_pins
     from dspark_cli.status import Status
 

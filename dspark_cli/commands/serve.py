@@ -7,13 +7,15 @@ import argparse
 import json
 import shlex
 import sys
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
 EXAMPLES = (
     ("dspark serve +hw=mi350x --dry-run", "the seed's deployment on 8 x MI350X, shell-ready"),
@@ -42,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="say why for each preflight rule not checked here")
 
 
-def _dry_run(cfg: DictConfig, plan: LaunchPlan, target: DeployTarget,
+def _dry_run(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,
              opts: argparse.Namespace) -> int:
     """Print what the target runs (the plan's script, every node's block, the job script, the
     manifests) and the preflight that needs no machine."""
@@ -57,7 +59,7 @@ def _dry_run(cfg: DictConfig, plan: LaunchPlan, target: DeployTarget,
     return checks.exit_code(found)
 
 
-def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     from dspark_cli.deploy.targets import TARGETS, deploy_target
     from dspark_cli.errors import CheckFailed, UsageError
 

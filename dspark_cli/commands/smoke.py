@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from dspark_cli.run_files import SMOKE_JSON
+
+if TYPE_CHECKING:
+    from dspark_cli.config.smoke import SmokePrimary
 
 EXAMPLES = (
     ("dspark smoke +hw=mi350x", "boot the seed's deployment, check it live, tear it down"),
@@ -43,12 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register() -> None:
-    from dspark_cli.smoke.schema import register as register_schema
+    from dspark_cli.config.smoke import register as register_schema
 
     register_schema()
 
 
-def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+def run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
     if opts.dry_run:
         return _dry_run(cfg, opts)
     from dspark_cli.console import progress
@@ -68,7 +70,7 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     return int(doc.verdict.exit_code)
 
 
-def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+def _dry_run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
     """The launch a managed smoke boots, as its deploy target runs it, and the preflight that
     needs no machine; an attached smoke (`server.url`) boots nothing and says so."""
     import sys

@@ -22,14 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
 from dspark_cli.errors import DsparkError, ExitCode, worst
 from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
 from dspark_cli.untrusted import write_atomic
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
     from dspark_cli.accuracy.run import Scorer
+    from dspark_cli.config.validate import ValidatePrimary
     from dspark_cli.validate.stages import StageResult
 
 
@@ -60,12 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register() -> None:
-    from dspark_cli.validate import schema
+    from dspark_cli.config import validate as schema
 
     schema.register()
 
 
-def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+def run(cfg: ValidatePrimary, opts: argparse.Namespace) -> int:
     if opts.dry_run:
         return _dry_run(cfg, opts)
     from dspark_cli.launch.record import run_dir
@@ -73,7 +72,7 @@ def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     return _run(cfg, run_dir(), opts)
 
 
-def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+def _dry_run(cfg: ValidatePrimary, opts: argparse.Namespace) -> int:
     """Every stage's plan as the run would start it: the smoke's launch where `deploy.target`
     runs it (its node layout checked, the target's own checks), the bench's every arm."""
     from dspark_cli.accuracy.run import input_findings as accuracy_findings
@@ -120,7 +119,7 @@ def _dry_run(cfg: DictConfig, opts: argparse.Namespace) -> int:
     return checks.exit_code(findings)
 
 
-def _stage_runner(cfg: DictConfig, directory: Path, scorer: Scorer | None,
+def _stage_runner(cfg: ValidatePrimary, directory: Path, scorer: Scorer | None,
                   ) -> list[tuple[str, Callable[[], StageResult]]]:
     """The stages in order; the bench lends the accuracy stage's `scorer` each arm's first
     cell, so an arm's server boots once for both."""
@@ -135,7 +134,7 @@ def _stage_runner(cfg: DictConfig, directory: Path, scorer: Scorer | None,
             ("accuracy", lambda: stages.accuracy(cfg, scorer, asked))]
 
 
-def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
+def _run(cfg: ValidatePrimary, directory: Path, opts: argparse.Namespace) -> int:
     from dspark_cli.accuracy.run import Scorer, prepare
     from dspark_cli.console import progress
     from dspark_cli.launch.record import write_config
@@ -166,7 +165,7 @@ def _run(cfg: DictConfig, directory: Path, opts: argparse.Namespace) -> int:
     return code
 
 
-def _stages(cfg: DictConfig, directory: Path, scorer: Scorer | None,
+def _stages(cfg: ValidatePrimary, directory: Path, scorer: Scorer | None,
             keep_going: bool) -> list[StageResult]:
     """Every stage's result, in order; after Ctrl-C or a failure (unless `keep_going`) the
     remaining stages are "not run"."""

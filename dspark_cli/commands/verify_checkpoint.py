@@ -11,10 +11,12 @@ import json
 import shlex
 import sys
 from pathlib import Path
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING
 
 from dspark_cli.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
 EXAMPLES = (
     ("dspark verify-checkpoint model=deepseek_v4_flash_dspark", "the seed's checkpoint, its pins"),
@@ -48,15 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hashing threads (default: one per CPU)")
 
 
-def run(cfg: DictConfig, opts: argparse.Namespace) -> int:
+def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     from dspark_cli.checkpoint.content import format_manifest, write_manifest
     from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
+    from dspark_cli.config.typed import plain
 
-    root = checkpoint_root(OmegaConf.select(cfg, "model.path"))
+    root = checkpoint_root(cfg.model.path)
     content = content_request(root, hash_blobs=opts.hash, manifest=opts.manifest,
                               write_manifest=opts.write_manifest, workers=opts.workers)
-    expected = OmegaConf.to_container(cfg.model.expected, resolve=True) if "expected" in (
-        cfg.model) else {}
+    expected = plain(cfg.model.expected)
     result = verify_checkpoint(root, expected, content)
 
     written = None

@@ -270,7 +270,9 @@ class RuntimeConf:
 class LaunchConf:
     """What every command that launches (or plans) a vLLM server composes."""
 
-    hw: HardwareConf = field(default_factory=HardwareConf)
+    # null until a hardware profile is composed (`+hw=...`, or detected): verify-checkpoint
+    # composes none, so a checkpoint is judged the same on every host.
+    hw: HardwareConf | None = None
     model: ModelConf = field(default_factory=ModelConf)
     speculative: SpeculativeConf = field(default_factory=SpeculativeConf)
     compilation: CompilationConf = field(default_factory=CompilationConf)

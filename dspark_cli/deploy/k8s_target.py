@@ -6,11 +6,9 @@ offline). `serve` writes them for the operator to apply (or applies them with `-
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
-from dspark_cli.config.plain import plain
+from dspark_cli.config.typed import plain
 from dspark_cli.console import progress
 from dspark_cli.deploy.cluster_json import cluster_json
 from dspark_cli.deploy.k8s_manifests import (
@@ -27,17 +25,20 @@ from dspark_cli.run_files import MANIFESTS_YAML
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding, Status
 
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
-def k8s_spec(cfg: DictConfig) -> K8sSpec:
+
+def k8s_spec(cfg: LaunchConf) -> K8sSpec:
     """`deploy.k8s`, the CPU and memory requests defaulting to the profile's node."""
     k = plain(cfg.deploy.k8s)
-    node_cpus, node_memory = cfg.hw.get("node_cpus"), cfg.hw.get("node_memory")
+    node_cpus, node_memory = cfg.hw.node_cpus, cfg.hw.node_memory
     k["cpu"] = k["cpu"] or (None if node_cpus is None else str(node_cpus))
     k["memory"] = k["memory"] or (None if node_memory is None else str(node_memory))
     return K8sSpec(platform=str(cfg.hw.platform), model_path=str(cfg.model.path), **k)
 
 
-def k8s_objects(cfg: DictConfig, plan: LaunchPlan) -> list[dict[str, Any]]:
+def k8s_objects(cfg: LaunchConf, plan: LaunchPlan) -> list[dict[str, Any]]:
     """The manifests, validated offline (CheckFailed names every problem)."""
     from dspark_cli.deploy.k8s_schema import require_valid_manifests
 
@@ -46,12 +47,12 @@ def k8s_objects(cfg: DictConfig, plan: LaunchPlan) -> list[dict[str, Any]]:
     return objects
 
 
-def secret_line(cfg: DictConfig, plan: LaunchPlan) -> str | None:
+def secret_line(cfg: LaunchConf, plan: LaunchPlan) -> str | None:
     """`kubectl create secret ...` for the Secret the manifests refer to, or None."""
     return create_secret_line(k8s_spec(cfg), secret_keys(plan.layout, plan.env))
 
 
-def secret_comment(cfg: DictConfig, plan: LaunchPlan) -> str:
+def secret_comment(cfg: LaunchConf, plan: LaunchPlan) -> str:
     """YAML comment lines above the manifests: the Secret to create first, and which URL each
     `DSPARK_URL_PASSWORD_N` is the password of. Empty when the objects need no Secret."""
     line = secret_line(cfg, plan)
@@ -64,20 +65,20 @@ def secret_comment(cfg: DictConfig, plan: LaunchPlan) -> str:
     return "".join(f"# {ln}\n" for ln in lines)
 
 
-def findings(cfg: DictConfig) -> tuple[Finding, ...]:
+def findings(cfg: LaunchConf) -> tuple[Finding, ...]:
     """The image pinned by digest."""
     problem = image_problem(k8s_spec(cfg).image)
     return (Finding("k8s-image-pinned", Status.failed if problem else Status.passed,
                     problem or "the image is pinned by digest", "deploy.k8s.image"),)
 
 
-def render(cfg: DictConfig, plan: LaunchPlan) -> str:
+def render(cfg: LaunchConf, plan: LaunchPlan) -> str:
     from dspark_cli.deploy.k8s_render import to_yaml
 
     return secret_comment(cfg, plan) + to_yaml(k8s_objects(cfg, plan))
 
 
-def render_json(cfg: DictConfig, plan: LaunchPlan, found: tuple[Finding, ...]) -> dict[str, Any]:
+def render_json(cfg: LaunchConf, plan: LaunchPlan, found: tuple[Finding, ...]) -> dict[str, Any]:
     spec = k8s_spec(cfg)
     keys = secret_keys(plan.layout, plan.env)
     return cluster_json("k8s", plan.layout, {
@@ -86,7 +87,7 @@ def render_json(cfg: DictConfig, plan: LaunchPlan, found: tuple[Finding, ...]) -
                    "create": create_secret_line(spec, keys)}}, found)
 
 
-def hand_off(cfg: DictConfig, plan: LaunchPlan, directory: Path) -> int:
+def hand_off(cfg: LaunchConf, plan: LaunchPlan, directory: Path) -> int:
     """The manifests written into `directory` with the lines that apply them on stdout."""
     from dspark_cli.launch.record import write_config
 

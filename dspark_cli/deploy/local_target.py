@@ -4,9 +4,7 @@ address 127.0.0.1 (one node: today's launch, untouched)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
 from dspark_cli.launch import vllm_options
@@ -18,13 +16,16 @@ from dspark_cli.run_files import SERVER_LOG
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding
 
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
-def render(cfg: DictConfig, plan: LaunchPlan) -> str:
+
+def render(cfg: LaunchConf, plan: LaunchPlan) -> str:
     """The plan's script (one node), or every node's block."""
     return layout_script(plan.layout) if plan.layout.nodes > 1 else shell_script(plan)
 
 
-def render_json(cfg: DictConfig, plan: LaunchPlan,
+def render_json(cfg: LaunchConf, plan: LaunchPlan,
                 findings: tuple[Finding, ...]) -> dict[str, Any]:
     doc = {**plan_dict(plan), "vllm_options": vllm_options.source().to_dict(),
            "preflight": [f.to_dict() for f in findings]}
@@ -46,7 +47,7 @@ def deployment(launch: Launch, directory: Path) -> Deployment:
                            float(launch.cfg.server.stop_grace_s), url=plan.base_url)
 
 
-def _no_findings(cfg: DictConfig) -> tuple[Finding, ...]:
+def _no_findings(cfg: LaunchConf) -> tuple[Finding, ...]:
     return ()
 
 

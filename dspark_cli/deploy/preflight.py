@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
@@ -12,8 +12,11 @@ from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.vllm_verdict import node_verdicts
 from dspark_cli.status import Finding
 
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
-def dry_preflight(cfg: DictConfig, plan: LaunchPlan, target: DeployTarget,
+
+def dry_preflight(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,
                   validate: bool = False) -> tuple[Finding, ...]:
     """What a dry run checks wherever the plan would run: the rules that need no machine, the
     node layout's and the target's own (the k8s image pinned); vLLM's verdict on every node's

@@ -4,9 +4,7 @@ submits and follows it, `slurm_job.py` speaks to Slurm's clients)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.deploy import slurm_job
 from dspark_cli.deploy.cluster_json import cluster_json
@@ -16,8 +14,11 @@ from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding
 
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
-def sbatch_spec(cfg: DictConfig) -> SbatchSpec:
+
+def sbatch_spec(cfg: LaunchConf) -> SbatchSpec:
     s = cfg.deploy.slurm
     return SbatchSpec(job_name=str(s.job_name), time=str(s.time), partition=s.partition,
                       account=s.account, qos=s.qos, extra=tuple(str(x) for x in s.sbatch),
@@ -25,11 +26,11 @@ def sbatch_spec(cfg: DictConfig) -> SbatchSpec:
                       gpus=str(cfg.hw.platform) != "cpu")
 
 
-def render(cfg: DictConfig, plan: LaunchPlan) -> str:
+def render(cfg: LaunchConf, plan: LaunchPlan) -> str:
     return sbatch_script(plan.layout, sbatch_spec(cfg), plan.env)
 
 
-def render_json(cfg: DictConfig, plan: LaunchPlan,
+def render_json(cfg: LaunchConf, plan: LaunchPlan,
                 findings: tuple[Finding, ...]) -> dict[str, Any]:
     return cluster_json("slurm", plan.layout, {"script": render(cfg, plan)}, findings)
 
@@ -43,7 +44,7 @@ def deployment(launch: Launch, directory: Path) -> Deployment:
                      stop_timeout_s=float(cfg.deploy.slurm.cancel_timeout_s))
 
 
-def _no_findings(cfg: DictConfig) -> tuple[Finding, ...]:
+def _no_findings(cfg: LaunchConf) -> tuple[Finding, ...]:
     return ()
 
 

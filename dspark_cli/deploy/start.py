@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from dspark_cli.compat import StrEnum
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
@@ -40,6 +39,9 @@ from dspark_cli.server.session import AttachedServer
 from dspark_cli.status import Finding
 from dspark_cli.vllm.accepts import Verdicts
 
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
+
 
 class VllmCheck(StrEnum):
     """When vLLM's own validation of the commands runs."""
@@ -60,7 +62,7 @@ def vllm_check(target: DeployTarget, custom: bool, nodes: int, *, asked: bool = 
     return VllmCheck.beside if beside and target.here and nodes == 1 else VllmCheck.before
 
 
-def ask_vllm_together(starts: Sequence[tuple[DictConfig, LaunchPlan]], asked: Verdicts) -> None:
+def ask_vllm_together(starts: Sequence[tuple[LaunchConf, LaunchPlan]], asked: Verdicts) -> None:
     """Those of `starts` that `ready()` judges before they start are judged together (a bench's
     arms: one vLLM import, not one per arm), when the first `ready(..., asked=asked)` asks,
     after its preflight and with its model there."""
@@ -97,7 +99,7 @@ class Ready:
         return self.target.deployment(self.launch, directory)
 
 
-def _refuse_custom(cfg: DictConfig, target: DeployTarget, nodes: int) -> None:
+def _refuse_custom(cfg: LaunchConf, target: DeployTarget, nodes: int) -> None:
     if cfg.server.command is None:
         return
     if not target.here:
@@ -115,7 +117,7 @@ def _require(found: tuple[Finding, ...], what: str) -> None:
         raise CheckFailed(f"{what}; nothing was started.")
 
 
-def ready(cfg: DictConfig, plan: LaunchPlan, record_dir: Path, *,
+def ready(cfg: LaunchConf, plan: LaunchPlan, record_dir: Path, *,
           check_port: bool = True, asked: bool = False, beside: bool = False,
           verdicts: Verdicts | None = None) -> Ready:
     """Check `plan` for where `deploy.target` runs it and write its run record into
@@ -159,7 +161,7 @@ def ready(cfg: DictConfig, plan: LaunchPlan, record_dir: Path, *,
                  env if target.here else child_environ())
 
 
-def attach(cfg: DictConfig, plan: LaunchPlan) -> AttachedServer:
+def attach(cfg: LaunchConf, plan: LaunchPlan) -> AttachedServer:
     """The running server `server.url` names, its log `server.log` when given."""
     log = Path(cfg.server.log) if cfg.server.log else None
     if log is not None and not log.is_file():

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Launch:
     host (`server.command` or vLLM through the shim) beside every node's planned command
     (`plan.layout`)."""
 
-    cfg: DictConfig
+    cfg: LaunchConf
     plan: LaunchPlan
     argv: tuple[str, ...]
     env: Mapping[str, str]
@@ -34,10 +35,10 @@ class DeployTarget:
     name: str
     what: str  # what one start of it is, for people: "Slurm job"
     here: bool
-    render: Callable[[DictConfig, LaunchPlan], str]
-    render_json: Callable[[DictConfig, LaunchPlan, tuple[Finding, ...]], dict[str, Any]]
-    findings: Callable[[DictConfig], tuple[Finding, ...]]
+    render: Callable[[LaunchConf, LaunchPlan], str]
+    render_json: Callable[[LaunchConf, LaunchPlan, tuple[Finding, ...]], dict[str, Any]]
+    findings: Callable[[LaunchConf], tuple[Finding, ...]]
     deployment: Callable[[Launch, Path], Deployment]
     require: Callable[[], None] = lambda: None
-    hand_off: Callable[[DictConfig, LaunchPlan, Path], int] | None = None
+    hand_off: Callable[[LaunchConf, LaunchPlan, Path], int] | None = None
 

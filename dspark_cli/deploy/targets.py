@@ -15,17 +15,20 @@ cluster's).
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from dspark_cli.deploy import k8s_target, local_target, slurm_target
 from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.errors import UsageError
 
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
+
 TARGETS: dict[str, DeployTarget] = {
     t.name: t for t in (local_target.TARGET, slurm_target.TARGET, k8s_target.TARGET)}
 
 
-def deploy_target(cfg: DictConfig) -> DeployTarget:
+def deploy_target(cfg: LaunchConf) -> DeployTarget:
     """The entry `deploy.target` names; UsageError naming the known ones otherwise."""
     name = str(cfg.deploy.target)
     if name not in TARGETS:

@@ -8,10 +8,10 @@ purpose; the finding is then marked `overridden`, reported and recorded, not hid
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.config.typed import plain, select
 from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:  # the checkpoint modules load only when a local checkpoint is checked
@@ -27,9 +27,8 @@ _CONFIDENCE_ONLY = frozenset({
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    if cfg is None:
-        return default
-    value = cfg.get(key, default) if isinstance(cfg, Mapping) or hasattr(cfg, "get") else None
+    """`key` of a typed config node or of the plan's rendered (dict) settings."""
+    value = select(cfg, key)
     return default if value is None else value
 
 
@@ -41,13 +40,9 @@ def _summary(problems: tuple[Problem, ...] | list[Problem]) -> str:
 
 
 def _verify(path: Path, model_cfg: Any) -> CheckpointResult:
-    from omegaconf import OmegaConf
-
     from dspark_cli.checkpoint.verify import verify_checkpoint
 
-    expected = _get(model_cfg, "expected", {})
-    if OmegaConf.is_config(expected):
-        expected = OmegaConf.to_container(expected, resolve=True)
+    expected = plain(_get(model_cfg, "expected", {}))
     return verify_checkpoint(path, expected)
 
 

@@ -8,21 +8,20 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
-
 from dspark_cli.errors import ExitCode
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.rules import Context, run_rules
 from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
+    from dspark_cli.config.schema import LaunchConf
     from dspark_cli.machine.detect import Machine
 
 
-def check(cfg: DictConfig, plan: LaunchPlan, machine: Machine | None,
+def check(cfg: LaunchConf, plan: LaunchPlan, machine: Machine | None,
           ask_vllm: bool) -> tuple[Finding, ...]:
     """All preflight findings; machine rules are skipped without a machine (a dry run)."""
-    from dspark_cli.config.plain import plain
+    from dspark_cli.config.typed import plain
     from dspark_cli.launch import runtime_pins
     from dspark_cli.launch.checkpoint_findings import checkpoint_findings
     from dspark_cli.launch.model_family import check_family

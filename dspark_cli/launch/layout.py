@@ -26,13 +26,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
-from dspark_cli.config.plain import plain
+from dspark_cli.config.typed import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.flags import VLLM_DEFAULT_PORT, render_flag
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import HardwareConf
 
 HEAD_ADDR = "${DSPARK_HEAD_ADDR}"  # placeholder inside argv/env where the head node's address goes
 HEAD_ADDR_VAR = "DSPARK_HEAD_ADDR"
@@ -144,7 +145,7 @@ def _refuse_layout_dests(command: NodeLaunch) -> None:
             "hw.layout, hw.head_address, hw.dp_rpc_port and hw.master_port.")
 
 
-def node_layout(hw: DictConfig, command: NodeLaunch, model_path: str) -> NodeLayout:
+def node_layout(hw: HardwareConf, command: NodeLaunch, model_path: str) -> NodeLayout:
     """`command` (the plan's one command) spread over `hw.nodes`, one NodeLaunch per node rank;
     raises UsageError for a node count below one or a layout option also set in config.
     Whether the result is a good layout is for the layout rules."""

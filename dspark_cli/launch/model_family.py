@@ -12,9 +12,12 @@ from __future__ import annotations
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import ModelConf
 
 MAX_CONFIG_BYTES = 8 << 20  # a model's config.json is kilobytes; no legitimate one comes close
 
@@ -106,22 +109,22 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
-def check_family(model: Any) -> None:
+def check_family(model: ModelConf) -> None:
     """Refuse a model option whose family is not the local checkpoint's (UsageError, exit 2).
     A path that is not a local directory (a hub id, another machine's path) is not read."""
-    raw = model.get("path") if hasattr(model, "get") else None
+    raw = model.path
     root = Path(str(raw)).expanduser() if raw else None
     if root is None or not root.is_dir():
         return
     declared = read_declared(root)
     if declared is None:
         return
-    actual, chosen = declared.family, model.get("family")
+    actual, chosen = declared.family, model.family
     if actual == chosen:
         return
     from dspark_cli.checkpoint.structure import CONFIG_NAME  # read only for a local checkpoint
 
-    name = model.get("name")
+    name = model.name
     if actual is not None:
         raise UsageError(
             f"{root}/{CONFIG_NAME} declares {declared} (the {actual} family), but model={name} "

@@ -10,11 +10,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
-from dspark_cli.config.plain import plain
+from dspark_cli.config.typed import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.flags import VLLM_DEFAULT_PORT, render_flag
@@ -22,6 +20,9 @@ from dspark_cli.launch.layout import NodeLaunch, NodeLayout, node_layout
 from dspark_cli.launch.profile import Profile, profile_of
 from dspark_cli.launch.secrets import SECRET_OPTIONS, is_secret_name
 from dspark_cli.machine.preload import installed_libraries
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import CompilationConf, LaunchConf, SpeculativeConf
 
 LibraryFinder = Callable[[Sequence[str]], tuple[str, ...]]
 
@@ -87,7 +88,7 @@ def _non_null(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if v is not None}
 
 
-def speculative_config(spec: DictConfig) -> dict[str, Any] | None:
+def speculative_config(spec: SpeculativeConf) -> dict[str, Any] | None:
     """The `--speculative-config` JSON object, or None for no speculative decoding."""
     if spec.method is None:
         return None
@@ -107,7 +108,7 @@ def speculative_config(spec: DictConfig) -> dict[str, Any] | None:
     return {**_non_null(fields), **extra}
 
 
-def compilation_config(comp: DictConfig) -> dict[str, Any] | None:
+def compilation_config(comp: CompilationConf) -> dict[str, Any] | None:
     """The `--compilation-config` JSON object, or None when the profile sets nothing."""
     fields = {
         "mode": comp.mode,
@@ -117,7 +118,7 @@ def compilation_config(comp: DictConfig) -> dict[str, Any] | None:
     return _non_null(fields) or None
 
 
-def _collect_args(cfg: DictConfig) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+def _collect_args(cfg: LaunchConf) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """vLLM's options by dest, in the seed's order, and the secrets among the free-form options
     as (variable, value, key): vLLM reads those from its environment, never from the argv."""
     owners: dict[str, str] = {}
@@ -136,7 +137,7 @@ def _collect_args(cfg: DictConfig) -> tuple[dict[str, Any], list[tuple[str, str,
         owners[dest], args[dest] = key, value
 
     for group in ("hw", "model", "serving"):
-        for dest, value in plain(cfg[group].args).items():
+        for dest, value in plain(getattr(cfg, group).args).items():
             put(dest, value, f"{group}.args.{dest}")
     put("enforce_eager", True if cfg.compilation.enforce_eager else None,
         "compilation.enforce_eager")
@@ -189,12 +190,12 @@ def _with_preload(env: tuple[tuple[str, str], ...], names: list[str],
     return (*env, ("LD_PRELOAD", ":".join(found))) if found else env
 
 
-def _collect_env(cfg: DictConfig, secret_env: list[tuple[str, str, str]]
+def _collect_env(cfg: LaunchConf, secret_env: list[tuple[str, str, str]]
                  ) -> tuple[tuple[str, str], ...]:
     env: dict[str, str] = {}
     owners: dict[str, str] = {}
     entries = [(name, str(value), f"{group}.env.{name}")
-               for group in ENV_GROUPS for name, value in plain(cfg[group].env).items()]
+               for group in ENV_GROUPS for name, value in plain(getattr(cfg, group).env).items()]
     for name, value, key in entries + secret_env:
         if not _ENV_NAME.match(str(name)):
             raise UsageError(f"`{key}`: the name is not a valid environment variable name.")
@@ -207,7 +208,7 @@ def _collect_env(cfg: DictConfig, secret_env: list[tuple[str, str, str]]
     return tuple(env.items())
 
 
-def build_plan(cfg: DictConfig, libraries: LibraryFinder = installed_libraries) -> LaunchPlan:
+def build_plan(cfg: LaunchConf, libraries: LibraryFinder = installed_libraries) -> LaunchPlan:
     """The launch plan of a composed LaunchConf; raises UsageError on a contradictory config.
     `libraries` finds `hw.preload`'s libraries (pure: pass a fixed answer in tests)."""
     args, secret_env = _collect_args(cfg)
@@ -219,7 +220,7 @@ def build_plan(cfg: DictConfig, libraries: LibraryFinder = installed_libraries) 
         argv += render_flag(dest, value)
     host, port = cfg.server.host, int(cfg.server.port)
     base_url = cfg.server.url or f"http://{client_host(host)}:{port}"
-    env = _with_preload(_collect_env(cfg, secret_env), list(cfg.hw.get("preload") or ()),
+    env = _with_preload(_collect_env(cfg, secret_env), list(cfg.hw.preload),
                         libraries)
     command = NodeLaunch(0, True, tuple(argv), MappingProxyType(dict(env)), port,
                          tuple(args.items()))

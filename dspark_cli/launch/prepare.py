@@ -8,14 +8,16 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch.checks import check, print_findings
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.machine.detect import Machine, detect
 from dspark_cli.status import Finding
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
 
 def child_environ() -> dict[str, str]:
@@ -26,7 +28,7 @@ def child_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
 
 
-def ensure_model(cfg: DictConfig) -> None:
+def ensure_model(cfg: LaunchConf) -> None:
     """Build the synthetic model the profile names, if it is not cached yet."""
     if cfg.model.synthetic == "tiny":
         from dspark_cli.vllm.tiny_model import build
@@ -50,7 +52,7 @@ def ensure_model(cfg: DictConfig) -> None:
                          "`tiny_qwen3` or null")
 
 
-def launch_argv(cfg: DictConfig, plan: LaunchPlan) -> tuple[str, ...]:
+def launch_argv(cfg: LaunchConf, plan: LaunchPlan) -> tuple[str, ...]:
     """The argv to start: `server.command`, or the plan's vLLM through the shim."""
     custom = cfg.server.command
     if custom is not None:
@@ -64,7 +66,7 @@ def launch_argv(cfg: DictConfig, plan: LaunchPlan) -> tuple[str, ...]:
     return tuple(vllm_command(plan.argv))
 
 
-def machine_checks(cfg: DictConfig, plan: LaunchPlan) -> tuple[Machine, tuple[Finding, ...]]:
+def machine_checks(cfg: LaunchConf, plan: LaunchPlan) -> tuple[Machine, tuple[Finding, ...]]:
     """This machine and the preflight on it, printed; CheckFailed when a rule fails."""
     machine = detect()
     findings = check(cfg, plan, machine, ask_vllm=False)

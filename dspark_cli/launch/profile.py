@@ -6,10 +6,12 @@ and the machine, never the config."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from dspark_cli.config.choices import Platform
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
 
 @dataclass(frozen=True)
@@ -24,8 +26,8 @@ class Profile:
     master_port: int  # hw.master_port (the tp layout)
 
 
-def profile_of(cfg: DictConfig) -> Profile:
+def profile_of(cfg: LaunchConf) -> Profile:
     hw = cfg.hw
     return Profile(str(hw.name), Platform(hw.platform), int(hw.num_gpus), int(hw.nodes),
-                   tuple(str(p) for p in hw.detect), cfg.model.get("family"),
+                   tuple(str(p) for p in hw.detect), cfg.model.family,
                    int(hw.dp_rpc_port), int(hw.master_port))

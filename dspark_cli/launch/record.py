@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
-
+from dspark_cli.config.typed import plain, to_yaml
 from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import shell_script
 from dspark_cli.run_files import CONFIG_YAML, LAUNCH_SH, PROVENANCE_JSON
 from dspark_cli.untrusted import write_atomic
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
 
 def run_dir() -> Path:
@@ -24,19 +26,19 @@ def run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
-def redacted(cfg: DictConfig) -> dict[str, Any]:
+def redacted(cfg: LaunchConf) -> dict[str, Any]:
     """The resolved config with every secret masked (launch/secrets.py says what one is)."""
-    return secrets.redact(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    return secrets.redact(plain(cfg))
 
 
-def write_config(directory: Path, cfg: DictConfig) -> None:
+def write_config(directory: Path, cfg: LaunchConf) -> None:
     """config.yaml, the one writer of it: the resolved config with secrets redacted by key, and
     every secret value this process knows scrubbed wherever else it sits."""
     directory.mkdir(parents=True, exist_ok=True)
-    write_atomic(directory / CONFIG_YAML, secrets.SCRUB(OmegaConf.to_yaml(redacted(cfg))))
+    write_atomic(directory / CONFIG_YAML, secrets.SCRUB(to_yaml(redacted(cfg))))
 
 
-def write_record(directory: Path, cfg: DictConfig, plan: LaunchPlan, argv: list[str],
+def write_record(directory: Path, cfg: LaunchConf, plan: LaunchPlan, argv: list[str],
                  provenance: dict[str, Any], notes: list[str]) -> None:
     """Write config.yaml, launch.sh and provenance.json; `notes` records explicit overrides."""
     write_config(directory, cfg)

@@ -60,12 +60,12 @@ def mismatches(expected: Mapping[str, Any], actual: Runtime) -> list[str]:
 def reference_pins(name: str) -> dict[str, Any]:
     """The pins of image group `name` (conf/image/<name>.yaml), read as plain YAML: what a run
     without pins is compared with. {} when there is no such group."""
-    from omegaconf import OmegaConf
+    from dspark_cli.config.typed import read_yaml
 
     path = conf_dir() / "image" / f"{name}.yaml"
     if not path.is_file():
         return {}
-    pins = OmegaConf.to_container(OmegaConf.load(path)).get("runtime", {}).get("expected")
+    pins = (read_yaml(path).get("runtime") or {}).get("expected")
     return {k: v for k, v in (pins or {}).items() if v is not None}
 
 

@@ -277,12 +277,6 @@ def scrubbed_output() -> Iterator[None]:
         SCRUB.values.clear()
 
 
-def learn(cfg: Any) -> None:
-    """Add a composed config's secrets to `SCRUB`."""
-    from omegaconf import OmegaConf
-
-    try:
-        data = OmegaConf.to_container(cfg, resolve=True)
-    except Exception:  # an unresolvable interpolation: the error surfaces where it is used
-        data = OmegaConf.to_container(cfg, resolve=False)
+def learn(data: Any) -> None:
+    """Add the secrets in a config's values (dicts, lists, scalars) to `SCRUB`."""
     SCRUB.add(values_in(data))

@@ -9,11 +9,11 @@ from dspark_cli.paths import conf_dir
 
 
 def profile_patterns() -> dict[str, tuple[Platform, tuple[str, ...]]]:
-    from omegaconf import OmegaConf
+    from dspark_cli.config.typed import read_yaml
 
     profiles = {}
     for path in sorted((conf_dir() / "hw").glob("*.yaml")):
-        hw = OmegaConf.load(path).get("hw", {})
+        hw = read_yaml(path).get("hw") or {}
         profiles[path.stem] = (Platform(hw.get("platform", "cpu")), tuple(hw.get("detect", [])))
     return profiles
 

@@ -43,11 +43,12 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import LaunchConf
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,7 @@ def fallback_patterns(logs: Any) -> tuple[Pattern, ...]:
 
 
 def _enabled(logs: Any, key: str) -> tuple[Pattern, ...]:
-    enabled = {k: v for k, v in (OmegaConf.to_container(logs[key]) or {}).items()
+    enabled = {k: v for k, v in (getattr(logs, key) or {}).items()
                if v is not None}
     try:
         return compile_patterns(enabled)
@@ -421,9 +422,9 @@ class DraftParams:
     expected: int
 
 
-def draft_params_spec(cfg: DictConfig) -> DraftParams | None:
+def draft_params_spec(cfg: LaunchConf) -> DraftParams | None:
     """The pin to hold a DSpark launch to; None without a pin or without DSpark."""
-    pinned = cfg.model.expected.get("draft_params")
+    pinned = cfg.model.expected.draft_params
     if pinned is None or cfg.speculative.method != "dspark":
         return None
     try:

@@ -8,12 +8,10 @@ composed config. The spec-decode rule comes from the speculative profile.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.config.choices import DraftTokensRule
-from dspark_cli.config.plain import plain
+from dspark_cli.config.typed import plain, select
 from dspark_cli.errors import UsageError
 from dspark_cli.server.logscan import (
     DraftParams,
@@ -25,6 +23,9 @@ from dspark_cli.server.logscan import (
     fallback_patterns,
     fatal_patterns,
 )
+
+if TYPE_CHECKING:
+    from dspark_cli.config.smoke import SmokePrimary
 
 PROFILE_GROUPS = ("hw", "model", "speculative")
 _ABSENT = object()
@@ -88,10 +89,10 @@ class Expectations:
         return self.required + extra + self.degraded + self.evidence + self.fallbacks
 
 
-def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
+def condition_holds(cfg: SmokePrimary, when: dict[str, Any], where: str) -> bool:
     """Every dotted key has the wanted value (a list: any of them); unknown keys are errors."""
     for key, wanted in when.items():
-        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        value = select(cfg, key, default=_ABSENT)
         if value is _ABSENT:
             raise UsageError(f"`{where}.when` names `{key}`, which is not a config key.")
         options = wanted if isinstance(wanted, list) else [wanted]
@@ -100,11 +101,11 @@ def condition_holds(cfg: DictConfig, when: dict[str, Any], where: str) -> bool:
     return True
 
 
-def required_lines(cfg: DictConfig) -> list[str]:
+def required_lines(cfg: SmokePrimary) -> list[str]:
     """Regexes of the startup lines this configuration must print, in order, without repeats."""
     lines = list(cfg.smoke.startup_lines)
     for group in PROFILE_GROUPS:
-        lines += list(cfg[group].get("expect_log") or [])
+        lines += list(getattr(cfg, group).expect_log)
     for i, rule in enumerate(cfg.smoke.conditional_lines):
         if condition_holds(cfg, plain(rule.when), f"smoke.conditional_lines[{i}]"):
             lines += list(rule.lines)
@@ -118,7 +119,7 @@ def _compile(patterns: dict[str, str], where: str) -> tuple[Pattern, ...]:
         raise UsageError(f"`{where}`: {exc}") from None
 
 
-def expectations(cfg: DictConfig) -> Expectations:
+def expectations(cfg: SmokePrimary) -> Expectations:
     """What the smoke checks on this configuration."""
     smoke = cfg.smoke
     if int(smoke.max_tokens) <= 0:
@@ -145,5 +146,5 @@ def expectations(cfg: DictConfig) -> Expectations:
         evidence=evidence,
         expected_evidence=tuple(p.name for p in evidence if p.regex.pattern in lines),
         fallbacks=fallback_patterns(cfg.logs),
-        stall_s=float(stall) if (stall := OmegaConf.select(cfg, "watch.stall_s")) else None,
+        stall_s=float(stall) if (stall := cfg.watch.stall_s) else None,
     )

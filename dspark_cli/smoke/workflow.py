@@ -7,9 +7,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.console import progress
@@ -30,15 +28,18 @@ from dspark_cli.smoke.result import SmokeResult
 from dspark_cli.smoke.runner import BackgroundCheck, run_smoke
 from dspark_cli.vllm.accepts import Verdicts
 
+if TYPE_CHECKING:
+    from dspark_cli.config.smoke import SmokePrimary
+
 CHECK = "vllm_accepts_command"
 
 
-def _profiles(cfg: DictConfig) -> dict[str, Any]:
-    return {group: cfg[group].get("name") for group in
+def _profiles(cfg: SmokePrimary) -> dict[str, Any]:
+    return {group: getattr(cfg, group).name for group in
             ("hw", "model", "speculative", "compilation", "serving")}
 
 
-def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations, directory: Path,
+def _session(cfg: SmokePrimary, plan: LaunchPlan, exp: Expectations, directory: Path,
              verdicts: Verdicts | None) -> tuple[ServerSession, BackgroundCheck | None,
                                                  dict[str, Any]]:
     """The server session (attached, or started where `deploy.target` runs it), vLLM's
@@ -72,13 +73,13 @@ def _session(cfg: DictConfig, plan: LaunchPlan, exp: Expectations, directory: Pa
     return session, validation, collect(plan.model_path, start.machine)
 
 
-def smoke_plan(cfg: DictConfig) -> LaunchPlan:
+def smoke_plan(cfg: SmokePrimary) -> LaunchPlan:
     """The launch the smoke boots: `dspark serve`'s plan of the same config, nothing added (one
     launch; the engagement evidence is read from what that launch reports)."""
     return build_plan(cfg)
 
 
-def smoke_in(cfg: DictConfig, directory: Path,
+def smoke_in(cfg: SmokePrimary, directory: Path,
              verdicts: Verdicts | None = None) -> SmokeResult:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
     callable as a stage of `dspark validate` (`verdicts`: vLLM's answers that stage shares)."""

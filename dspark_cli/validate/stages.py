@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
-from dspark_cli.config.plain import plain
+from dspark_cli.config.typed import plain
 from dspark_cli.errors import ExitCode, UsageError
 from dspark_cli.launch.secrets import redact_text, redact_urls
 from dspark_cli.run_files import (
@@ -38,6 +36,7 @@ from dspark_cli.validate.source import LintPlan, changed_python, lint, revision
 
 if TYPE_CHECKING:  # the accuracy stage's machinery is imported when it runs
     from dspark_cli.accuracy.run import Scorer
+    from dspark_cli.config.validate import ValidatePrimary
     from dspark_cli.vllm.accepts import Verdicts
 
 
@@ -60,10 +59,8 @@ def _write_json(path: Path, data: Any) -> None:
     write_atomic(path, redact_text(json.dumps(data, indent=2) + "\n"))
 
 
-def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:
+def checkpoint(cfg: ValidatePrimary, directory: Path) -> StageResult:
     """verify-checkpoint's structure, pins and heads (and hashes when asked) on model.path."""
-    from omegaconf import OmegaConf
-
     from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
     from dspark_cli.launch.prepare import ensure_model
 
@@ -72,10 +69,10 @@ def checkpoint(cfg: DictConfig, directory: Path) -> StageResult:
         return StageResult("checkpoint", Status.skipped, 0, f"model.path {cfg.model.path} is "
                            "not a local directory (a hub id is checked by vLLM at load)")
     stage = cfg.validate.checkpoint
-    root = checkpoint_root(OmegaConf.select(cfg, "model.path"))
+    root = checkpoint_root(cfg.model.path)
     content = content_request(root, hash_blobs=bool(stage.hash),
                               manifest=Path(stage.manifest) if stage.manifest else None)
-    expected = OmegaConf.to_container(cfg.model.expected, resolve=True)
+    expected = plain(cfg.model.expected)
     report = verify_checkpoint(root, expected, content)
     _write_json(directory / CHECKPOINT_JSON, report.to_dict())
     hashed = (f", {report.content.hashed_files} files hashed" if report.content else "")
@@ -98,14 +95,14 @@ def junit_counts(path: Path) -> dict[str, int]:
             "failed": total["failures"], "errors": total["errors"], "skipped": total["skipped"]}
 
 
-def tests_argv(cfg: DictConfig, junit: Path) -> list[str]:
+def tests_argv(cfg: ValidatePrimary, junit: Path) -> list[str]:
     stage = cfg.validate.tests
     python = str(stage.python) if stage.python else sys.executable
     return [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
             *map(str, stage.node_ids)]
 
 
-def tests(cfg: DictConfig, directory: Path) -> StageResult:
+def tests(cfg: ValidatePrimary, directory: Path) -> StageResult:
     """The focused tests (pytest node ids) in the vLLM source tree; counts from JUnit XML."""
     stage = cfg.validate.tests
     if not stage.node_ids:
@@ -139,7 +136,7 @@ def tests(cfg: DictConfig, directory: Path) -> StageResult:
                        0 if passed else int(ExitCode.CHECK_FAILED), detail, str(directory))
 
 
-def _revision_and_lint(cfg: DictConfig, tree: Path, directory: Path) -> str:
+def _revision_and_lint(cfg: ValidatePrimary, tree: Path, directory: Path) -> str:
     """Record the tree's revision (source.json) and run the lint commands in it (lint.json);
     the failed commands, or "" when every one passed (or none is configured)."""
     stage = cfg.validate.tests
@@ -154,7 +151,7 @@ def _revision_and_lint(cfg: DictConfig, tree: Path, directory: Path) -> str:
     return ", ".join(r.command for r in results if r.status == "failed")
 
 
-def smoke(cfg: DictConfig, directory: Path, verdicts: Verdicts) -> StageResult:
+def smoke(cfg: ValidatePrimary, directory: Path, verdicts: Verdicts) -> StageResult:
     """The smoke; vLLM's verdict on its command also answers for the bench's arms (into
     `verdicts`, which the bench stage is given)."""
     from dspark_cli.bench.workflow import ask_vllm_ahead
@@ -168,7 +165,7 @@ def smoke(cfg: DictConfig, directory: Path, verdicts: Verdicts) -> StageResult:
                        doc.verdict.summary, str(directory))
 
 
-def bench(cfg: DictConfig, directory: Path, scorer: Scorer | None,
+def bench(cfg: ValidatePrimary, directory: Path, scorer: Scorer | None,
           verdicts: Verdicts) -> StageResult:
     """The bench protocol; `scorer`: the accuracy stage's, lent each arm's first cell;
     `verdicts`: vLLM's answers from the smoke stage."""
@@ -185,7 +182,7 @@ def bench(cfg: DictConfig, directory: Path, scorer: Scorer | None,
                        int(ExitCode.CHECK_FAILED) if invalid else 0, detail, str(directory))
 
 
-def accuracy(cfg: DictConfig, scorer: Scorer | None, verdicts: Verdicts) -> StageResult:
+def accuracy(cfg: ValidatePrimary, scorer: Scorer | None, verdicts: Verdicts) -> StageResult:
     """lm_eval against every bench arm's server (those the bench stage lent already scored);
     fails when an arm could not be scored or scores differently from the baseline."""
     from dspark_cli.accuracy.records import AccuracyVerdict, words
@@ -215,17 +212,17 @@ def summarize_interrupted_bench(directory: Path) -> None:
         merge(directory)
 
 
-def _pins(cfg: DictConfig) -> dict[str, Any]:
+def _pins(cfg: ValidatePrimary) -> dict[str, Any]:
     return {k: v for k, v in (plain(cfg.model.expected) or {}).items() if v is not None}
 
 
-def _content(cfg: DictConfig) -> str:
+def _content(cfg: ValidatePrimary) -> str:
     stage = cfg.validate.checkpoint
     return (f"every file against manifest {stage.manifest}" if stage.manifest
             else "Hugging Face cache blobs against their names" if stage.hash else "no")
 
 
-def _checkpoint(cfg: DictConfig) -> list[str]:
+def _checkpoint(cfg: ValidatePrimary) -> list[str]:
     pins, content = _pins(cfg), _content(cfg)
     return [f"1. checkpoint: verify-checkpoint of {cfg.model.path}: config, index, shard "
             "headers, confidence head",
@@ -233,7 +230,7 @@ def _checkpoint(cfg: DictConfig) -> list[str]:
             f"   content hashes: {content}"]
 
 
-def _tests(cfg: DictConfig, directory: Path) -> list[str]:
+def _tests(cfg: ValidatePrimary, directory: Path) -> list[str]:
     stage = cfg.validate.tests
     if not stage.node_ids:
         return ["2. focused tests: not run (validate.tests.node_ids is empty)"]
@@ -247,7 +244,7 @@ def _tests(cfg: DictConfig, directory: Path) -> list[str]:
             *(f"   lint: {command}" for command in stage.lint)]
 
 
-def _smoke(cfg: DictConfig, script: str) -> list[str]:
+def _smoke(cfg: ValidatePrimary, script: str) -> list[str]:
     from dspark_cli.smoke.expectations import expectations
 
     exp = expectations(cfg)
@@ -259,7 +256,7 @@ def _smoke(cfg: DictConfig, script: str) -> list[str]:
     return lines + [f"   {line}" for line in script.rstrip("\n").splitlines()]
 
 
-def _accuracy(cfg: DictConfig, directory: Path) -> tuple[Any, list[str]]:
+def _accuracy(cfg: ValidatePrimary, directory: Path) -> tuple[Any, list[str]]:
     """The accuracy stage's spec (None: skipped) and its lines: every arm, lm_eval's command
     with the arm's server URL and served name left to the boot."""
     from dspark_cli.accuracy.plan import TASK, accuracy_spec, default_python, eval_argv
@@ -281,7 +278,7 @@ def _accuracy(cfg: DictConfig, directory: Path) -> tuple[Any, list[str]]:
         f"   {' '.join(shlex.quote(a) for a in argv)}"]
 
 
-def plan_text(cfg: DictConfig, directory: Path, script: str, bench_plan: str | None) -> str:
+def plan_text(cfg: ValidatePrimary, directory: Path, script: str, bench_plan: str | None) -> str:
     lines = [f"dspark validate: the stages, in order, into {directory} (stops at the first "
              "failing stage unless --keep-going)", ""]
     lines += _checkpoint(cfg) + _tests(cfg, directory) + _smoke(cfg, script)
@@ -295,7 +292,7 @@ def plan_text(cfg: DictConfig, directory: Path, script: str, bench_plan: str | N
     return "\n".join(lines) + "\n"
 
 
-def plan_doc(cfg: DictConfig, directory: Path, launch: dict[str, Any],
+def plan_doc(cfg: ValidatePrimary, directory: Path, launch: dict[str, Any],
              bench: dict[str, Any] | None) -> dict[str, Any]:
     """The plan of every stage for --json: `launch` is the smoke's (the deploy target's dry-run
     document, preflight included), `bench` the bench's plan (None: skipped)."""

@@ -87,7 +87,7 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from dspark_cli import multirun
+    from dspark_cli.commands import multirun
     from dspark_cli.config.mistakes import usage_error
     from dspark_cli.paths import conf_dir
 

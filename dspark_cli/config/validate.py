@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dspark_cli.bench.schema import BenchConf
+from dspark_cli.config.bench import BenchConf
 from dspark_cli.config.schema import LaunchConf, store_schema
-from dspark_cli.smoke.schema import SmokeConf
+from dspark_cli.config.smoke import SmokeConf
 
 
 @dataclass
