@@ -209,9 +209,11 @@ def test_a_server_that_changes_one_token_under_speculation_fails_the_check(fake:
 @pytest.mark.vllm  # the load generator is vLLM's own `vllm bench serve`
 def test_bench_marks_the_speculative_cell_of_a_lossy_server_invalid(tmp_path: Path) -> None:
     port, run_dir = free_port(), tmp_path / "run"
-    # Each arm's server is told which profile it stands for (the override resolves per arm).
-    fake = ",".join(command(port, "lossy_speculation", "--k", "3", "--speculative",
-                            "${speculative.name}", "--print-line", f"'{DOWNGRADE}'"))
+    # Each arm's server is told which profile it stands for, in the order the cells boot.
+    boots = tmp_path / "boots.json"
+    boots.write_text(json.dumps([["--speculative", "none"], ["--speculative", "draft_model"]]))
+    fake = ",".join(command(port, "lossy_speculation", "--k", "3", "--per-boot", str(boots),
+                            "--print-line", f"'{DOWNGRADE}'"))
     done = run_dspark_process("bench", "bench=cpu", "+hw=cpu", f"server.port={port}",
                               f"server.command=[{fake}]", "server.ready_timeout_s=20",
                               "bench.warmups=[]", "bench.measured_prompts=4",

@@ -113,3 +113,13 @@ def test_a_prefix_caching_off_cell_boots_what_serve_boots_with_that_override(
     # "on" cells that would run with it off too are refused, nothing planned
     both = run_dspark("bench", *axis, *off, cwd=tmp_path)
     assert both.returncode == 2 and "bench.prefix_caching lists on" in both.stderr, both.stderr
+
+
+def test_a_bench_refuses_a_key_that_reads_the_arms_group(tmp_path: Path) -> None:
+    """Interpolations resolve once, at the command edge: a key outside `speculative` reading
+    `speculative.*` would hold the composed profile's value in every arm."""
+    done = run_dspark("bench", "+hw=cpu", "--dry-run", "server.command=[fake,${speculative.name}]",
+                      cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "`server.command[1]` read `speculative.*`" in done.stderr
+    assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())

@@ -26,11 +26,45 @@ def to_typed(cfg: DictConfig) -> Any:
     """The composed config as its schema's dataclass instance (`OmegaConf.to_object`).
 
     A `???` the composition left unset (a group option with no default, such as
-    model=deepseek_v4_local's path) is the user's to give: a usage error naming the key."""
+    model=deepseek_v4_local's path) is the user's to give: a usage error naming the key.
+    Interpolations are resolved here, once: a config with a bench protocol refuses one outside
+    `speculative` that reads `speculative.*`, which no arm would see as its own."""
+    if "bench" in cfg:
+        refuse_arm_references(cfg)
     try:
         return OmegaConf.to_object(cfg)
     except MissingMandatoryValue as e:
         raise missing_value(e) from None
+
+
+def refuse_arm_references(cfg: DictConfig) -> None:
+    """A bench arm is the config with its `speculative` group swapped for the arm's profile
+    (bench/arms.py), after this conversion resolved every interpolation: a key elsewhere that
+    reads `${speculative...}` would hold the composed profile's value in every arm, so a cell
+    would launch what `dspark serve speculative=<arm>` does not. Refused, naming the keys."""
+    found: list[str] = []
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{key}[{i}]")
+        elif isinstance(node, str) and "${speculative." in node.replace(" ", ""):
+            found.append(key)
+
+    data = OmegaConf.to_container(cfg, resolve=False)
+    for key, value in data.items():
+        if key != "speculative":
+            walk(value, str(key))
+    if found:
+        keys = ", ".join(f"`{k}`" for k in found)
+        raise UsageError(f"{keys} read `speculative.*`, but a bench swaps the speculative group "
+                         "per arm after the config is resolved: every arm would get the composed "
+                         "profile's value. Nothing was started.",
+                         hint="write the value itself, or run each arm as "
+                         "`dspark serve speculative=<arm>`.")
 
 
 def values_of(cfg: DictConfig) -> Any:
