@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli import __version__
 from dspark_cli.command_help import HYDRA_FLAGS, command_help
@@ -24,7 +24,6 @@ from dspark_cli.commands.hydra_app import (
     hydra_settings,
     planned_run_dir,
     redact_hydra_files,
-    register_schemas,
     run_hydra_app,
     scratch_sweep,
     settle_run_dir,
@@ -42,34 +41,46 @@ from dspark_cli.errors import (
     exit_codes_help,
 )
 
+if TYPE_CHECKING:
+    from dspark_cli.commands.command import Command
+
 
 @dataclass(frozen=True)
-class Command:
+class Listed:
+    """A command as `dspark --help` lists it: the module whose `COMMAND` is its contract
+    (commands/command.py), imported only when the command runs, and its one-line summary."""
+
     module: str
-    config: str | None  # None: the command composes no config
     help: str
 
 
-COMMANDS: dict[str, Command] = {
-    "serve": Command("dspark_cli.commands.serve", "serve",
-                     "compose, check and launch vLLM with DSpark (--dry-run prints it)"),
-    "verify-checkpoint": Command("dspark_cli.commands.verify_checkpoint", "verify-checkpoint",
-                                 "verify a checkpoint: integrity, pins, hashes, confidence head"),
-    "smoke": Command("dspark_cli.commands.smoke", "smoke",
-                     "boot the planned server, check it live, give a verdict"),
-    "bench": Command("dspark_cli.commands.bench", "bench",
-                     "run a benchmark protocol over arms x concurrencies"),
-    "validate": Command("dspark_cli.commands.validate", "validate",
-                        "checkpoint, focused tests, smoke, bench and the report, in one run"),
-    "report": Command("dspark_cli.commands.report", None,
-                      "render the validation report from existing run directories"),
-    "compare": Command("dspark_cli.commands.compare", None,
-                       "what changed between two runs, and which cells got slower"),
-    "prepare": Command("dspark_cli.commands.prepare", None,
-                       "turn SPEED-Bench's release into the pinned request file a bench reads"),
-    "env": Command("dspark_cli.commands.env", "serve",
-                   "this host as dspark sees it: GPUs, profile, vLLM, torch, pins, refusals"),
+COMMANDS: dict[str, Listed] = {
+    "serve": Listed("dspark_cli.commands.serve",
+                    "compose, check and launch vLLM with DSpark (--dry-run prints it)"),
+    "verify-checkpoint": Listed("dspark_cli.commands.verify_checkpoint",
+                                "verify a checkpoint: integrity, pins, hashes, confidence head"),
+    "smoke": Listed("dspark_cli.commands.smoke",
+                    "boot the planned server, check it live, give a verdict"),
+    "bench": Listed("dspark_cli.commands.bench",
+                    "run a benchmark protocol over arms x concurrencies"),
+    "validate": Listed("dspark_cli.commands.validate",
+                       "checkpoint, focused tests, smoke, bench and the report, in one run"),
+    "report": Listed("dspark_cli.commands.report",
+                     "render the validation report from existing run directories"),
+    "compare": Listed("dspark_cli.commands.compare",
+                      "what changed between two runs, and which cells got slower"),
+    "prepare": Listed("dspark_cli.commands.prepare",
+                      "turn SPEED-Bench's release into the pinned request file a bench reads"),
+    "env": Listed("dspark_cli.commands.env",
+                  "this host as dspark sees it: GPUs, profile, vLLM, torch, pins, refusals"),
 }
+
+
+def command_of(name: str) -> Command:
+    """The contract of `dspark <name>`, its module imported now."""
+    command: Command = importlib.import_module(COMMANDS[name].module).COMMAND
+    return command
+
 
 _HW_OVERRIDE = re.compile(r"^(\+{0,2})hw=")
 
@@ -185,19 +196,19 @@ def _check_hydra_flags(name: str, flags: list[str]) -> None:
         raise UsageError(f"{e}; `dspark {name} --help` lists the flags.") from None
 
 
-def run_plain(name: str, module: Any, opts: argparse.Namespace, rest: list[str],
+def run_plain(command: Command, opts: argparse.Namespace, rest: list[str],
               parser: argparse.ArgumentParser) -> int:
     """A command without config: its own flags only."""
+    name = command.name
     if rest:
         if rest[0].startswith("-"):
             raise unknown_flag(name, rest, 0, own_flags(parser), composes=False)
         raise UsageError(f"unexpected argument {rest[0]!r} for `dspark {name}`; "
                          f"`dspark {name} --help` says what it takes.")
-    return int(module.run(None, opts) or 0)
+    return command.run_with(None, opts)
 
 
-def complete(name: str, command: Command, module: Any, parser: argparse.ArgumentParser,
-             argv: list[str]) -> int:
+def complete(command: Command, parser: argparse.ArgumentParser, argv: list[str]) -> int:
     """Shell completion: a flag being typed (or any word of a command without config) gets the
     command's own flags; the rest is Hydra's completion of groups, options and keys. Nothing
     goes to stderr, which the shell would print onto the command line."""
@@ -212,7 +223,7 @@ def complete(name: str, command: Command, module: Any, parser: argparse.Argument
         print(" ".join([*own_flags(parser), *hydra]))
         return 0
     flags = [w for w in words if w not in plain]
-    return shell_completion(name, command.config or "launch", module, plain, flags)
+    return shell_completion(command, plain, flags)
 
 
 def hide_secrets(overrides: list[str], flags: list[str]) -> list[str]:
@@ -242,23 +253,22 @@ def _bare_words(flags: list[str]) -> list[str]:
 
 
 def run_command(name: str, argv: list[str]) -> int:
-    command = COMMANDS[name]
-    module = importlib.import_module(command.module)
-    parser = _parser(name, module.add_arguments)
+    command = command_of(name)
+    parser = _parser(name, command.add_arguments)
     if COMPLETION & set(argv):
-        return complete(name, command, module, parser, argv)
+        return complete(command, parser, argv)
     if {"-h", "--help"} & set(argv):
-        print(command_help(name, command.help, parser, module, command.config), end="")
+        print(command_help(command, COMMANDS[name].help, parser), end="")
         return 0
     opts, rest = parser.parse_known_args(argv)
     set_verbose(getattr(opts, "verbose", False))
     if command.config is None:  # composes no config (`report`): no Hydra at all
-        return run_plain(name, module, opts, rest, parser)
+        return run_plain(command, opts, rest, parser)
     plain, flags = split_hydra_args(name, rest, parser)
     from dspark_cli.config.overrides import check_syntax, expand_home
 
     plain = expand_home(plain)
-    plain = with_hardware(plain, detect=module.needs_machine(opts))
+    plain = with_hardware(plain, detect=command.detects_hardware(opts))
     plain = hide_secrets(plain, flags)
     from dspark_cli.config.override_keys import check_override_keys
 
@@ -280,7 +290,7 @@ def run_command(name: str, argv: list[str]) -> int:
             check_known_keys(cfg)
             check_ranges(cfg)
             # The edge: below here a config is the schema's dataclasses, not OmegaConf.
-            code = int(module.run(to_typed(cfg), opts) or 0)
+            code = command.run_with(to_typed(cfg), opts)
         except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
             code = exit_code_for(e, opts.debug)
         settle_run_dir(code)
@@ -290,7 +300,7 @@ def run_command(name: str, argv: list[str]) -> int:
     run_dir = None
     if dry_run:  # it runs in `.`: where the run would write is planned, not made
         plain, run_dir = split_run_dir(plain)
-    register_schemas(module)
+    command.store_schema()
     with scratch_sweep(dry_run and bool(SWEEP & set(flags))) as sweep:
         # Overrides first (dspark's settings, then the user's, which win), flags last: a flag
         # with an optional value (`--info`) must not take an override for its value.

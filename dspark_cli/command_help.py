@@ -1,17 +1,21 @@
-"""`dspark <command> --help`: one screen that teaches the command. Usage, examples (each command
-module's `EXAMPLES`, the seed's job first), the command's own flags (its argparse parser), the
-config groups it composes with one line per option (read from conf/: config/catalog.py), and
-where to read more. Hydra's dump of the whole composed config stays behind `--cfg job`.
+"""`dspark <command> --help`: one screen that teaches the command. Usage, examples (its
+contract's: commands/command.py; the seed's job first), the command's own flags (its argparse
+parser), the config groups it composes with one line per option (read from conf/:
+config/catalog.py), and where to read more. Hydra's dump of the whole composed config stays
+behind `--cfg job`.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dspark_cli.config import catalog
 from dspark_cli.errors import exit_codes_help
+
+if TYPE_CHECKING:
+    from dspark_cli.commands.command import Command
 
 # Hydra's flags dspark's help names (every one of Hydra's still works; completion offers these).
 HYDRA_FLAGS = ("--cfg", "--resolve", "--info", "--multirun", "--hydra-help")
@@ -61,18 +65,18 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, width=HELP_WIDTH)
 
 
-def command_help(name: str, summary: str, parser: argparse.ArgumentParser, module: Any,
-                 config: str | None) -> str:
-    """The whole help text of `dspark <name>`: argparse lays out the usage and the flags,
-    between the examples and the groups."""
+def command_help(command: Command, summary: str, parser: argparse.ArgumentParser) -> str:
+    """The whole help text of `dspark <command>` (`summary`: its line in `dspark --help`):
+    argparse lays out the usage and the flags, between the examples and the groups."""
+    name = command.name
     parser.description = "\n".join([summary[:1].upper() + summary[1:] + ".", "examples:",
-                                     *examples(getattr(module, "EXAMPLES", ()))])
+                                     *examples(command.examples)])
     epilog = []
     more = f"More: docs/{name}.md"
-    if config is not None:
+    if command.config is not None:
         opts, _ = parser.parse_known_args([])
-        plans_launch = bool(module.needs_machine(opts))
-        epilog += [*groups(config, plans_launch, getattr(module, "GROUPS", None)), ""]
+        plans_launch = command.detects_hardware(opts)
+        epilog += [*groups(command.config, plans_launch, command.groups), ""]
         parser.usage = f"dspark {name} [GROUP=NAME ...] [KEY=VALUE ...] [flags]"
         more += ", docs/configuration.md; `--cfg job` prints the whole composed config"
     epilog += [more + ".", exit_codes_help()]

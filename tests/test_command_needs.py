@@ -1,4 +1,5 @@
-"""Commands detect hardware only when they plan a launch on this machine (`needs_machine`)."""
+"""Commands detect hardware only when they plan a launch on this machine (their contract's
+`needs_machine`: commands/command.py)."""
 
 from __future__ import annotations
 

@@ -6,11 +6,13 @@ and `dspark help CMD` say the same; `-V` prints the version. The CLI is called i
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
 from dspark_cli import __version__
-from dspark_cli.cli import COMMANDS, main
+from dspark_cli.cli import COMMANDS, command_of, main
 from tests.conftest import REPO
 
 CONF = REPO / "conf"
@@ -40,6 +42,20 @@ def test_the_table_covers_every_command() -> None:
     assert set(GROUPS) == set(COMMANDS)
 
 
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_listed_module_holds_that_commands_contract(name: str) -> None:
+    assert command_of(name).name == name
+
+
+def test_listing_the_commands_imports_none_of_them() -> None:
+    """`dspark --help` starts fast: a command's module is imported when that command runs."""
+    code = ("import sys\nfrom dspark_cli.cli import COMMANDS, main\nmain(['--help'])\n"
+            "print(*[c.module for c in COMMANDS.values() if c.module in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, check=True, timeout=60)
+    assert done.stdout.splitlines()[-1] == ""
+
+
 @pytest.mark.parametrize("name", list(GROUPS))
 def test_help_fits_a_screen_and_teaches(capsys: pytest.CaptureFixture[str], name: str) -> None:
     text = help_of(capsys, name, "--help")
@@ -60,7 +76,7 @@ def test_h_help_and_help_cmd_say_the_same(capsys: pytest.CaptureFixture[str], na
         capsys, "help", name)
 
 
-@pytest.mark.parametrize("name", [n for n, c in COMMANDS.items() if c.config is not None])
+@pytest.mark.parametrize("name", [n for n in COMMANDS if command_of(n).config is not None])
 def test_help_lists_each_option_of_the_groups_picked(capsys: pytest.CaptureFixture[str],
                                                      name: str) -> None:
     text = help_of(capsys, name, "--help")

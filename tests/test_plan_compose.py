@@ -24,15 +24,14 @@ def test_a_dry_run_is_composed_by_hydras_app_as_a_run_is(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("command", "stored"), [
-    ("serve", ["launch_schema.yaml"]), ("verify_checkpoint", ["launch_schema.yaml"]),
-    ("smoke", ["smoke_schema.yaml"]), ("bench", ["bench_schema.yaml"]),
-    ("validate", ["validate_schema.yaml"]),
+    ("serve", ["launch_schema.yaml"]), ("verify-checkpoint", ["launch_schema.yaml"]),
+    ("env", ["launch_schema.yaml"]), ("smoke", ["smoke_schema.yaml"]),
+    ("bench", ["bench_schema.yaml"]), ("validate", ["validate_schema.yaml"]),
 ])
 def test_a_command_stores_only_the_schema_it_composes(command: str, stored: list[str]) -> None:
-    code = ("import importlib\n"
-            "from hydra.core.config_store import ConfigStore\n"
-            "from dspark_cli.commands.hydra_app import register_schemas\n"
-            f"register_schemas(importlib.import_module('dspark_cli.commands.{command}'))\n"
+    code = ("from hydra.core.config_store import ConfigStore\n"
+            "from dspark_cli.cli import command_of\n"
+            f"command_of({command!r}).store_schema()\n"
             "print(*sorted(k for k in ConfigStore.instance().repo if k.endswith('_schema.yaml')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          check=True, timeout=60).stdout

@@ -16,19 +16,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.commands.command import Command
 from dspark_cli.errors import ExitCode, worst
 
 if TYPE_CHECKING:
     from dspark_cli.config.bench import BenchPrimary
 
-EXAMPLES = (
-    ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run", "the seed's, planned"),
-    ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x", "run it: fixed vs adaptive K"),
-    ("dspark bench --report runs/bench/multirun-<time>", "merge a sweep's cells"),
-)
 
-
-def needs_machine(opts: argparse.Namespace) -> bool:
+def _needs_machine(opts: argparse.Namespace) -> bool:
     """Cells launch on this machine; `--report` only merges files and needs no hardware."""
     return opts.report is None
 
@@ -58,7 +53,8 @@ class _Report(argparse.Action):
         namespace.read_only = True
 
 
-def register() -> None:
+def _store_schema() -> None:
+    """The bench primary: the launch schema plus `bench`."""
     from dspark_cli.config import bench as schema
 
     schema.register()
@@ -203,3 +199,19 @@ def _render(rep: Any, opts: argparse.Namespace) -> int:
               "reasons are in summary.json and excluded from every speedup", file=sys.stderr)
         return int(ExitCode.CHECK_FAILED)
     return int(ExitCode.OK)
+
+
+COMMAND = Command(
+    name="bench",
+    examples=(
+        ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x --dry-run",
+         "the seed's, planned"),
+        ("dspark bench bench=speed_bench_throughput_1k +hw=mi350x", "run it: fixed vs adaptive K"),
+        ("dspark bench --report runs/bench/multirun-<time>", "merge a sweep's cells"),
+    ),
+    config="bench",
+    add_arguments=add_arguments,
+    run=run,
+    needs_machine=_needs_machine,
+    store_schema=_store_schema,
+)

@@ -16,20 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from dspark_cli.commands.command import Command
 from dspark_cli.errors import ExitCode
-
-EXAMPLES = (
-    ("dspark compare runs/validate/<old> runs/validate/<new>",
-     "what changed, which cells got slower"),
-    ("dspark compare runs/bench/a runs/bench/b --json --out compare/", "as JSON, files there"),
-    ("dspark compare runs/validate/<old> runs/validate/<new> || exit 1",
-     "a CI gate: 1 when a cell got slower"),
-)
-
-
-def needs_machine(opts: argparse.Namespace) -> bool:
-    """Reads records only: never detects hardware."""
-    return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,8 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "flagged, in [0, 10] (default 0.25); a flag, never a gate failure")
 
 
-def run(cfg: None, opts: argparse.Namespace) -> int:
-    """`cfg` is None: a comparison composes no config, it reads records."""
+def run(opts: argparse.Namespace) -> int:
     from dspark_cli.compare.cells import DEFAULT_BOOT_MARGIN, check_boot_margin
     from dspark_cli.compare.comparison import (
         DEFAULT_MARGIN,
@@ -74,3 +61,17 @@ def run(cfg: None, opts: argparse.Namespace) -> int:
         sys.stdout.write(render(found))
     print(f"dspark: compare: {', '.join(shown_path(p) for p in paths)}", file=sys.stderr)
     return int(ExitCode.OK if found.passed else ExitCode.CHECK_FAILED)
+
+
+COMMAND = Command(
+    name="compare",
+    examples=(
+        ("dspark compare runs/validate/<old> runs/validate/<new>",
+         "what changed, which cells got slower"),
+        ("dspark compare runs/bench/a runs/bench/b --json --out compare/", "as JSON, files there"),
+        ("dspark compare runs/validate/<old> runs/validate/<new> || exit 1",
+         "a CI gate: 1 when a cell got slower"),
+    ),
+    add_arguments=add_arguments,
+    run=run,
+)

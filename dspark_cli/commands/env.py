@@ -13,14 +13,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from dspark_cli.commands.command import Command
 from dspark_cli.errors import DsparkError, ExitCode
-
-EXAMPLES = (
-    ("dspark env", "this host: GPUs, profile, vLLM, torch, AITER"),
-    ("dspark env +hw=mi350x --check", "exit 1 if a seed run here would be refused"),
-    ("dspark env +hw=mi350x +image=seed_mi350x", "against the report's image pins"),
-    ("dspark env --json", "the same facts for a machine"),
-)
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
@@ -28,7 +22,7 @@ if TYPE_CHECKING:
     from dspark_cli.status import Finding
 
 
-def needs_machine(opts: argparse.Namespace) -> bool:
+def _needs_machine(opts: argparse.Namespace) -> bool:
     """Without `+hw`, the profile this machine matches; none matching is reported, not an
     error (no profile is then composed)."""
     from dspark_cli.machine.profiles import detected_profile
@@ -99,3 +93,17 @@ def _preflight(cfg: LaunchConf, machine: Machine, ready: bool,
     except DsparkError as e:
         return [pins, Finding("launch-plan", Status.failed, e.message, None)], []
 
+
+COMMAND = Command(
+    name="env",
+    examples=(
+        ("dspark env", "this host: GPUs, profile, vLLM, torch, AITER"),
+        ("dspark env +hw=mi350x --check", "exit 1 if a seed run here would be refused"),
+        ("dspark env +hw=mi350x +image=seed_mi350x", "against the report's image pins"),
+        ("dspark env --json", "the same facts for a machine"),
+    ),
+    config="serve",
+    add_arguments=add_arguments,
+    run=run,
+    needs_machine=_needs_machine,
+)

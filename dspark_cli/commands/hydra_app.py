@@ -11,21 +11,12 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.errors import ExitCode, UsageError, worst
 
-
-def register_schemas(module: Any) -> None:
-    """Put the schema the command composes in Hydra's ConfigStore: its own primary's (smoke,
-    bench and validate extend the shared one), else the shared `launch_schema`. Only that one:
-    building a schema node costs start-up, and every composition deep-copies the whole store."""
-    if hasattr(module, "register"):
-        module.register()
-        return
-    from dspark_cli.config import schema
-
-    schema.register()
+if TYPE_CHECKING:
+    from dspark_cli.commands.command import Command
 
 
 RUN_DIR = ("hydra.run.dir", "++hydra.run.dir")
@@ -174,16 +165,17 @@ COMPLETION = {"-sc", "--shell-completion"}
 _QUERY_CALL = "$helper -sc query=bash"
 
 
-def shell_completion(name: str, config: str, module: Any, plain: list[str],
-                     flags: list[str]) -> int:
+def shell_completion(command: Command, plain: list[str], flags: list[str]) -> int:
     """Hydra's shell completion for one command: the installed script calls back
-    `dspark <command> -sc query=...`, and a query sees the line without dspark's own words."""
-    register_schemas(module)
+    `dspark <command> -sc query=...`, and a query sees the line without dspark's own words
+    (a command composing no config completes against the shared `launch` one)."""
+    command.store_schema()
     if any(o.startswith("query=") for o in plain) and "COMP_LINE" in os.environ:
         os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = run_hydra_app("dspark", config, lambda cfg: 0, [*plain, *flags])
+        code = run_hydra_app("dspark", command.config or "launch", lambda cfg: 0,
+                             [*plain, *flags])
     sys.stdout.write(out.getvalue().replace(_QUERY_CALL, "$helper ${words[1]} -sc query=bash"))
     return code
 

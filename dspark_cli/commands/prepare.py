@@ -14,17 +14,9 @@ import shlex
 import sys
 from pathlib import Path
 
-EXAMPLES = (
-    ("dspark prepare speed-bench /data/sb", "the seed's set; stdout: its pin (PIN=$(...))"),
-    ("dspark prepare speed-bench rows.jsonl --drop-placeholders", "complete rows only"),
-    ("dspark prepare speed-bench /data/sb --subset throughput_2k", "another split"),
-)
+from dspark_cli.commands.command import Command
 
 DEFAULT_DIR = Path("data/speed_bench")  # conf/bench/speed_bench_throughput_1k.yaml's path
-
-
-def needs_machine(opts: argparse.Namespace) -> bool:
-    return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def run(cfg: None, opts: argparse.Namespace) -> int:
+def run(opts: argparse.Namespace) -> int:
     from dspark_cli.bench.speed_bench import prepare
 
     out = opts.out.expanduser() / f"{opts.subset}.jsonl"
@@ -61,3 +53,15 @@ def run(cfg: None, opts: argparse.Namespace) -> int:
           file=sys.stderr)
     print(quoted)  # the overrides alone: PIN=$(dspark prepare speed-bench SRC)
     return 0
+
+
+COMMAND = Command(
+    name="prepare",
+    examples=(
+        ("dspark prepare speed-bench /data/sb", "the seed's set; stdout: its pin (PIN=$(...))"),
+        ("dspark prepare speed-bench rows.jsonl --drop-placeholders", "complete rows only"),
+        ("dspark prepare speed-bench /data/sb --subset throughput_2k", "another split"),
+    ),
+    add_arguments=add_arguments,
+    run=run,
+)

@@ -14,19 +14,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from dspark_cli.commands.command import Command
 from dspark_cli.errors import UsageError
 from dspark_cli.run_files import REPORT_MD
-
-EXAMPLES = (
-    ("dspark report runs/validate/<time>", "report.md and report.json of a validate run"),
-    ("dspark report runs/smoke/<time> runs/bench/<time> --out report/", "from separate runs"),
-    ("dspark report runs/validate/<time> --json", "report.json on stdout"),
-)
-
-
-def needs_machine(opts: argparse.Namespace) -> bool:
-    """Reads records only: never detects hardware."""
-    return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,8 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print report.json instead of report.md on stdout")
 
 
-def run(cfg: None, opts: argparse.Namespace) -> int:
-    """`cfg` is None: the report composes no config (no Hydra), it reads records."""
+def run(opts: argparse.Namespace) -> int:
     from dspark_cli.report.markdown import write_report
 
     if not opts.run_dirs:
@@ -53,3 +42,15 @@ def run(cfg: None, opts: argparse.Namespace) -> int:
         sys.stdout.write(text)
     print(f"dspark: report: {shlex.quote(str(out.resolve() / REPORT_MD))}", file=sys.stderr)
     return 0
+
+
+COMMAND = Command(
+    name="report",
+    examples=(
+        ("dspark report runs/validate/<time>", "report.md and report.json of a validate run"),
+        ("dspark report runs/smoke/<time> runs/bench/<time> --out report/", "from separate runs"),
+        ("dspark report runs/validate/<time> --json", "report.json on stdout"),
+    ),
+    add_arguments=add_arguments,
+    run=run,
+)

@@ -9,6 +9,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
+from dspark_cli.commands.command import Command
 from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
 from dspark_cli.launch.layout_rules import checked_layout
@@ -16,19 +17,6 @@ from dspark_cli.launch.plan import LaunchPlan, build_plan
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
-
-EXAMPLES = (
-    ("dspark serve +hw=mi350x --dry-run", "the seed's deployment on 8 x MI350X, shell-ready"),
-    ("dspark serve +hw=mi350x", "check it, record it and run it (on that host)"),
-    ("dspark serve +hw=mi350x speculative=dspark_fixed", "the fixed-K arm"),
-    ("dspark serve +hw=h200 --dry-run --validate", "vLLM's own parser checks it too"),
-    ("dspark serve", "no +hw: detected (no GPU: a vLLM CPU demo server)"),
-)
-
-
-def needs_machine(opts: argparse.Namespace) -> bool:
-    """Plans a launch on this machine: with no `+hw`, the profile is detected."""
-    return True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,3 +84,19 @@ def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     return serve_foreground(started.deployment(directory),
                             Watch(float(cfg.server.ready_timeout_s), stall=stall),
                             stall_exit=bool(cfg.watch.serve_exit))
+
+
+COMMAND = Command(
+    name="serve",
+    examples=(
+        ("dspark serve +hw=mi350x --dry-run", "the seed's deployment on 8 x MI350X, shell-ready"),
+        ("dspark serve +hw=mi350x", "check it, record it and run it (on that host)"),
+        ("dspark serve +hw=mi350x speculative=dspark_fixed", "the fixed-K arm"),
+        ("dspark serve +hw=h200 --dry-run --validate", "vLLM's own parser checks it too"),
+        ("dspark serve", "no +hw: detected (no GPU: a vLLM CPU demo server)"),
+    ),
+    config="serve",
+    add_arguments=add_arguments,
+    run=run,
+    needs_machine=True,  # plans a launch on this machine: no +hw, the profile is detected
+)

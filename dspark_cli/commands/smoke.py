@@ -15,23 +15,11 @@ import json
 import shlex
 from typing import TYPE_CHECKING
 
+from dspark_cli.commands.command import Command
 from dspark_cli.run_files import SMOKE_JSON
 
 if TYPE_CHECKING:
     from dspark_cli.config.smoke import SmokePrimary
-
-EXAMPLES = (
-    ("dspark smoke +hw=mi350x", "boot the seed's deployment, check it live, tear it down"),
-    ("dspark smoke +hw=mi350x speculative=dspark_fixed --json", "the fixed-K arm, as JSON"),
-    ("dspark smoke server.url=http://127.0.0.1:8000 server.log=server.log",
-     "attach to a running server"),
-    ("dspark smoke", "no +hw: detected (no GPU: the tiny model, draft_model K=3)"),
-)
-
-
-def needs_machine(opts: argparse.Namespace) -> bool:
-    """Plans (or attaches to) a launch on this machine: with no `+hw`, it is detected."""
-    return True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="say why for each preflight rule not checked here")
 
 
-def register() -> None:
+def _store_schema() -> None:
+    """The smoke primary: the launch schema plus `smoke`."""
     from dspark_cli.config.smoke import register as register_schema
 
     register_schema()
@@ -96,3 +85,20 @@ def _dry_run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
                          "down\n" + target.render(cfg, plan))
     checks.print_findings(found)
     return checks.exit_code(found)
+
+
+COMMAND = Command(
+    name="smoke",
+    examples=(
+        ("dspark smoke +hw=mi350x", "boot the seed's deployment, check it live, tear it down"),
+        ("dspark smoke +hw=mi350x speculative=dspark_fixed --json", "the fixed-K arm, as JSON"),
+        ("dspark smoke server.url=http://127.0.0.1:8000 server.log=server.log",
+         "attach to a running server"),
+        ("dspark smoke", "no +hw: detected (no GPU: the tiny model, draft_model K=3)"),
+    ),
+    config="smoke",
+    add_arguments=add_arguments,
+    run=run,
+    needs_machine=True,  # plans (or attaches to) a launch here: no +hw, it is detected
+    store_schema=_store_schema,
+)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.commands.command import Command
 from dspark_cli.errors import DsparkError, ExitCode, worst
 from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
 from dspark_cli.untrusted import write_atomic
@@ -30,19 +31,6 @@ if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
     from dspark_cli.accuracy.run import Scorer
     from dspark_cli.config.validate import ValidatePrimary
     from dspark_cli.validate.stages import StageResult
-
-
-EXAMPLES = (
-    ("dspark validate +hw=mi350x --dry-run", "every stage's plan on the seed's machine"),
-    ("dspark validate +hw=mi350x", "checkpoint, tests, smoke, bench, accuracy, report"),
-    ("dspark validate +hw=mi350x validate.bench=null", "without the bench stage"),
-    ("dspark validate", "no +hw: detected (no GPU: tiny model, smoke, bench=cpu)"),
-)
-
-
-def needs_machine(opts: argparse.Namespace) -> bool:
-    """Plans a launch on this machine: with no `+hw`, the profile is detected."""
-    return True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="say why for each preflight rule not checked here")
 
 
-def register() -> None:
+def _store_schema() -> None:
+    """The validate primary: the launch schema plus every stage's settings."""
     from dspark_cli.config import validate as schema
 
     schema.register()
@@ -195,3 +184,19 @@ def _stages(cfg: ValidatePrimary, directory: Path, scorer: Scorer | None,
         elif result.status is Status.failed and not keep_going:
             ended = f"stage {name} failed (--keep-going runs the rest)"
     return results
+
+
+COMMAND = Command(
+    name="validate",
+    examples=(
+        ("dspark validate +hw=mi350x --dry-run", "every stage's plan on the seed's machine"),
+        ("dspark validate +hw=mi350x", "checkpoint, tests, smoke, bench, accuracy, report"),
+        ("dspark validate +hw=mi350x validate.bench=null", "without the bench stage"),
+        ("dspark validate", "no +hw: detected (no GPU: tiny model, smoke, bench=cpu)"),
+    ),
+    config="validate",
+    add_arguments=add_arguments,
+    run=run,
+    needs_machine=True,  # plans a launch on this machine: no +hw, the profile is detected
+    store_schema=_store_schema,
+)

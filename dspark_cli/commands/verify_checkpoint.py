@@ -13,25 +13,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dspark_cli.commands.command import Command
 from dspark_cli.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
-
-EXAMPLES = (
-    ("dspark verify-checkpoint model=deepseek_v4_flash_dspark", "the seed's checkpoint, its pins"),
-    ("dspark verify-checkpoint model=deepseek_v4_flash_dspark --hash", "and every file's SHA-256"),
-    ("dspark verify-checkpoint model.path=/path/to/checkpoint", "any checkpoint directory"),
-    ("dspark verify-checkpoint model.path=DIR --write-manifest ckpt.sha256",
-     "hash it, keep a manifest"),
-)
-# The one group a checkpoint is judged by (the others compose, and change nothing here).
-GROUPS = ("model",)
-
-
-def needs_machine(opts: argparse.Namespace) -> bool:
-    """A checkpoint is judged the same on every host: never detect hardware."""
-    return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,3 +70,24 @@ def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     elif opts.write_manifest:
         print("dspark: manifest not written: the checkpoint failed its checks.", file=sys.stderr)
     return int(ExitCode.OK if result.ok else ExitCode.CHECK_FAILED)
+
+
+COMMAND = Command(
+    name="verify-checkpoint",
+    examples=(
+        ("dspark verify-checkpoint model=deepseek_v4_flash_dspark",
+         "the seed's checkpoint, its pins"),
+        ("dspark verify-checkpoint model=deepseek_v4_flash_dspark --hash",
+         "and every file's SHA-256"),
+        ("dspark verify-checkpoint model.path=/path/to/checkpoint", "any checkpoint directory"),
+        ("dspark verify-checkpoint model.path=DIR --write-manifest ckpt.sha256",
+         "hash it, keep a manifest"),
+    ),
+    config="verify-checkpoint",
+    add_arguments=add_arguments,
+    run=run,
+    # A checkpoint is judged the same on every host: no hardware detected, hw stays null.
+    needs_machine=False,
+    # The one group a checkpoint is judged by (the others compose, and change nothing here).
+    groups=("model",),
+)

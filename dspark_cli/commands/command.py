@@ -1,0 +1,52 @@
+"""What a `dspark <command>` module gives the dispatcher (cli.py): one `COMMAND = Command(...)`
+at its bottom, read by the dispatcher, the help (command_help.py) and Hydra's app
+(hydra_app.py). The one-line summary `dspark --help` lists stays in cli.py's registry, so that
+listing the commands imports none of them."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def store_launch_schema() -> None:
+    """The shared launch schema in Hydra's ConfigStore: what serve, env and verify-checkpoint
+    compose (imported here, when a command runs: building schema nodes costs start-up)."""
+    from dspark_cli.config import schema
+
+    schema.register()
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command's contract with the dispatcher.
+
+    `run` takes the composed config as the schema's dataclasses and the parsed flags, and
+    returns the exit code; a command with no `config` composes nothing (no Hydra) and its `run`
+    takes the flags alone. `needs_machine` says whether, given no `+hw`, the hardware profile
+    is detected on this machine: a plain answer, or one that depends on the flags (`bench
+    --report` merges files and needs no hardware)."""
+
+    name: str
+    examples: tuple[tuple[str, str], ...]  # (command line, why), the seed's job first
+    add_arguments: Callable[[argparse.ArgumentParser], None]  # the command's own flags
+    run: Callable[..., int]
+    config: str | None = None  # the primary config it composes (conf/<config>.yaml)
+    needs_machine: bool | Callable[[argparse.Namespace], bool] = False
+    # Stores the one primary schema `config` composes: only that one, since every composition
+    # deep-copies the whole ConfigStore.
+    store_schema: Callable[[], None] = store_launch_schema
+    # The config groups its help lists when it reads only these (None: every group composed).
+    groups: tuple[str, ...] | None = None
+
+    def detects_hardware(self, opts: argparse.Namespace) -> bool:
+        """Whether a run with these flags and no `+hw` detects this machine's profile."""
+        if callable(self.needs_machine):
+            return bool(self.needs_machine(opts))
+        return self.needs_machine
+
+    def run_with(self, cfg: Any, opts: argparse.Namespace) -> int:
+        """The command's exit code: `run(cfg, opts)`, or `run(opts)` when it composes nothing."""
+        return int(self.run(opts) if self.config is None else self.run(cfg, opts))
