@@ -209,7 +209,7 @@ def accuracy(cfg: DictConfig, scorer: Scorer | None, verdicts: Verdicts) -> Stag
 def summarize_interrupted_bench(directory: Path) -> None:
     """After Ctrl-C: the summary of the cells that finished, so the report shows them."""
     from dspark_cli.bench import records
-    from dspark_cli.bench.merge import merge
+    from dspark_cli.bench.records import merge
 
     if directory.is_dir() and records.collect(directory):
         merge(directory)
