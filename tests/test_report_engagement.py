@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_cli.bench.runner import engagement_record
-from dspark_cli.report.engagement import engagement_rows
+from dspark_cli.report.evidence import engagement_rows
 from dspark_cli.server.logscan import DraftParams, compile_patterns, scan_lines, seen_params
 from dspark_cli.server.metrics import ADAPTIVE, FIXED, Engagement, request_steps
 from tests.conftest import run_dspark

@@ -74,7 +74,7 @@ FIELDS = {
     "goodput.met": BOOL, "completed": COUNT, "failed": COUNT, "prefix_caching": BOOL,
     "protocol.prefix_caching": LIST, "protocol.prefix_caching.*": BOOL,
 }
-FIELDS |= {  # the watches' sections, read by report/watches.py
+FIELDS |= {  # the watches' sections, read by report/evidence.py
     "per_position_acceptance": LIST, "per_position_acceptance.*": AMOUNT, "stall": MAP,
     "stall.sentence": TEXT, "request_set": MAP, "request_set.name": TEXT,
     "request_set.sha256": TEXT, "request_set.chat_templated": BOOL,
