@@ -29,8 +29,7 @@ from dspark_cli.accuracy.records import (
     words,
 )
 from dspark_cli.errors import UsageError
-from dspark_cli.paths import conf_dir
-from dspark_cli.run_files import ACCURACY_JSON
+from dspark_cli.paths import ACCURACY_JSON, conf_dir
 from dspark_cli.validate import schema as validate_schema
 from tests.conftest import REPO, compose_config, run_dspark
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from dspark_cli.paths import LINT_JSON, SOURCE_JSON
 from dspark_cli.report.markdown import write_report
-from dspark_cli.run_files import LINT_JSON, SOURCE_JSON
 from dspark_cli.validate import schema, stages
 from tests.conftest import compose_config, run_dspark
 

@@ -39,7 +39,7 @@ from dspark_cli.config.plain import plain
 from dspark_cli.console import progress
 from dspark_cli.errors import DsparkError, ExitCode, MissingExtra, ServerError, UsageError
 from dspark_cli.launch.secrets import SCRUB
-from dspark_cli.run_files import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
+from dspark_cli.paths import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
 from dspark_cli.server import watchdog
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.logscan import fatal_patterns

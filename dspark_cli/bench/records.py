@@ -22,7 +22,7 @@ from dspark_cli.bench.cell import FIELDS, REQUIRED, CellRecord
 from dspark_cli.bench.proposal_files import Launch, write_proposal
 from dspark_cli.bench.summary import Summary, summarize, write
 from dspark_cli.errors import UsageError
-from dspark_cli.run_files import CELL_JSON, CELLS_DIR
+from dspark_cli.paths import CELL_JSON, CELLS_DIR
 from dspark_cli.untrusted import RecordError, check, load_json, shown_path, text_path, walk
 
 

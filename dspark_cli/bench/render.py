@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 from pathlib import Path
 
 from dspark_cli.bench.stats import Interval
-from dspark_cli.run_files import SUMMARY_PNG
+from dspark_cli.paths import SUMMARY_PNG
 from dspark_cli.untrusted import png_bytes, write_atomic
 
 

@@ -17,7 +17,7 @@ from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
 from dspark_cli.bench.protocol import Protocol, build_protocol
 from dspark_cli.config.plain import plain
-from dspark_cli.run_files import ARMS_DIR
+from dspark_cli.paths import ARMS_DIR
 from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:  # the runner's machinery is imported when cells run

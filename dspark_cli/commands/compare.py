@@ -48,9 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(cfg: None, opts: argparse.Namespace) -> int:
     """`cfg` is None: a comparison composes no config, it reads records."""
-    from dspark_cli.compare.cells import DEFAULT_BOOT_MARGIN, check_boot_margin
-    from dspark_cli.compare.comparison import (
+    from dspark_cli.compare import (
+        DEFAULT_BOOT_MARGIN,
         DEFAULT_MARGIN,
+        check_boot_margin,
         check_margin,
         compare_runs,
         render,

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from dspark_cli.errors import UsageError
-from dspark_cli.run_files import REPORT_MD
+from dspark_cli.paths import REPORT_MD
 
 EXAMPLES = (
     ("dspark report runs/validate/<time>", "report.md and report.json of a validate run"),

@@ -16,7 +16,7 @@ import shlex
 
 from omegaconf import DictConfig
 
-from dspark_cli.run_files import SMOKE_JSON
+from dspark_cli.paths import SMOKE_JSON
 
 EXAMPLES = (
     ("dspark smoke +hw=mi350x", "boot the seed's deployment, check it live, tear it down"),

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from dspark_cli.errors import DsparkError, ExitCode, worst
-from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
+from dspark_cli.paths import REPORT_MD, VALIDATE_JSON
 from dspark_cli.untrusted import write_atomic
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import shell_script
-from dspark_cli.run_files import CONFIG_YAML, LAUNCH_SH, PROVENANCE_JSON
+from dspark_cli.paths import CONFIG_YAML, LAUNCH_SH, PROVENANCE_JSON
 from dspark_cli.untrusted import write_atomic
 
 

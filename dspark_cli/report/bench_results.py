@@ -21,9 +21,9 @@ from urllib.parse import quote
 from dspark_cli.bench import stats
 from dspark_cli.bench.proposal_files import NOT_CHECKED
 from dspark_cli.bench.protocol import variant
+from dspark_cli.paths import CELLS_DIR, DECISIONS_PNG, PARETO_PNG
 from dspark_cli.report.markup import UNKNOWN, block, code, known, table, text
 from dspark_cli.report.sources import BenchRecords, lookup
-from dspark_cli.run_files import CELLS_DIR, DECISIONS_PNG, PARETO_PNG
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.secrets import redact_text, redacted
+from dspark_cli.paths import REPORT_JSON, REPORT_MD
 from dspark_cli.report import (
     accuracy,
     bench_results,
@@ -66,7 +67,6 @@ from dspark_cli.report.outcomes import (
     smoke_section,
 )
 from dspark_cli.report.sources import Sources
-from dspark_cli.run_files import REPORT_JSON, REPORT_MD
 from dspark_cli.untrusted import output_dir, printable, write_atomic
 
 

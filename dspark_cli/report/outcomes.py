@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli.accuracy.records import SCORED, AccuracyRecord
+from dspark_cli.paths import LINT_JSON, SMOKE_JSON, SOURCE_JSON
 from dspark_cli.report.markup import NOT_RUN, UNKNOWN, block, code, one_line, table, text
 from dspark_cli.report.sources import SmokeRecords, Sources, lookup
-from dspark_cli.run_files import LINT_JSON, SMOKE_JSON, SOURCE_JSON
 from dspark_cli.untrusted import RecordError
 
 

@@ -26,7 +26,7 @@ from dspark_cli.bench import records
 from dspark_cli.bench.proposal_files import recompute
 from dspark_cli.bench.records import summarize_records
 from dspark_cli.errors import UsageError
-from dspark_cli.run_files import (
+from dspark_cli.paths import (
     ACCURACY_JSON,
     ARMS_DIR,
     CELL_JSON,

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from dspark_cli.config.plain import plain
 from dspark_cli.errors import ExitCode, UsageError
 from dspark_cli.launch.secrets import redact_text, redact_urls
-from dspark_cli.run_files import (
+from dspark_cli.paths import (
     CHECKPOINT_JSON,
     JUNIT_XML,
     LINT_JSON,
