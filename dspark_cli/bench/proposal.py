@@ -26,17 +26,14 @@ import yaml
 
 from dspark_cli.bench import stats, winners
 from dspark_cli.bench.protocol import on_off, split_variant
-from dspark_cli.bench.summary import Summary
+from dspark_cli.bench.stats import Interval
+from dspark_cli.bench.summary import ArmResult, Summary
+from dspark_cli.paths import DECISIONS_PNG, PARETO_PNG, PROPOSAL_JSON
 from dspark_cli.paths import PROPOSAL_DIR as PROFILES_DIR
-from dspark_cli.paths import PROPOSAL_JSON
-from dspark_cli.untrusted import write_atomic
+from dspark_cli.untrusted import png_bytes, write_atomic
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-from dspark_cli.bench.stats import Interval
-from dspark_cli.bench.summary import ArmResult
-from dspark_cli.paths import DECISIONS_PNG, PARETO_PNG
-from dspark_cli.untrusted import png_bytes
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 PROPOSED = "proposed"

@@ -10,20 +10,18 @@ say which and why)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench import proposal, stats
+from dspark_cli.bench.stats import Interval
 from dspark_cli.bench.summary import ArmResult, Summary
 from dspark_cli.launch.secrets import redact_text
-from dspark_cli.untrusted import printable
+from dspark_cli.paths import SUMMARY_PNG
+from dspark_cli.untrusted import png_bytes, printable, write_atomic
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
-from pathlib import Path
-
-from dspark_cli.bench.stats import Interval
-from dspark_cli.paths import SUMMARY_PNG
-from dspark_cli.untrusted import png_bytes, write_atomic
 
 
 def for_terminal(summary: Summary, markup: bool = True) -> Summary:
