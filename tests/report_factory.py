@@ -13,8 +13,8 @@ from typing import Any
 
 from dspark_cli.bench.cell import CellRecord, ProtocolInfo
 from dspark_cli.bench.goodput import Goodput, Objectives
-from dspark_cli.bench.merge import summarize_records
 from dspark_cli.bench.protocol import variant
+from dspark_cli.bench.records import summarize_records
 from dspark_cli.bench.summary import write
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.record import write_record

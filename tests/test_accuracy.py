@@ -31,8 +31,7 @@ from dspark_cli.accuracy.records import (
 from dspark_cli.config import validate as validate_schema
 from dspark_cli.config.typed import plain
 from dspark_cli.errors import UsageError
-from dspark_cli.paths import conf_dir
-from dspark_cli.run_files import ACCURACY_JSON
+from dspark_cli.paths import ACCURACY_JSON, conf_dir
 from tests.conftest import REPO, compose_typed, run_dspark
 
 SAMPLE = conf_dir() / "data" / "gsm8k_sample.jsonl"

@@ -79,7 +79,7 @@ def test_a_result_without_per_request_arrays_has_no_goodput() -> None:
 
 
 def test_goodput_is_aggregated_with_intervals_and_picks_the_winner(tmp_path: Path) -> None:
-    from dspark_cli.bench.merge import summarize_records
+    from dspark_cli.bench.records import summarize_records
 
     summary = summarize_records(collect(bench_run(tmp_path, repeats=3, objectives=OBJ)))
     assert summary.objectives == OBJ
@@ -99,7 +99,7 @@ def test_goodput_is_aggregated_with_intervals_and_picks_the_winner(tmp_path: Pat
 
 
 def test_one_repeat_names_no_winner(tmp_path: Path) -> None:
-    from dspark_cli.bench.merge import summarize_records
+    from dspark_cli.bench.records import summarize_records
 
     summary = summarize_records(collect(bench_run(tmp_path, repeats=1)))
     assert summary.objectives is None
@@ -137,8 +137,8 @@ def test_the_report_names_the_arm_per_load_the_proposal_and_the_pictures(
     imported (a real broken install, tests/test_missing_engine.py), so the preflight fails. The
     report recomputes the proposal from the cells and never calls a recorded preflight passed:
     it did not run it (the preflight that vLLM's own parser passes is test_bench_proposal's)."""
-    from dspark_cli.bench.merge import merge
     from dspark_cli.bench.proposal_files import Launch
+    from dspark_cli.bench.records import merge
 
     monkeypatch.setenv("PYTHONPATH", broken_install(tmp_path, "hidden")["PYTHONPATH"])
     run = bench_run(tmp_path / "run", repeats=3, objectives=OBJ)

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from dspark_cli.bench import proposal, winners
-from dspark_cli.bench.merge import merge
+from dspark_cli.bench.records import merge
 from dspark_cli.paths import conf_dir
 from tests.conftest import run_dspark
 from tests.report_factory import ARMS, CONCURRENCIES, bench_run

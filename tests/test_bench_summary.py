@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from dspark_cli.bench import records
 from dspark_cli.bench.cell import CellRecord
-from dspark_cli.bench.merge import merge
+from dspark_cli.bench.records import merge
 from dspark_cli.bench.render import table
 from dspark_cli.bench.stats import Speedup, Verdict, mean_interval, results_sentence
 from dspark_cli.bench.summary import summarize

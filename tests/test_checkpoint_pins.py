@@ -9,9 +9,8 @@ import pytest
 from checkpoint_factory import INDEX, build_checkpoint
 from omegaconf import OmegaConf
 
-from dspark_cli.checkpoint.pins import PINNED, gather_facts
 from dspark_cli.checkpoint.result import Check
-from dspark_cli.checkpoint.structure import load_layout
+from dspark_cli.checkpoint.structure import PINNED, gather_facts, load_layout
 from dspark_cli.checkpoint.verify import verify_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""`dspark compare` flags a cold start that grew (compare/cells.py): per arm, the median of the
+"""`dspark compare` flags a cold start that grew (compare.py): per arm, the median of the
 cells' recorded `cold_start.boot_s` of B over A; a growth beyond `--boot-margin` (the caller's,
 default 25%) is a flag in the text and compare.json, and never fails the throughput gate. Real
 records on disk (tests/report_factory.py), the real CLI."""

@@ -1,4 +1,4 @@
-"""`dspark compare`'s gate is a contract (compare/cells.py, comparison.py): the margin is the
+"""`dspark compare`'s gate is a contract (compare.py): the margin is the
 caller's (`--margin`, never a record's); the gate fails when B lacks a valid cell A has, when
 every cell of B is invalid, when no cell is shared; runs of other models, request sets or
 protocols are refused (exit 2); every protocol change is listed; the summaries are recomputed
@@ -169,7 +169,7 @@ def test_every_field_of_the_cells_edited_is_a_result_or_a_usage_error(runs: Path
     """Every field of B's cell records set to null, text or a list (in every cell, as one
     careless edit would): compare ends with a comparison or a UsageError (exit 2), never
     another exception (exit 70)."""
-    from dspark_cli.compare.comparison import compare_runs, render
+    from dspark_cli.compare import compare_runs, render
     from dspark_cli.errors import UsageError
 
     paths = sorted((runs / "b" / "cells").glob("*/cell.json"))

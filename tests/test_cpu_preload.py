@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.launch.plan import build_plan
-from dspark_cli.machine.preload import find_libraries, installed_libraries, search_dirs
+from dspark_cli.machine.detect import find_libraries, installed_libraries, search_dirs
 from tests.conftest import compose_typed, run_dspark
 
 TCMALLOC, IOMP = "libtcmalloc_minimal.so.4", "libiomp5.so"

@@ -1,7 +1,7 @@
 """Speculative decoding's silent fallbacks as findings: the log families for a cut capture
 ceiling, the model runner chosen, adaptive verification refused (read out of the installed
 vLLM's source, as the fatal families are), the online estimator's silence, and the cell rules
-(`bench/fallbacks.py`): an adaptive arm that ran without it is invalid, an arm that accepts
+(`bench/cell.py`): an adaptive arm that ran without it is invalid, an arm that accepts
 nothing is flagged."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
+from dspark_cli.bench.cell import acceptance_flag, adaptive_reasons
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.logscan import Pattern, compile_patterns, scan_lines
 from dspark_cli.smoke.checks import Boot, Observations, check_fallbacks, check_overrides

@@ -10,7 +10,7 @@ from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.prepare import record_notes
 from dspark_cli.launch.record import write_config, write_record
 from dspark_cli.launch.secrets import REDACTED, learn
-from dspark_cli.run_files import CONFIG_YAML
+from dspark_cli.paths import CONFIG_YAML
 from dspark_cli.status import Finding, Status
 from tests.conftest import compose_typed
 

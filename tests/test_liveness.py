@@ -223,9 +223,9 @@ def test_the_probes_end_when_the_watch_trips_not_at_their_timeout() -> None:
     """The lossless and the engagement probes against a real server whose engine stalls while
     /health answers 200: each gives up within seconds of the watch (their HTTP timeout is
     120 s), saying why; the server answers /health all along."""
-    from dspark_cli.bench.engagement_probe import probe
     from dspark_cli.bench.lossless import LosslessSpec, PromptSet, answer
     from dspark_cli.bench.protocol import Sampling
+    from dspark_cli.bench.runner import probe
 
     proc, watch, url = _stall_watched(free_port())
     client = httpx.Client()

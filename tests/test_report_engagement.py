@@ -1,5 +1,5 @@
 """The report's engagement rows per arm, from cell records as `dspark bench` writes them: each
-cell's `engagement` is the probe's record (bench/engagement_probe.py) of answers in vLLM 0.32's
+cell's `engagement` is the probe's record (bench/runner.py) of answers in vLLM 0.32's
 per-request metrics shape, its `draft_params` what the log showed against the pin."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.bench.engagement_probe import record
-from dspark_cli.report.engagement import engagement_rows
+from dspark_cli.bench.runner import engagement_record
+from dspark_cli.report.evidence import engagement_rows
 from dspark_cli.server.logscan import DraftParams, compile_patterns, scan_lines, seen_params
 from dspark_cli.server.metrics import ADAPTIVE, FIXED, Engagement, request_steps
 from tests.conftest import run_dspark
@@ -24,7 +24,8 @@ def cell(arm: str, cid: str, steps: list[tuple[int, int]] | None, expected: str 
          params: int | None = None) -> dict[str, Any]:
     seen = None if steps is None else Engagement.of("detailed", [request_steps(body(steps, k=7))])
     out: dict[str, Any] = {"arm": arm, "cell_id": cid,
-                           "engagement": None if expected is None else record(seen, expected)}
+                           "engagement": (None if expected is None
+                                          else engagement_record(seen, expected))}
     if params is not None:
         log = scan_lines([f"DSpark draft model loaded: {params} params"], (), (PATTERN,))
         out["draft_params"] = seen_params(DraftParams(PATTERN, 97), log)
@@ -76,7 +77,7 @@ def test_dspark_report_shows_the_rows_escaped(tmp_path: Path) -> None:
         seen = Engagement.of("detailed", [request_steps(body(steps, k=7))],
                              ["<img src=x onerror=alert(1)> **bold**"]
                              if data["concurrency"] == 4 and adaptive else [])
-        data["engagement"] = record(seen, ADAPTIVE if adaptive else FIXED)
+        data["engagement"] = engagement_record(seen, ADAPTIVE if adaptive else FIXED)
         data["draft_params"] = cell(data["arm"], data["cell_id"], None, None, 97)["draft_params"]
         path.write_text(json.dumps(data))
     out = tmp_path / "report"

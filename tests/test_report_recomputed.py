@@ -146,8 +146,7 @@ def test_goodput_met_is_recomputed_from_the_counts_and_the_objective(tmp_path: P
     against the objective's percentile; `"met": "false"` (a string) is no boolean: refused by
     the reader, never counted as met."""
     from dspark_cli.bench.goodput import Objectives
-    from dspark_cli.bench.merge import summarize_records
-    from dspark_cli.bench.records import collect
+    from dspark_cli.bench.records import collect, summarize_records
     from dspark_cli.untrusted import RecordError
 
     run = bench_run(tmp_path / "run", repeats=3, objectives=Objectives(2000, 80, None, 99))

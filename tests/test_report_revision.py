@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.config import validate as schema
+from dspark_cli.paths import LINT_JSON, SOURCE_JSON
 from dspark_cli.report.markdown import write_report
-from dspark_cli.run_files import LINT_JSON, SOURCE_JSON
 from dspark_cli.validate import stages
 from tests.conftest import compose_typed, run_dspark
 

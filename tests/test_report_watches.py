@@ -1,4 +1,4 @@
-"""The report's watches section (`report/watches.py`): per-position acceptance per arm and
+"""The report's watches section (`report/evidence.py`): per-position acceptance per arm and
 concurrency with its request set (a warning for random tokens), flagged, stalled and fallen-back
 cells, the cold start per arm, the GPUs under load; hostile text inert, a planted wrong type
 refused. Over a bench run's records as `dspark bench` writes them (tests/report_factory.py)."""

@@ -101,7 +101,7 @@ def test_gpu_profiles_render_their_own(hw: str, platform_env: set[str], moe: str
 
 
 def test_cpu_profile_renders_the_cpu_quirks() -> None:
-    from dspark_cli.machine.preload import installed_libraries
+    from dspark_cli.machine.detect import installed_libraries
 
     env, positional, flags = dry_run("+hw=cpu")
     preload = ":".join(installed_libraries(["libtcmalloc_minimal.so.4", "libiomp5.so"]))

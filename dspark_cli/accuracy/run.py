@@ -3,7 +3,7 @@ checked before anything boots (`prepare`), then lm_eval run against every arm of
 An arm is scored on its first bench cell's server, after that cell's own load and probes (the
 bench stage's hook, `Scorer.in_cell`), so no server boots twice for validate; an arm the bench
 did not reach (`validate.bench=null`, no cell of the arm got through its load, a re-run that
-skipped finished cells) gets its own server through the one start step (`bench/arm_launch.py`).
+skipped finished cells) gets its own server through the one start step (`bench/runner.py`).
 The record is rewritten after every arm, so an interrupted stage keeps what it scored."""
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from dspark_cli.accuracy.plan import (
     task_yaml,
 )
 from dspark_cli.accuracy.records import FAILED, SCORED, AccuracyRecord, ArmScore
-from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
 from dspark_cli.bench.arms import Arm, compose_arms
+from dspark_cli.bench.runner import ArmLaunch, arm_launch
 from dspark_cli.bench.workflow import claimed_ports, protocol_of
 from dspark_cli.config.typed import plain
 from dspark_cli.console import progress
 from dspark_cli.errors import DsparkError, ExitCode, MissingExtra, ServerError, UsageError
 from dspark_cli.launch.secrets import SCRUB
-from dspark_cli.run_files import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
+from dspark_cli.paths import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
 from dspark_cli.server import watchdog
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.logscan import fatal_patterns

@@ -6,7 +6,19 @@ Whether a cell's number may be reported (pure): the report's rules, checked ever
 A cell is valid only when the client and the server agree on how many tokens were generated
 in the measured phase, nothing was preempted, no request failed, the server log shows no
 fatal line, and (where the protocol checks it) its greedy answers are the reference arm's
-(`lossless.py`). An invalid cell keeps all its reasons and never enters an average or a speedup."""
+(`lossless.py`). An invalid cell keeps all its reasons and never enters an average or a speedup.
+
+Speculative decoding that runs but is not what was asked (pure): an arm that asked for
+adaptive verification and ran without it, and a drafter that accepts (almost) nothing.
+vLLM does not fail closed on either. Adaptive verification is refused at startup with a line
+of its own, or the V1 model runner is chosen (it refuses DSpark), or the confidence head is
+missing and vLLM silently switches to its online acceptance estimator (the DSpark draft's
+load line then counts one parameter fewer: `draft_params`); the first two are log families
+(`logs.fallbacks`), the last the draft's pin. A cell whose arm asked for adaptive verification
+and shows any of them is invalid (`adaptive_reasons`). An acceptance rate at or below
+`watch.min_acceptance` (0.0: none accepted) is flagged, not invalid (`acceptance_flag`): the
+number is real, the speculation is useless (0% acceptance was seen on ROCm in more than one
+engine)."""
 
 from __future__ import annotations
 
@@ -62,7 +74,7 @@ FIELDS = {
     "goodput.met": BOOL, "completed": COUNT, "failed": COUNT, "prefix_caching": BOOL,
     "protocol.prefix_caching": LIST, "protocol.prefix_caching.*": BOOL,
 }
-FIELDS |= {  # the watches' sections, read by report/watches.py
+FIELDS |= {  # the watches' sections, read by report/evidence.py
     "per_position_acceptance": LIST, "per_position_acceptance.*": AMOUNT, "stall": MAP,
     "stall.sentence": TEXT, "request_set": MAP, "request_set.name": TEXT,
     "request_set.sha256": TEXT, "request_set.chat_templated": BOOL,
@@ -163,7 +175,7 @@ class CellRecord:
     lossless: Mapping[str, Any] | None = None  # the greedy probe's answers and comparison
     degraded: tuple[str, ...] = ()  # "family: line" where vLLM overrode what was asked
     goodput: gp.Goodput | None = None  # under the protocol's objectives, when it has any
-    # Whether verification trimmed (engagement_probe.py), and the DSpark draft's parameter
+    # Whether verification trimmed (runner.py's engagement probe), and the DSpark draft's parameter
     # count against its pin; None where the arm does not speculate / has no pin.
     engagement: Mapping[str, Any] | None = None
     draft_params: Mapping[str, Any] | None = None
@@ -379,3 +391,32 @@ def judge(ev: Evidence) -> tuple[str, ...]:
     if ev.lossless:
         reasons.append(ev.lossless)
     return tuple(reasons)
+
+
+def adaptive_reasons(asked: bool, fallbacks: Sequence[str],
+                     draft_params: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Why a cell that asked for adaptive verification ran without it (empty: no sign);
+    `fallbacks` are the cell's `logs.fallbacks` lines ("family: line")."""
+    if not asked:
+        return ()
+    reasons = [f"adaptive verification asked for, but the log shows {line.strip()}"
+               for line in fallbacks]
+    if draft_params is not None and draft_params.get("params") is not None and (
+            draft_params.get("ok") is False):
+        reasons.append("adaptive verification asked for, but "
+                       f"{draft_params.get('sentence')}: without its confidence head vLLM "
+                       "uses its online acceptance estimator")
+    return tuple(reasons)
+
+
+def acceptance_flag(spec: Mapping[str, Any] | None,
+                    floor: float | None) -> dict[str, Any] | None:
+    """The cell's acceptance against the floor; None where nothing was drafted or no floor."""
+    if floor is None or not spec or not spec.get("draft_tokens"):
+        return None
+    rate = float(spec["accepted"]) / float(spec["draft_tokens"])
+    low = rate <= floor
+    sentence = (f"acceptance rate {rate:.4f} is at or below watch.min_acceptance {floor:g}: "
+                "the drafter runs and accepts (almost) nothing" if low else
+                f"acceptance rate {rate:.4f} above watch.min_acceptance {floor:g}")
+    return {"rate": round(rate, 4), "floor": floor, "flagged": low, "sentence": sentence}

@@ -5,6 +5,12 @@ K per batch-size range; otherwise the arm to launch per load range. Either way a
 validate: between two measured concurrencies the crossover is a guess, and a schedule is a new
 configuration no cell has measured. A winner with prefix caching off (`<arm>+pc-off`) is still
 named by its arm, `speculative=<arm>`, with `serving.args.enable_prefix_caching=false` beside.
+
+The decision drawn: its tables for the terminal (`tables`: goodput under the protocol's latency
+objectives, with intervals over repeats, and the arm to run at each concurrency) and the
+pictures it is read from (`plot`: throughput and goodput against concurrency per arm with their
+95% intervals as bands, decisions.png; the Pareto view, per-user output tokens/s against total
+output tokens/s, one line per arm, pareto.png).
 """
 
 from __future__ import annotations
@@ -14,15 +20,20 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dspark_cli.bench import winners
+from dspark_cli.bench import stats, winners
 from dspark_cli.bench.protocol import on_off, split_variant
-from dspark_cli.run_files import PROPOSAL_DIR as PROFILES_DIR
-from dspark_cli.run_files import PROPOSAL_JSON
-from dspark_cli.untrusted import write_atomic
+from dspark_cli.bench.stats import Interval
+from dspark_cli.bench.summary import ArmResult, Summary
+from dspark_cli.paths import DECISIONS_PNG, PARETO_PNG, PROPOSAL_JSON
+from dspark_cli.paths import PROPOSAL_DIR as PROFILES_DIR
+from dspark_cli.untrusted import png_bytes, write_atomic
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 PROPOSED = "proposed"
@@ -184,3 +195,126 @@ def write(proposal: Proposal, directory: Path,
                      directory)
     return write_atomic(directory / PROPOSAL_JSON, json.dumps(proposal.to_dict(), indent=2)
                         + "\n", directory)
+
+
+def interval(iv: stats.Interval | None, fmt: str, scale: float = 1.0, unit: str = "") -> str:
+    """"12.3 [10.1, 14.5]"; just the estimate when unbounded; "-" when absent."""
+    if iv is None:
+        return "-"
+    point = format(iv.estimate * scale, fmt) + unit
+    if iv.low is None or iv.high is None:
+        return point
+    return f"{point} [{format(iv.low * scale, fmt)}, {format(iv.high * scale, fmt)}]"
+
+
+def winner_reason(summary: Summary, concurrency: int) -> tuple[str, str]:
+    """(arm or "no clear winner", the verdict behind it) at one concurrency."""
+    w = next((w for w in summary.winners if w.concurrency == concurrency), None)
+    if w is None:
+        return "no clear winner", "not measured"
+    if w.arm is None:
+        return "no clear winner", w.note + (f"; a proposal keeps {w.kept} here" if w.kept
+                                            else "")
+    s = w.runner_up
+    why = "over every other arm" if s is None else \
+        f"{stats.words(s)} than {s.baseline} ({interval(s.ratio, '.3f', unit='x')})"
+    return w.arm, why
+
+
+def tables(summary: Summary) -> list[RenderableType]:
+    """Goodput per arm and concurrency (when the protocol names objectives), then the winner
+    per concurrency."""
+    from rich.table import Table
+
+    out: list[RenderableType] = []
+    pct = f"{stats.CONFIDENCE:.0%}"
+    if summary.objectives is not None:
+        t = Table(title=f"goodput: {summary.objectives.words()}")
+        for name in ("concurrency", "arm", f"output goodput tok/s [{pct}]",
+                     f"good requests [{pct}]", "met"):
+            t.add_column(name, justify="left" if name in ("arm", "met") else "right")
+        for r in summary.results:
+            g = r.goodput
+            t.add_row(str(r.concurrency), r.arm,
+                      interval(g.output_goodput if g else None, ".1f"),
+                      interval(g.share if g else None, ".0f", 100, "%"),
+                      "-" if g is None else f"{g.met} of {len(g.values)}")
+        out.append(t)
+    if summary.winners:
+        metric = summary.winners[0].metric
+        t = Table(title=f"the arm to run (best {metric}, only where the verdict says faster)")
+        for name in ("concurrency", "run", "why"):
+            t.add_column(name, justify="right" if name == "concurrency" else "left")
+        for w in summary.winners:
+            arm, why = winner_reason(summary, w.concurrency)
+            t.add_row(str(w.concurrency), arm, why)
+        out.append(t)
+    return out
+
+
+def _band(ax, xs: list[int], ivs: list[Interval], colour: str, label: str) -> None:
+    ax.plot(xs, [iv.estimate for iv in ivs], marker="o", color=colour, label=label)
+    lows = [iv.low if iv.low is not None else iv.estimate for iv in ivs]
+    highs = [iv.high if iv.high is not None else iv.estimate for iv in ivs]
+    ax.fill_between(xs, lows, highs, color=colour, alpha=0.2)
+
+
+def _mine(summary: Summary, arm: str) -> list[ArmResult]:
+    return sorted((r for r in summary.results if r.arm == arm and r.throughput),
+                  key=lambda r: r.concurrency)
+
+
+def plot(summary: Summary, directory: Path) -> tuple[Path, Path]:
+    """Write decisions.png and pareto.png into `directory` (Agg: no display needed), each
+    replaced atomically: a link planted at either name is replaced, never written through."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # names from records are no TeX
+    import matplotlib.pyplot as plt
+
+    panels = 2 if summary.objectives else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5), constrained_layout=True,
+                             squeeze=False)
+    colour = {arm: f"C{i}" for i, arm in enumerate(summary.arms)}
+    for arm in summary.arms:
+        rows = _mine(summary, arm)
+        _band(axes[0][0], [r.concurrency for r in rows],
+              [r.throughput for r in rows if r.throughput], colour[arm], arm)
+        if summary.objectives:
+            good = [r for r in rows if r.goodput]
+            _band(axes[0][1], [r.concurrency for r in good],
+                  [r.goodput.output_goodput for r in good if r.goodput], colour[arm], arm)
+    titles = ["output throughput", f"output goodput ({summary.objectives.words()})"
+              if summary.objectives else ""]
+    winners = {w.concurrency: w.arm for w in summary.winners if w.arm}
+    for ax, title in zip(axes[0], titles, strict=False):
+        ax.set(title=title, xlabel="concurrency (winner below)", ylabel="output tokens/s",
+               xscale="log")
+        ax.set_xticks(list(summary.concurrencies),
+                      [f"{c}\n{winners.get(c, '-')}" for c in summary.concurrencies])
+        ax.minorticks_off()
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.suptitle(f"dspark bench: {summary.protocol} (bands: 95% intervals over repeats)")
+    decisions = write_atomic(directory / DECISIONS_PNG, png_bytes(fig, dpi=110))
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5), constrained_layout=True)
+    for arm in summary.arms:
+        rows = _mine(summary, arm)
+        xs = [r.throughput.estimate for r in rows if r.throughput]
+        ys = [r.throughput.estimate / r.concurrency for r in rows if r.throughput]
+        ax.plot(xs, ys, marker="o", color=colour[arm], label=arm)
+        for r, x, y in zip(rows, xs, ys, strict=False):
+            ax.annotate(f"c{r.concurrency}", (x, y), textcoords="offset points", xytext=(4, 4),
+                        fontsize=8)
+    ax.set(title=f"Pareto: {summary.protocol}", xlabel="total output tokens/s",
+           ylabel="output tokens/s per user (throughput / concurrency)")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    pareto = write_atomic(directory / PARETO_PNG, png_bytes(fig, dpi=110))
+    plt.close(fig)
+    return decisions, pareto

@@ -22,8 +22,7 @@ from dspark_cli.bench import proposal
 from dspark_cli.bench.protocol import split_variant
 from dspark_cli.bench.summary import Summary
 from dspark_cli.errors import UsageError
-from dspark_cli.paths import conf_dir
-from dspark_cli.run_files import PROPOSAL_DIR
+from dspark_cli.paths import PROPOSAL_DIR, conf_dir
 from dspark_cli.untrusted import load_json, load_yaml, write_atomic
 from dspark_cli.vllm.options import has_field
 

@@ -1,10 +1,24 @@
 """Run the cells of a protocol, one cold server session each, and record every cell.
 
 Per cell: boot from the arm's checked launch (here, on several local nodes, or as its own job
-on a cluster engine: `arm_launch.py`), wait for health, run the warmup phases, read
+on a cluster engine: `arm_launch`), wait for health, run the warmup phases, read
 /metrics, run the measured phase, read /metrics again once it settles, then tear the server
 down. The session watches the log the whole time; a fatal line or a dead server ends the cell
 early instead of waiting out a hung phase. A finished valid cell is skipped on a re-run.
+
+An arm is made startable where its deploy target runs it (`arm_launch`) through the one start
+step (`deploy/start.py`): the checks, the model and the arm's run record happen once, before the
+first boot; each cell then gets a fresh deployment whose files (log, job script) go into the
+cell's directory.
+
+A cell's engagement probe (`probe`): after the measured phase (its counters already read), as
+many completions at once as the cell's concurrency, so the server batches them as under the
+load, sampled as the protocol samples (at most MAX_TOKENS each: enough verify steps). Their
+steps, read from the launch as `dspark serve` starts it (per-request metrics where the server
+reports them, else /metrics' spec-decode counters around the probe: `metrics.observed`), say
+whether verification trimmed: what the cell's record keeps as `engagement`, beside the DSpark
+draft's parameter count against its pin (`draft_params`). Waited for under the session's
+watches (`lossless.watched`): a stalled engine ends it at once, not at its HTTP timeout.
 """
 
 from __future__ import annotations
@@ -13,21 +27,28 @@ import datetime as dt
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from dspark_cli.bench import records
-from dspark_cli.bench.arm_launch import ArmLaunch
 from dspark_cli.bench.arms import Arm
-from dspark_cli.bench.cell import CellRecord, CellTimings, Observed, ProtocolInfo, build
+from dspark_cli.bench.cell import (
+    CellRecord,
+    CellTimings,
+    Observed,
+    ProtocolInfo,
+    acceptance_flag,
+    adaptive_reasons,
+    build,
+)
 from dspark_cli.bench.dataset import VerifiedDataset, describe
-from dspark_cli.bench.engagement_probe import PROMPTS, probe
-from dspark_cli.bench.engagement_probe import record as engagement_record
-from dspark_cli.bench.fallbacks import acceptance_flag, adaptive_reasons
 from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
-from dspark_cli.bench.lossless import PromptSet, answer, compare, reference_record
-from dspark_cli.bench.protocol import Cell, Protocol
+from dspark_cli.bench.lossless import PromptSet, Stopped, answer, compare, reference_record, watched
+from dspark_cli.bench.protocol import Cell, Protocol, Sampling
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.effective import EffectiveLaunch
@@ -35,12 +56,47 @@ from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
 from dspark_cli.machine.gpu_sampler import record as gpu_record
-from dspark_cli.server.deployment import Watch
+from dspark_cli.server.deployment import Deployment, Watch
 from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.logscan import Pattern, degraded_lines, read_cold_start, seen_params
-from dspark_cli.server.metrics import Engagement, Scrape, ScrapeError, spec_decode
+from dspark_cli.server.metrics import (
+    Engagement,
+    RequestSteps,
+    Scrape,
+    ScrapeError,
+    judge,
+    observed,
+    request_steps,
+    spec_decode,
+)
 from dspark_cli.server.session import ServerSession
 from dspark_cli.untrusted import write_atomic
+from dspark_cli.vllm.accepts import Verdicts
+
+
+@dataclass(frozen=True)
+class ArmLaunch:
+    """What every cell of an arm starts: `deployment(cell_dir)`; `argv` is the head's command
+    for the record, `env` the load generator's environment, `ready_timeout_s` and
+    `metrics_settle_s` the arm's (server.*)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    deployment: Callable[[Path], Deployment]
+    ready_timeout_s: float
+    metrics_settle_s: float
+
+
+def arm_launch(arm: Arm, record_dir: Path, verdicts: Verdicts | None = None) -> ArmLaunch:
+    """Check and prepare `arm` (CheckFailed/UsageError before anything boots), writing its run
+    record into `record_dir`; `verdicts`: vLLM's answers the command already has."""
+    from dspark_cli.deploy.start import ready
+
+    start = ready(arm.cfg, arm.plan, record_dir, check_port=False, verdicts=verdicts)
+    return ArmLaunch(start.head_argv, start.load_env, start.deployment,
+                     float(arm.cfg.server.ready_timeout_s),
+                     float(arm.cfg.server.metrics_settle_s))
+
 
 GPU_SAMPLES = "gpus.json"  # a cell's every GPU sample, beside its cell.json
 
@@ -330,3 +386,62 @@ def run_cells(cells: Sequence[Cell], arms: dict[str, Arm],
                 "cells cannot boot cleanly; stopping.",
                 hint=f"Check for leftover vLLM processes; the cell's log is in {ctx.run_dir}.")
     return done
+
+
+# The prompts when the protocol has no pinned greedy prompts to reuse.
+PROMPTS = ("Speculative decoding drafts tokens that the target model verifies.",)
+MAX_REQUESTS = 64  # a probe at concurrency 256 sends 64: enough steps, minutes saved
+MAX_TOKENS = 256
+
+
+def _one(client: httpx.Client, url: str, body: dict[str, Any],
+         timeout_s: float) -> RequestSteps | str | None:
+    """One answer's steps (None: it carried none), or why it could not be read."""
+    try:
+        response = client.post(url, json=body, timeout=timeout_s)
+        response.raise_for_status()
+        return request_steps(response.json())
+    except httpx.HTTPStatusError as exc:
+        return f"HTTP {exc.response.status_code}"
+    except (httpx.HTTPError, ValueError) as exc:
+        return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def probe(client: httpx.Client, base_url: str, model: str, prompts: Sequence[str], concurrency: int,
+          sampling: Sampling, timeout_s: float, k: int | None,
+          scrape: Callable[[], Scrape | None],
+          stop: Callable[[], str | None] = lambda: None) -> Engagement:
+    """`concurrency` (at most MAX_REQUESTS) completions at once through the cell's session's
+    `client`, sampled as `sampling` says; `scrape` reads /metrics (None when it cannot) before
+    and after them. Not measured, with the reason, when `stop()` names one before they are all
+    answered (a stall)."""
+    count = max(1, min(concurrency, MAX_REQUESTS))
+    bodies = [{"model": model, "prompt": prompts[i % len(prompts)], "ignore_eos": True,
+               "max_tokens": min(sampling.max_output_tokens, MAX_TOKENS),
+               "temperature": sampling.temperature, "top_p": sampling.top_p}
+              for i in range(count)]
+    before = scrape()
+    pool = ThreadPoolExecutor(count)
+    try:
+        answers = watched(lambda: list(pool.map(
+            lambda b: _one(client, f"{base_url}/v1/completions", b, timeout_s), bodies)), stop)
+    finally:  # a stalled server's requests end with its teardown: no wait for them here
+        pool.shutdown(wait=False, cancel_futures=True)
+    if isinstance(answers, Stopped):
+        return Engagement(None, 0, 0, 0, 0, 0, k, None,
+                          why=f"the probe was given up: {answers.reason}")
+    after = scrape()
+    counters = None if before is None or after is None else spec_decode(after.delta(before))
+    return observed([a for a in answers if not isinstance(a, str)],
+                    [a for a in answers if isinstance(a, str)], counters, k)
+
+
+def engagement_record(seen: Engagement | None, expected: str | None) -> dict[str, Any]:
+    """The cell's `engagement` section: what was expected, what the steps showed, and the
+    outcome (`trimmed`, `full_k`, `unexpected_trim`, `not_measured`) with `ok`."""
+    if seen is None:
+        seen = Engagement(None, 0, 0, 0, 0, 0, None, None,
+                          why="the cell ended before its probe")
+    verdict = judge(seen, expected)
+    return {**seen.to_dict(), "expected": expected, "outcome": verdict.outcome,
+            "ok": verdict.ok, "sentence": verdict.sentence}

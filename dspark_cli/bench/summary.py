@@ -25,7 +25,7 @@ from dspark_cli.bench import lossless, stats, winners
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.protocol import variant
 from dspark_cli.launch.secrets import redact_text
-from dspark_cli.run_files import SUMMARY_CSV, SUMMARY_JSON
+from dspark_cli.paths import SUMMARY_CSV, SUMMARY_JSON
 from dspark_cli.untrusted import write_atomic
 
 

@@ -15,7 +15,7 @@ from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
 from dspark_cli.bench.protocol import Protocol, build_protocol
 from dspark_cli.config.typed import plain
-from dspark_cli.run_files import ARMS_DIR
+from dspark_cli.paths import ARMS_DIR
 from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:  # the runner's machinery is imported when cells run
@@ -66,11 +66,10 @@ def run_protocol(cfg: BenchPrimary, protocol: Protocol, dataset: DatasetSpec,
     """Run every pending cell into `directory` and summarize it (the bench Report); `after`:
     called in each cell once its load and probes are done (runner.CellHook); `verdicts`:
     vLLM's answers the command already has (the arms are asked together into it)."""
-    from dspark_cli.bench.arm_launch import ArmLaunch, arm_launch
-    from dspark_cli.bench.inputs import checked_inputs
-    from dspark_cli.bench.merge import merge
+    from dspark_cli.bench.dataset import checked_inputs
     from dspark_cli.bench.proposal_files import this_launch
-    from dspark_cli.bench.runner import CellContext, run_cells
+    from dspark_cli.bench.records import merge
+    from dspark_cli.bench.runner import ArmLaunch, CellContext, arm_launch, run_cells
     from dspark_cli.deploy.start import ask_vllm_together
     from dspark_cli.server.liveness import settings_of
     from dspark_cli.server.logscan import (

@@ -26,9 +26,8 @@ from dspark_cli.checkpoint.content import (
     write_refusal,
 )
 from dspark_cli.checkpoint.head import check_head
-from dspark_cli.checkpoint.pins import check_pins, gather_facts
 from dspark_cli.checkpoint.result import Check, CheckpointResult, summarize
-from dspark_cli.checkpoint.structure import check_structure, load_layout
+from dspark_cli.checkpoint.structure import check_pins, check_structure, gather_facts, load_layout
 from dspark_cli.errors import UsageError
 
 USAGE_HINT = "dspark verify-checkpoint model.path=DIR  (or model=NAME for a pinned profile)"

@@ -115,9 +115,8 @@ def _run_dir(opts: argparse.Namespace) -> Path:
 def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
              opts: argparse.Namespace, estimate: Any,
              watches: Any) -> int:
-    from dspark_cli.bench.dry_run import plan_dict, plan_text
-    from dspark_cli.bench.inputs import input_findings
-    from dspark_cli.bench.watch_plan import watch_dicts, watch_text
+    from dspark_cli.bench.dataset import input_findings
+    from dspark_cli.bench.dry_run import plan_dict, plan_text, watch_dicts, watch_text
     from dspark_cli.deploy.preflight import dry_preflight
     from dspark_cli.deploy.targets import deploy_target
     from dspark_cli.launch import checks
@@ -140,7 +139,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
 
 def _watches(cfg: BenchPrimary) -> Any:
     """The watches every cell runs (`watch.*`, `logs.fallbacks`, `logs.degraded`)."""
-    from dspark_cli.bench.watch_plan import watch_plan
+    from dspark_cli.bench.dry_run import watch_plan
     from dspark_cli.machine.gpu_sampler import find_tool
 
     w = cfg.watch
@@ -165,7 +164,7 @@ def _print_findings(findings: dict[str, Any]) -> None:
 
 
 def _report(directory: Path, opts: argparse.Namespace) -> int:
-    from dspark_cli.bench.merge import merge
+    from dspark_cli.bench.records import merge
 
     return _render(merge(directory.resolve()), opts)
 

@@ -35,9 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    from dspark_cli.compare.cells import DEFAULT_BOOT_MARGIN, check_boot_margin
-    from dspark_cli.compare.comparison import (
+    from dspark_cli.compare import (
+        DEFAULT_BOOT_MARGIN,
         DEFAULT_MARGIN,
+        check_boot_margin,
         check_margin,
         compare_runs,
         render,

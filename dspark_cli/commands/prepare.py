@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    from dspark_cli.bench.speed_bench import prepare
+    from dspark_cli.bench.dataset import prepare
 
     out = opts.out.expanduser() / f"{opts.subset}.jsonl"
     done = prepare(opts.source.expanduser(), opts.subset, out, opts.drop_placeholders)

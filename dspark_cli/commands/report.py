@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dspark_cli.commands.command import Command
 from dspark_cli.errors import UsageError
-from dspark_cli.run_files import REPORT_MD
+from dspark_cli.paths import REPORT_MD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from dspark_cli.commands.command import Command
-from dspark_cli.run_files import SMOKE_JSON
+from dspark_cli.paths import SMOKE_JSON
 
 if TYPE_CHECKING:
     from dspark_cli.config.smoke import SmokePrimary

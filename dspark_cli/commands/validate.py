@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dspark_cli.commands.command import Command
 from dspark_cli.errors import DsparkError, ExitCode, worst
-from dspark_cli.run_files import REPORT_MD, VALIDATE_JSON
+from dspark_cli.paths import REPORT_MD, VALIDATE_JSON
 from dspark_cli.untrusted import write_atomic
 
 if TYPE_CHECKING:  # the stages' machinery is imported when a run starts
@@ -66,10 +66,10 @@ def _dry_run(cfg: ValidatePrimary, opts: argparse.Namespace) -> int:
     runs it (its node layout checked, the target's own checks), the bench's every arm."""
     from dspark_cli.accuracy.run import input_findings as accuracy_findings
     from dspark_cli.bench.arms import compose_arms
+    from dspark_cli.bench.dataset import input_findings
     from dspark_cli.bench.dry_run import estimate_of
     from dspark_cli.bench.dry_run import plan_dict as bench_dict
     from dspark_cli.bench.dry_run import plan_text as bench_text
-    from dspark_cli.bench.inputs import input_findings
     from dspark_cli.bench.workflow import protocol_of
     from dspark_cli.deploy.preflight import dry_preflight
     from dspark_cli.deploy.targets import deploy_target
@@ -133,7 +133,7 @@ def _run(cfg: ValidatePrimary, directory: Path, opts: argparse.Namespace) -> int
 
     prepared = prepare(cfg)  # the accuracy stage's dataset and lm_eval, before anything boots
     if cfg.validate.bench is not None:  # and the bench's request set and prompts
-        from dspark_cli.bench.inputs import checked_inputs
+        from dspark_cli.bench.dataset import checked_inputs
         from dspark_cli.bench.workflow import protocol_of
 
         checked_inputs(*protocol_of(cfg))

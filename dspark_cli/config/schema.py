@@ -53,7 +53,7 @@ class HardwareConf:
     args: HwArgs = field(default_factory=HwArgs)
     # Startup log lines a healthy server on this hardware prints (checked by `dspark smoke`).
     expect_log: list[str] = field(default_factory=list)
-    # Shared libraries put in LD_PRELOAD where this machine has them (machine/preload.py);
+    # Shared libraries put in LD_PRELOAD where this machine has them (machine/detect.py);
     # `hw.env.LD_PRELOAD` set explicitly takes over.
     preload: list[str] = field(default_factory=list)
     # More than one node (launch/layout.py): `args` describe one node; in the dp layouts the

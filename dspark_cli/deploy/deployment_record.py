@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dspark_cli.console import progress
-from dspark_cli.run_files import DEPLOYMENT_JSON
+from dspark_cli.paths import DEPLOYMENT_JSON
 
 
 def slurm_cancel(job: str) -> list[str]:

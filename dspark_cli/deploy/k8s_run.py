@@ -39,7 +39,7 @@ from dspark_cli.deploy.kubectl import (
 )
 from dspark_cli.errors import ServerError
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.run_files import MANIFESTS_YAML, SERVER_LOG
+from dspark_cli.paths import MANIFESTS_YAML, SERVER_LOG
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import Teardown
 

@@ -21,7 +21,7 @@ from dspark_cli.deploy.k8s_spec import K8sSpec, image_problem
 from dspark_cli.deploy.node_script import url_refs
 from dspark_cli.deploy.target_entry import DeployTarget, Launch
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.run_files import MANIFESTS_YAML
+from dspark_cli.paths import MANIFESTS_YAML
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding, Status
 

@@ -12,7 +12,7 @@ from dspark_cli.launch.layout_render import layout_dict, layout_script
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import plan_dict, shell_script
 from dspark_cli.launch.vllm_verdict import LOCAL_HEAD
-from dspark_cli.run_files import SERVER_LOG
+from dspark_cli.paths import SERVER_LOG
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding
 

@@ -20,7 +20,7 @@ from dspark_cli.deploy.node_script import secret_environment, url_refs
 from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
 from dspark_cli.deploy.slurm_job import JobState
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.run_files import SERVER_LOG
+from dspark_cli.paths import SERVER_LOG
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import Teardown, port_in_use
 

@@ -32,7 +32,7 @@ from dspark_cli.launch.provenance import collect
 from dspark_cli.launch.record import write_record
 from dspark_cli.launch.vllm_verdict import LOCAL_HEAD, ask_together, node_verdicts, plan_verdict
 from dspark_cli.machine.detect import Machine
-from dspark_cli.run_files import NODES_SH
+from dspark_cli.paths import NODES_SH
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import ensure_port_free
 from dspark_cli.server.session import AttachedServer

@@ -19,7 +19,7 @@ from dspark_cli.launch.flags import VLLM_DEFAULT_PORT, render_flag
 from dspark_cli.launch.layout import NodeLaunch, NodeLayout, node_layout
 from dspark_cli.launch.profile import Profile, profile_of
 from dspark_cli.launch.secrets import SECRET_OPTIONS, is_secret_name
-from dspark_cli.machine.preload import installed_libraries
+from dspark_cli.machine.detect import installed_libraries
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import CompilationConf, LaunchConf, SpeculativeConf

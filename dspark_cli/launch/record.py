@@ -12,7 +12,7 @@ from dspark_cli.config.typed import plain, to_yaml
 from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import shell_script
-from dspark_cli.run_files import CONFIG_YAML, LAUNCH_SH, PROVENANCE_JSON
+from dspark_cli.paths import CONFIG_YAML, LAUNCH_SH, PROVENANCE_JSON
 from dspark_cli.untrusted import write_atomic
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dspark_cli.paths import ARMS_DIR
 from dspark_cli.report.markup import UNKNOWN, block, code, known, one_line, text
 from dspark_cli.report.sources import Sources, lookup
-from dspark_cli.run_files import ARMS_DIR
 
 
 @dataclass(frozen=True)

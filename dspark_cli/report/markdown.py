@@ -1,4 +1,9 @@
-"""The report as GitHub-flavoured Markdown, in the seed report's sections and order. Pure and
+"""The report of a set of run records (pure: `Sources` in, `Report` out, `build`). Every section
+says where its facts came from; what no record holds is "unknown" or "not run", never left out.
+Each section is a frozen record built and rendered by its own module; floats are rounded before
+they get here, so the JSON and the Markdown are stable.
+
+The report as GitHub-flavoured Markdown, in the seed report's sections and order. Pure and
 deterministic: the same `Report` gives the same bytes (no time of rendering, fixed float
 formats, rows in the records' order).
 
@@ -11,26 +16,108 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.secrets import redact_text, redacted
-from dspark_cli.report import sources
-from dspark_cli.report.accuracy import accuracy_section
-from dspark_cli.report.bench_results import methodology_section, results_section
-from dspark_cli.report.build import Report, build
-from dspark_cli.report.engagement import engagement_section
+from dspark_cli.paths import REPORT_JSON, REPORT_MD
+from dspark_cli.report import (
+    accuracy,
+    bench_results,
+    environment,
+    evidence,
+    outcomes,
+    sources,
+)
+from dspark_cli.report.accuracy import Accuracy, accuracy_section
+from dspark_cli.report.bench_results import (
+    Methodology,
+    Results,
+    methodology_section,
+    results_section,
+)
 from dspark_cli.report.environment import (
+    Environment,
+    Provenance,
+    Reproduction,
+    Serving,
     environment_section,
     provenance_section,
     serving_section,
 )
-from dspark_cli.report.log_findings import log_findings_section
+from dspark_cli.report.evidence import (
+    EngagementRow,
+    LogFindings,
+    engagement_rows,
+    engagement_section,
+    log_findings_section,
+    watches,
+)
 from dspark_cli.report.markup import code, table, text
-from dspark_cli.report.outcomes import focused_section, smoke_section
-from dspark_cli.report.revision import revision_section
-from dspark_cli.run_files import REPORT_JSON, REPORT_MD
+from dspark_cli.report.outcomes import (
+    Focused,
+    LintRow,
+    Smoke,
+    SourceRevision,
+    StageRow,
+    focused_section,
+    revision_section,
+    smoke_section,
+)
+from dspark_cli.report.sources import Sources
 from dspark_cli.untrusted import output_dir, printable, write_atomic
+
+
+@dataclass(frozen=True)
+class Report:
+    sources: tuple[str, ...]
+    stages: tuple[StageRow, ...]
+    focused: Focused
+    smoke: Smoke | None
+    environment: Environment
+    provenance: Provenance
+    serving: Serving | None
+    methodology: Methodology | None
+    results: Results | None
+    revision: SourceRevision | None = None  # the focused stage's source tree (git)
+    lint: tuple[LintRow, ...] = ()  # the focused stage's lint/format commands
+    engagement: tuple[EngagementRow, ...] = ()  # per speculating arm (`evidence.py`)
+    logs: LogFindings | None = None  # evidence lines, faults ruled out
+    reproduction: Reproduction | None = None  # vLLM base and patch, the image caveat
+    accuracy: Accuracy | None = None  # validate's accuracy stage (`accuracy.py`)
+    # The watches' evidence from the bench cells, as Markdown lines (`evidence.py`)
+    watches: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build(src: Sources, out_dir: str | None = None) -> Report:
+    """The report of the given records; `out_dir` (where report.md goes) makes the plot's
+    link relative."""
+    env, prov, serving = environment.launch_sections(src)
+    return Report(
+        sources=tuple(str(d) for d in src.directories),
+        stages=outcomes.stages(src),
+        focused=outcomes.focused(src.tests),
+        smoke=outcomes.smoke(src.smoke),
+        environment=env,
+        provenance=prov,
+        serving=serving,
+        methodology=bench_results.methodology(src.bench),
+        results=bench_results.results(src.bench, out_dir),
+        revision=outcomes.revision(src.revision, src.tests is not None),
+        lint=outcomes.lint(src.lint),
+        engagement=engagement_rows(src.bench.cells) if src.bench else (),
+        watches=tuple(watches(src.bench.cells)) if src.bench else (),
+        logs=evidence.findings(src.smoke, src.bench),
+        reproduction=environment.reproduction_of(src),
+        accuracy=accuracy.section(src.accuracy, None if src.accuracy_path is None
+                                  else str(src.accuracy_path)),
+    )
+
 
 SECTIONS = ("Summary", "Source Revision", "Focused Validation", "Serving Smoke Validation",
             "Reproduction Environment", "Container Provenance", "Serving Configuration",

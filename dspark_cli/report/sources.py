@@ -23,10 +23,10 @@ from typing import Any
 from dspark_cli.accuracy import records as accuracy_records
 from dspark_cli.accuracy.records import AccuracyRecord
 from dspark_cli.bench import records
-from dspark_cli.bench.merge import summarize_records
 from dspark_cli.bench.proposal_files import recompute
+from dspark_cli.bench.records import summarize_records
 from dspark_cli.errors import UsageError
-from dspark_cli.run_files import (
+from dspark_cli.paths import (
     ACCURACY_JSON,
     ARMS_DIR,
     CELL_JSON,

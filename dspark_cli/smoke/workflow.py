@@ -16,7 +16,7 @@ from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
 from dspark_cli.launch.provenance import collect
-from dspark_cli.run_files import SMOKE_JSON
+from dspark_cli.paths import SMOKE_JSON
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.liveness import settings_of
 from dspark_cli.server.metrics import expected_of

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dspark_cli.config.typed import plain
 from dspark_cli.errors import ExitCode, UsageError
 from dspark_cli.launch.secrets import redact_text, redact_urls
-from dspark_cli.run_files import (
+from dspark_cli.paths import (
     CHECKPOINT_JSON,
     JUNIT_XML,
     LINT_JSON,
@@ -206,7 +206,7 @@ def accuracy(cfg: ValidatePrimary, scorer: Scorer | None, verdicts: Verdicts) ->
 def summarize_interrupted_bench(directory: Path) -> None:
     """After Ctrl-C: the summary of the cells that finished, so the report shows them."""
     from dspark_cli.bench import records
-    from dspark_cli.bench.merge import merge
+    from dspark_cli.bench.records import merge
 
     if directory.is_dir() and records.collect(directory):
         merge(directory)

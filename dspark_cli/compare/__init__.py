@@ -1,1 +1,0 @@
-"""`dspark compare`: what changed between two runs and whether any cell got slower."""
