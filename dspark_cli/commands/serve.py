@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
-from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
+from dspark_cli.launch.rules import checked_layout
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf

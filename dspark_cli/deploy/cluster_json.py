@@ -8,7 +8,7 @@ from typing import Any
 
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.layout import NodeLayout
-from dspark_cli.launch.layout_render import layout_dict
+from dspark_cli.launch.render import layout_dict
 from dspark_cli.status import Finding
 
 

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from dspark_cli.deploy.target_entry import DeployTarget
 from dspark_cli.launch import checks
-from dspark_cli.launch.layout_rules import layout_findings
+from dspark_cli.launch.checks import node_verdicts
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.vllm_verdict import node_verdicts
+from dspark_cli.launch.rules import layout_findings
 from dspark_cli.status import Finding
 
 if TYPE_CHECKING:
