@@ -122,8 +122,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
     from dspark_cli.bench.dry_run import plan_dict, plan_text
     from dspark_cli.bench.inputs import input_findings
     from dspark_cli.bench.watch_plan import watch_dicts, watch_text
-    from dspark_cli.deploy.preflight import dry_preflight
-    from dspark_cli.deploy.targets import deploy_target
+    from dspark_cli.deploy.start import deploy_target, dry_preflight
     from dspark_cli.launch import checks
 
     inputs = input_findings(protocol, dataset)

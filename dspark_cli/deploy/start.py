@@ -1,10 +1,14 @@
-"""The one start step, plan -> deployment, for `serve`, `smoke`, `bench` and `validate`.
+"""The one start step, plan -> deployment, for `serve`, `smoke`, `bench` and `validate`, and
+the registry of deploy targets it starts on (`deploy_target`: the one place `deploy.target` is
+looked up; `target.py` says what an entry is).
 
-`ready()` does what every start needs once, before anything boots: the deploy target's entry
-(`targets.py`), a command of its own refused where it cannot run, the port checked, the
-preflight (on this machine, or the rules that need none when the cluster's machine runs it), the
-model, vLLM's own validation by one policy (`vllm_check`), and the run record. The `Ready` it
-returns makes a fresh `Deployment` per start (`serve` and `smoke` one, `bench` one per cell).
+`ready()` does what every start needs once, before anything boots: the deploy target's entry, a
+command of its own refused where it cannot run, the port checked, the preflight (on this
+machine, or the rules that need none when the cluster's machine runs it), the model (the tiny
+one built when the profile names it), vLLM's own validation by one policy (`vllm_check`), the
+argv that really runs and its environment, and the run record. The `Ready` it returns makes a
+fresh `Deployment` per start (`serve` and `smoke` one, `bench` one per cell). A dry run's
+preflight (`dry_preflight`) prints the same findings for the same plan wherever it would run.
 """
 
 from __future__ import annotations
@@ -17,14 +21,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dspark_cli.compat import StrEnum
-from dspark_cli.deploy.target_entry import DeployTarget, Launch
-from dspark_cli.deploy.targets import deploy_target
+from dspark_cli.deploy import local
+from dspark_cli.deploy.k8s import target as k8s
+from dspark_cli.deploy.slurm import target as slurm
+from dspark_cli.deploy.target import DeployTarget, Launch
 from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch import checks
 from dspark_cli.launch.checks import LOCAL_HEAD, ask_together, node_verdicts, plan_verdict
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.record import collect, write_record
 from dspark_cli.launch.render import layout_script
+from dspark_cli.launch.rules import layout_findings
 from dspark_cli.machine.detect import Machine, detect
 from dspark_cli.run_files import NODES_SH
 from dspark_cli.server.deployment import Deployment
@@ -35,6 +42,29 @@ from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
+
+
+TARGETS: dict[str, DeployTarget] = {
+    t.name: t for t in (local.TARGET, slurm.TARGET, k8s.TARGET)}
+
+
+def deploy_target(cfg: LaunchConf) -> DeployTarget:
+    """The entry `deploy.target` names; UsageError naming the known ones otherwise."""
+    name = str(cfg.deploy.target)
+    if name not in TARGETS:
+        known = ", ".join(f"deploy={n}" for n in TARGETS)
+        raise UsageError(f"deploy.target={name!r} is not a deploy target here; use {known}")
+    return TARGETS[name]
+
+
+def dry_preflight(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,
+                  validate: bool = False) -> tuple[Finding, ...]:
+    """What a dry run checks wherever the plan would run: the rules that need no machine, the
+    node layout's and the target's own (the k8s image pinned); vLLM's verdict on every node's
+    command when asked (`--validate`)."""
+    found = (*checks.check(cfg, plan, machine=None, ask_vllm=False),
+             *layout_findings(plan), *target.findings(cfg))
+    return (*found, *node_verdicts(plan, cfg.server.validate_timeout_s)) if validate else found
 
 
 class VllmCheck(StrEnum):
@@ -164,6 +194,7 @@ def attach(cfg: LaunchConf, plan: LaunchPlan) -> AttachedServer:
     return AttachedServer(plan.base_url, log)
 
 
+# -- what a start on this machine needs from a plan ------------------------------------------
 def child_environ() -> dict[str, str]:
     """This process's environment without the secrets dspark moved out of its overrides
     (launch/secrets.py): the child gets those only under their real names."""

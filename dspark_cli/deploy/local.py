@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.deploy.target import DeployTarget, Launch
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.checks import LOCAL_HEAD
 from dspark_cli.launch.plan import LaunchPlan
