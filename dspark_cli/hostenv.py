@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.launch import runtime_pins
+from dspark_cli.launch import runtime
 from dspark_cli.launch.runtime import Runtime, installed, installed_vllm
 from dspark_cli.machine.detect import Machine
 from dspark_cli.status import Finding
@@ -128,7 +128,7 @@ def pin_rows(pins: Mapping[str, Any] | None, actual: Runtime) -> list[dict[str, 
     """One row per pin set: expected, installed, and whether they match."""
     have = actual.to_dict()
     return [{"pin": key, "expected": str(want), "installed": have.get(key),
-             "ok": runtime_pins.matches(key, str(want), have.get(key))}
+             "ok": runtime.matches(key, str(want), have.get(key))}
             for key, want in sorted((pins or {}).items()) if want is not None]
 
 
@@ -163,16 +163,16 @@ def collect(choice: Choice, machine: Machine, detected: str | None, table: Mappi
     pins = pin_rows(choice.pins, actual)
     wrong = sum(not p["ok"] for p in pins)
     refusals += [{"rule": f.rule, "key": f.key, "message": f.message
-                  if f.rule != runtime_pins.RULE or not wrong else
+                  if f.rule != runtime.RULE or not wrong else
                   f"{wrong} of the {len(pins)} pins differ from what is installed "
-                  f"(`{runtime_pins.KEY}=null` measures without them)"}
+                  f"(`{runtime.KEY}=null` measures without them)"}
                  for f in findings if f.failed]
     refusals += support_refusals(choice, have)
     reference = None
     if choice.reference and not pins:  # the pins say it all when there are some
-        ref_pins = runtime_pins.reference_pins(choice.reference)
+        ref_pins = runtime.reference_pins(choice.reference)
         reference = {"image": choice.reference,
-                     "differences": runtime_pins.mismatches(ref_pins, actual)}
+                     "differences": runtime.mismatches(ref_pins, actual)}
     return HostEnv(
         python=python_facts(), machine=machine.to_dict(), detected_profile=detected,
         profile=choice.profile, chosen_by=choice.chosen_by, vllm=vllm,
@@ -187,7 +187,7 @@ def option_table(derive: bool) -> tuple[dict[str, Any], bool]:
     """(where planning's option table comes from, whether it is at hand): shipped (no vLLM),
     the installed vLLM's cached entry, or not derived yet. `derive` derives it (imports vLLM
     in a subprocess, seconds) when no entry holds it."""
-    from dspark_cli.launch.vllm_table import active
+    from dspark_cli.launch.vllm_options import active
     from dspark_cli.vllm import options as vllm_options
 
     found = installed_vllm()

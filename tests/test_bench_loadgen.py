@@ -15,8 +15,7 @@ from dspark_cli.bench.loadgen import PhaseRun, latency_ms, phase_argv, run_phase
 from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.config.choices import Platform
 from dspark_cli.launch.layout import NodeLaunch, NodeLayout
-from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.profile import Profile
+from dspark_cli.launch.plan import LaunchPlan, Profile
 
 
 def launch_plan(argv: tuple[str, ...], args: tuple[tuple[str, object], ...], served: str,

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.launch.capture_sizes import coverage, grid
-from dspark_cli.launch.effective import EffectiveLaunch
+from dspark_cli.launch.effective import EffectiveLaunch, coverage, grid
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.rules import Context, Status, run_rules
 from dspark_cli.paths import conf_dir

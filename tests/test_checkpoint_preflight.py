@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from checkpoint_factory import build_checkpoint, fingerprint, rewrite_json
 
-from dspark_cli.launch.checkpoint_findings import OVERRIDE_KEY, checkpoint_findings
+from dspark_cli.launch.checks import OVERRIDE_KEY, checkpoint_findings
 from dspark_cli.launch.rules import Status
 from tests.conftest import compose_typed
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dspark_cli.deploy.k8s_schema import problems
+from dspark_cli.deploy.k8s.validation import problems
 from tests.conftest import run_dspark
 
 IMAGE = "registry.example/dspark-av@sha256:" + "49067946ae13f404" * 4

@@ -10,12 +10,17 @@ import subprocess
 import pytest
 import yaml
 
-from dspark_cli.deploy.k8s_manifests import CLEAN_SHM, manifests
-from dspark_cli.deploy.k8s_render import to_yaml
-from dspark_cli.deploy.k8s_schema import problems
-from dspark_cli.deploy.k8s_spec import IMAGE_UNSET, K8sSpec, image_problem
-from dspark_cli.deploy.node_script import dispatch, shell_word
-from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
+from dspark_cli.deploy.cluster import dispatch, shell_word
+from dspark_cli.deploy.k8s.manifests import (
+    CLEAN_SHM,
+    IMAGE_UNSET,
+    K8sSpec,
+    image_problem,
+    manifests,
+    to_yaml,
+)
+from dspark_cli.deploy.k8s.validation import problems
+from dspark_cli.deploy.slurm.job import SbatchSpec, sbatch_script
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLaunch, NodeLayout
 

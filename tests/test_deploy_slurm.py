@@ -113,8 +113,8 @@ def test_each_nodes_server_gets_the_nodes_cpus_and_memory_on_a_site_like_slurm(
     """task/affinity with cores and CR_CPU_Memory (tests/slurm_cluster.py): without asking,
     a task is pinned to one CPU and given DefMemPerCPU's memory; dspark's job gives each
     node's command every CPU and all the memory of its node."""
-    from dspark_cli.deploy.sbatch import sbatch_script
-    from dspark_cli.deploy.slurm_target import sbatch_spec
+    from dspark_cli.deploy.slurm.job import sbatch_script
+    from dspark_cli.deploy.slurm.target import sbatch_spec
     from dspark_cli.launch.plan import build_plan
 
     cfg = compose_typed(list(TINY_OVERRIDES))

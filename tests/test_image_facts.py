@@ -16,8 +16,7 @@ import pytest
 
 from dspark_cli.config.typed import plain
 from dspark_cli.errors import ExitCode
-from dspark_cli.launch.runtime import Runtime
-from dspark_cli.launch.runtime_pins import matches, mismatches
+from dspark_cli.launch.runtime import Runtime, matches, mismatches
 from dspark_cli.report.markdown import write_report
 from tests.conftest import REPO, compose_typed, run_dspark
 from tests.report_factory import SEED_RUNTIME, smoke_run

@@ -82,9 +82,10 @@ FORBIDDEN = {
     "dspark_cli.launch": (*FEATURES, "dspark_cli.deploy"),
     "dspark_cli.server": (*FEATURES, "dspark_cli.deploy"),
     # config/schema.py takes the deploy targets' settings from deploy/schema.py (a leaf that
-    # imports only config/ and deploy/sbatch_options.py); nothing else of deploy/.
+    # imports only config/); nothing else of deploy/.
     "dspark_cli.config": (*FEATURES, "dspark_cli.launch", "dspark_cli.server",
-                          "dspark_cli.deploy.start", "dspark_cli.deploy.targets",
+                          *(f"dspark_cli.deploy.{m}" for m in ("start", "target", "local",
+                                                               "cluster", "slurm", "k8s")),
                           "dspark_cli.vllm"),
     "dspark_cli.vllm": (*FEATURES, *MIDDLE),
     "dspark_cli.machine": (*FEATURES, *MIDDLE),
@@ -99,11 +100,11 @@ def test_layers_point_one_way() -> None:
 
 
 def test_the_deploy_target_is_named_in_one_place() -> None:
-    """`deploy.target` is looked up in deploy/targets.py only; every other module asks the
-    target's entry (here, render, findings, deployment)."""
+    """`deploy.target` is looked up in deploy/start.py only (the registry); every other module
+    asks the target's entry (here, render, findings, deployment)."""
     readers = sorted(str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
                      if "deploy.target)" in p.read_text() or "deploy.target ==" in p.read_text())
-    assert readers == ["dspark_cli/deploy/targets.py"]
+    assert readers == ["dspark_cli/deploy/start.py"]
 
 
 def test_only_the_command_edge_and_config_import_omegaconf() -> None:

@@ -1,4 +1,4 @@
-"""A managed Kubernetes deployment (`deploy/k8s_run.py`) through `kubectl`, on a fake one-host
+"""A managed Kubernetes deployment (`deploy/k8s/run.py`) through `kubectl`, on a fake one-host
 cluster: no Kubernetes can run on this machine (no container runtime, no kubelet), so
 tests/doubles/fake_kubectl.py plays the API server and the kubelet with real processes, real
 TCP and kubectl's own output. The "image" is a directory on PATH whose `vllm` is a real HTTP
@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dspark_cli.deploy.k8s_pods import pod_problem
-from dspark_cli.deploy.k8s_run import kubernetes_run
-from dspark_cli.deploy.k8s_target import k8s_spec
+from dspark_cli.deploy.k8s.run import kubernetes_run, pod_problem
+from dspark_cli.deploy.k8s.target import k8s_spec
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.server.process import free_port

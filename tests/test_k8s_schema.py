@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from dspark_cli.deploy.k8s_schema import problems, require_valid_manifests
+from dspark_cli.deploy.k8s.validation import problems, require_valid_manifests
 from dspark_cli.errors import CheckFailed
 
 POD = {"metadata": {"labels": {"app": "x"}},
@@ -87,7 +87,7 @@ def test_missing_required_and_unknown_kinds():
     assert problems(["not a mapping"])
 
 
-# --- the LeaderWorkerSet against the real CRD (dspark_cli/deploy/leaderworkerset-crd.yaml.gz) --
+# --- the LeaderWorkerSet against the real CRD (dspark_cli/deploy/k8s/leaderworkerset-crd.yaml.gz)
 
 TEMPLATE = ("spec", "leaderWorkerTemplate")
 
@@ -134,14 +134,14 @@ def test_the_crd_is_the_shipped_copy_of_lws_own():
     import hashlib
     from importlib import resources
 
-    from dspark_cli.deploy import lws_crd
+    from dspark_cli.deploy.k8s import validation
 
-    data = resources.files("dspark_cli.deploy").joinpath(lws_crd.CRD_FILE).read_bytes()
-    assert hashlib.sha256(data).hexdigest() in (lws_crd.__doc__ or "")
-    crd = lws_crd.crd()
+    data = resources.files("dspark_cli.deploy.k8s").joinpath(validation.CRD_FILE).read_bytes()
+    assert hashlib.sha256(data).hexdigest() in (validation.__doc__ or "")
+    crd = validation.crd()
     assert crd["spec"]["group"] == "leaderworkerset.x-k8s.io"
     assert crd["spec"]["names"]["kind"] == "LeaderWorkerSet"
-    assert "subGroupPolicyType" in lws_crd.schema_at(
+    assert "subGroupPolicyType" in validation.schema_at(
         "spec.leaderWorkerTemplate.subGroupPolicy")["properties"]
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dspark_cli.config.typed import plain
+from dspark_cli.deploy.start import record_notes
 from dspark_cli.launch.plan import build_plan
-from dspark_cli.launch.prepare import record_notes
 from dspark_cli.launch.record import write_config, write_record
 from dspark_cli.launch.secrets import REDACTED, learn
 from dspark_cli.paths import CONFIG_YAML

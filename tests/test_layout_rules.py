@@ -9,12 +9,12 @@ import pytest
 
 from dspark_cli.errors import ExitCode, UsageError
 from dspark_cli.launch.layout import NodeLayout
-from dspark_cli.launch.layout_rules import (
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.launch.rules import (
     LAYOUT_RULES,
     checked_layout,
     layout_findings,
 )
-from dspark_cli.launch.plan import build_plan
 from dspark_cli.status import Status
 from tests.conftest import compose_typed, run_dspark
 

@@ -12,7 +12,7 @@ import pytest
 from checkpoint_factory import build_checkpoint
 
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.model_family import MAX_CONFIG_BYTES, check_family, read_declared
+from dspark_cli.launch.checks import MAX_CONFIG_BYTES, check_family, read_declared
 from tests.conftest import compose_typed, run_dspark
 
 

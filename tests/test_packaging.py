@@ -176,6 +176,7 @@ def test_make_dist_builds_the_wheel_and_the_sdist(dist: Path) -> None:
     assert {"dspark_cli/cli.py", "dspark_cli/conf/hw/mi350x.yaml",
             "dspark_cli/conf/image/seed_mi350x.yaml"} <= names
     assert "dspark_cli/launch/vllm_serve_options.json" in names  # the shipped option table
+    assert "dspark_cli/deploy/k8s/leaderworkerset-crd.yaml.gz" in names  # the LWS CRD
     assert not any(n.startswith("tests/") for n in names)
     assert set(re.findall(r"^Provides-Extra: (\S+)$", meta, re.MULTILINE)) == set(
         project()["optional-dependencies"])

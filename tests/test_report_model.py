@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dspark_cli.launch.provenance import checkpoint_identity
+from dspark_cli.launch.record import checkpoint_identity
 from dspark_cli.report.markdown import write_report
 from tests.checkpoint_factory import (
     DSV4_FLASH_QUANTIZATION,

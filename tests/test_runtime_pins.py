@@ -17,8 +17,7 @@ import pytest
 from dspark_cli.config.schema import RuntimePins
 from dspark_cli.config.typed import plain
 from dspark_cli.launch import runtime
-from dspark_cli.launch.runtime import Runtime, wheel_sha256
-from dspark_cli.launch.runtime_pins import finding, mismatches, reference_pins
+from dspark_cli.launch.runtime import Runtime, finding, mismatches, reference_pins, wheel_sha256
 from dspark_cli.status import Status
 from tests.conftest import compose_typed, run_dspark
 

@@ -17,7 +17,7 @@ from dspark_cli.errors import UsageError
 from dspark_cli.launch import secrets
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
-from dspark_cli.launch.secret_overrides import hide
+from dspark_cli.launch.secrets import hide
 from dspark_cli.server.process import free_port
 from tests.conftest import compose_typed, dspark_env, run_dspark
 from tests.smoke_support import smoke_args, smoke_argv
@@ -203,7 +203,7 @@ def test_a_secret_typed_into_a_config_file_is_redacted_in_hydras_copies(tmp_path
 
 
 def test_the_child_gets_secrets_only_under_their_real_names(monkeypatch) -> None:
-    from dspark_cli.launch.prepare import child_environ
+    from dspark_cli.deploy.start import child_environ
 
     monkeypatch.setenv("DSPARK_SECRET_HW_ENV_HF_TOKEN", "moved-12345678")
     monkeypatch.setenv("PATH_LIKE_THING", "kept")

@@ -215,7 +215,7 @@ def test_a_dry_run_writes_nothing_into_the_users_home(tmp_path: Path) -> None:
 def test_the_tiny_model_is_made_outside_the_users_home(tmp_path: Path) -> None:
     home, env = fresh_home(tmp_path)
     code = ("from tests.conftest import compose_typed; "
-            "from dspark_cli.launch.prepare import ensure_model; "
+            "from dspark_cli.deploy.start import ensure_model; "
             "cfg = compose_typed(['+hw=cpu']); ensure_model(cfg); print(cfg.model.path)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, timeout=300, env={**os.environ, **env})

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from dspark_cli.deploy.node_script import is_loopback
-from dspark_cli.deploy.sbatch import SbatchSpec, check_header
+from dspark_cli.deploy.cluster import is_loopback
+from dspark_cli.deploy.slurm.job import SbatchSpec, check_header
 from dspark_cli.errors import UsageError
 from tests.conftest import run_dspark
 
@@ -170,7 +170,7 @@ def test_a_cluster_head_address_passes():
 def test_each_task_gets_the_fewest_cpus_of_the_jobs_nodes(per_node, cpus):
     import subprocess
 
-    from dspark_cli.deploy.sbatch import NODE_CPUS
+    from dspark_cli.deploy.slurm.job import NODE_CPUS
 
     done = subprocess.run(["bash", "-c", NODE_CPUS + 'echo "$node_cpus"'], capture_output=True,
                           text=True, env={"SLURM_JOB_CPUS_PER_NODE": per_node,

@@ -182,7 +182,7 @@ def test_a_planted_entry_is_never_used(tmp_path: Path, how: str) -> None:
 
 
 def test_the_run_record_names_the_table(tmp_path: Path) -> None:
-    code = ("import json; from dspark_cli.launch.provenance import collect; "
+    code = ("import json; from dspark_cli.launch.record import collect; "
             "print(json.dumps(collect('/nowhere', None)['vllm_options']))")
     env = {**os.environ, **other_vllm(tmp_path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

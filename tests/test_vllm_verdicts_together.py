@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from dspark_cli.deploy.start import ask_vllm_together
+from dspark_cli.deploy.start import ask_vllm_together, ensure_model
+from dspark_cli.launch.checks import node_verdicts
 from dspark_cli.launch.plan import build_plan
-from dspark_cli.launch.prepare import ensure_model
-from dspark_cli.launch.vllm_verdict import node_verdicts
 from dspark_cli.vllm import accepts
 from tests.conftest import compose_typed
 

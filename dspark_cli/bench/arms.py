@@ -20,8 +20,8 @@ from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.config.schema import SpeculativeConf
 from dspark_cli.config.typed import with_group
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
+from dspark_cli.launch.rules import checked_layout
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.logscan import DraftParams, draft_params_spec
 from dspark_cli.server.metrics import expected_of

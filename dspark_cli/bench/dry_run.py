@@ -47,7 +47,7 @@ def _launch(arm: Arm) -> tuple[str, str]:
     """How a cell of `arm` starts (a comment) and the text its deploy target runs: the plan's
     command (one node here), every node's block (several nodes here), the job script (Slurm),
     the manifests (Kubernetes)."""
-    from dspark_cli.deploy.targets import deploy_target
+    from dspark_cli.deploy.start import deploy_target
 
     layout = arm.plan.layout
     target = deploy_target(arm.cfg)

@@ -43,7 +43,7 @@ def claimed_ports(cfg: BenchPrimary) -> Iterator[BenchPrimary]:
             or HydraConfig.get().mode != RunMode.MULTIRUN):
         yield cfg
         return
-    from dspark_cli.deploy.targets import deploy_target
+    from dspark_cli.deploy.start import deploy_target
     from dspark_cli.launch.plan import client_host
     from dspark_cli.server.process import claimed_port
 

@@ -117,8 +117,7 @@ def _dry_run(protocol: Any, dataset: Any, arms: dict[str, Any], directory: Path,
              watches: Any) -> int:
     from dspark_cli.bench.dataset import input_findings
     from dspark_cli.bench.dry_run import plan_dict, plan_text, watch_dicts, watch_text
-    from dspark_cli.deploy.preflight import dry_preflight
-    from dspark_cli.deploy.targets import deploy_target
+    from dspark_cli.deploy.start import deploy_target, dry_preflight
     from dspark_cli.launch import checks
 
     inputs = input_findings(protocol, dataset)

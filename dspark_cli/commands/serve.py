@@ -10,10 +10,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from dspark_cli.commands.command import Command
-from dspark_cli.deploy.target_entry import DeployTarget
+from dspark_cli.deploy.target import DeployTarget
 from dspark_cli.launch import checks
-from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
+from dspark_cli.launch.rules import checked_layout
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
@@ -36,7 +36,7 @@ def _dry_run(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,
              opts: argparse.Namespace) -> int:
     """Print what the target runs (the plan's script, every node's block, the job script, the
     manifests) and the preflight that needs no machine."""
-    from dspark_cli.deploy.preflight import dry_preflight
+    from dspark_cli.deploy.start import dry_preflight
 
     found = dry_preflight(cfg, plan, target, opts.validate)
     if opts.json:
@@ -48,7 +48,7 @@ def _dry_run(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,
 
 
 def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
-    from dspark_cli.deploy.targets import TARGETS, deploy_target
+    from dspark_cli.deploy.start import TARGETS, deploy_target
     from dspark_cli.errors import CheckFailed, UsageError
 
     target = deploy_target(cfg)
@@ -63,7 +63,7 @@ def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     from dspark_cli.launch.record import run_dir
 
     if target.hand_off is not None and not opts.apply:
-        from dspark_cli.deploy.preflight import dry_preflight
+        from dspark_cli.deploy.start import dry_preflight
 
         found = dry_preflight(cfg, plan, target, opts.validate)
         checks.print_findings(found)

@@ -64,11 +64,10 @@ def _dry_run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
     needs no machine; an attached smoke (`server.url`) boots nothing and says so."""
     import sys
 
-    from dspark_cli.deploy.preflight import dry_preflight
-    from dspark_cli.deploy.targets import deploy_target
+    from dspark_cli.deploy.start import deploy_target, dry_preflight
     from dspark_cli.launch import checks
-    from dspark_cli.launch.layout_rules import checked_layout
     from dspark_cli.launch.plan import build_plan
+    from dspark_cli.launch.rules import checked_layout
 
     if cfg.server.url is not None:
         print(f"# dspark smoke: attaches to {cfg.server.url}; boots nothing")

@@ -71,11 +71,10 @@ def _dry_run(cfg: ValidatePrimary, opts: argparse.Namespace) -> int:
     from dspark_cli.bench.dry_run import plan_dict as bench_dict
     from dspark_cli.bench.dry_run import plan_text as bench_text
     from dspark_cli.bench.workflow import protocol_of
-    from dspark_cli.deploy.preflight import dry_preflight
-    from dspark_cli.deploy.targets import deploy_target
+    from dspark_cli.deploy.start import deploy_target, dry_preflight
     from dspark_cli.launch import checks
-    from dspark_cli.launch.layout_rules import checked_layout
     from dspark_cli.launch.plan import build_plan
+    from dspark_cli.launch.rules import checked_layout
     from dspark_cli.validate.stages import plan_doc, plan_text
 
     directory = Path.cwd() / "runs" / "validate" / "<time>"

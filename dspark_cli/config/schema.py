@@ -225,7 +225,7 @@ class DeployConf:
 
 @schema_class
 class RuntimePins:
-    """Pinned software a result is measured with (`dspark_cli/launch/runtime_pins.py`); a null
+    """Pinned software a result is measured with (`dspark_cli/launch/runtime.py`); a null
     pin is not checked. Commits match by prefix (7 hex digits or more)."""
 
     vllm_version: str | None = None

@@ -1,37 +1,38 @@
-"""The one start step, plan -> deployment, for `serve`, `smoke`, `bench` and `validate`.
+"""The one start step, plan -> deployment, for `serve`, `smoke`, `bench` and `validate`, and
+the registry of deploy targets it starts on (`deploy_target`: the one place `deploy.target` is
+looked up; `target.py` says what an entry is).
 
-`ready()` does what every start needs once, before anything boots: the deploy target's entry
-(`targets.py`), a command of its own refused where it cannot run, the port checked, the
-preflight (on this machine, or the rules that need none when the cluster's machine runs it), the
-model, vLLM's own validation by one policy (`vllm_check`), and the run record. The `Ready` it
-returns makes a fresh `Deployment` per start (`serve` and `smoke` one, `bench` one per cell).
+`ready()` does what every start needs once, before anything boots: the deploy target's entry, a
+command of its own refused where it cannot run, the port checked, the preflight (on this
+machine, or the rules that need none when the cluster's machine runs it), the model (the tiny
+one built when the profile names it), vLLM's own validation by one policy (`vllm_check`), the
+argv that really runs and its environment, and the run record. The `Ready` it returns makes a
+fresh `Deployment` per start (`serve` and `smoke` one, `bench` one per cell). A dry run's
+preflight (`dry_preflight`) prints the same findings for the same plan wherever it would run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dspark_cli.compat import StrEnum
-from dspark_cli.deploy.target_entry import DeployTarget, Launch
-from dspark_cli.deploy.targets import deploy_target
+from dspark_cli.deploy import local
+from dspark_cli.deploy.k8s import target as k8s
+from dspark_cli.deploy.slurm import target as slurm
+from dspark_cli.deploy.target import DeployTarget, Launch
 from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch import checks
-from dspark_cli.launch.layout_render import layout_script
+from dspark_cli.launch.checks import LOCAL_HEAD, ask_together, node_verdicts, plan_verdict
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.prepare import (
-    child_environ,
-    ensure_model,
-    launch_argv,
-    machine_checks,
-    record_notes,
-)
-from dspark_cli.launch.provenance import collect
-from dspark_cli.launch.record import write_record
-from dspark_cli.launch.vllm_verdict import LOCAL_HEAD, ask_together, node_verdicts, plan_verdict
-from dspark_cli.machine.detect import Machine
+from dspark_cli.launch.record import collect, write_record
+from dspark_cli.launch.render import layout_script
+from dspark_cli.launch.rules import layout_findings
+from dspark_cli.machine.detect import Machine, detect
 from dspark_cli.paths import NODES_SH
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import ensure_port_free
@@ -41,6 +42,29 @@ from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
+
+
+TARGETS: dict[str, DeployTarget] = {
+    t.name: t for t in (local.TARGET, slurm.TARGET, k8s.TARGET)}
+
+
+def deploy_target(cfg: LaunchConf) -> DeployTarget:
+    """The entry `deploy.target` names; UsageError naming the known ones otherwise."""
+    name = str(cfg.deploy.target)
+    if name not in TARGETS:
+        known = ", ".join(f"deploy={n}" for n in TARGETS)
+        raise UsageError(f"deploy.target={name!r} is not a deploy target here; use {known}")
+    return TARGETS[name]
+
+
+def dry_preflight(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,
+                  validate: bool = False) -> tuple[Finding, ...]:
+    """What a dry run checks wherever the plan would run: the rules that need no machine, the
+    node layout's and the target's own (the k8s image pinned); vLLM's verdict on every node's
+    command when asked (`--validate`)."""
+    found = (*checks.check(cfg, plan, machine=None, ask_vllm=False),
+             *layout_findings(plan), *target.findings(cfg))
+    return (*found, *node_verdicts(plan, cfg.server.validate_timeout_s)) if validate else found
 
 
 class VllmCheck(StrEnum):
@@ -168,3 +192,68 @@ def attach(cfg: LaunchConf, plan: LaunchPlan) -> AttachedServer:
         raise UsageError(f"server.log={log} is not a file; give the attached server's log, "
                          "or leave server.log unset to skip the log checks.")
     return AttachedServer(plan.base_url, log)
+
+
+# -- what a start on this machine needs from a plan ------------------------------------------
+def child_environ() -> dict[str, str]:
+    """This process's environment without the secrets dspark moved out of its overrides
+    (launch/secrets.py): the child gets those only under their real names."""
+    from dspark_cli.launch.secrets import PREFIX
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+
+
+def ensure_model(cfg: LaunchConf) -> None:
+    """Build the synthetic model the profile names, if it is not cached yet."""
+    if cfg.model.synthetic == "tiny":
+        from dspark_cli.vllm.tiny_model import build
+
+        if not (Path(cfg.model.path) / "config.json").is_file():
+            print(f"dspark: making the tiny model at {cfg.model.path}", file=sys.stderr)
+        build(Path(cfg.model.path))
+    elif cfg.model.synthetic == "tiny_qwen3":
+        from dspark_cli.vllm.tiny_model import build_qwen3_dspark
+
+        if cfg.model.draft is None:
+            raise UsageError("model.synthetic=tiny_qwen3 makes a target and its DSpark draft: "
+                             "set model.draft to the draft's directory.")
+        if not all((Path(p) / "config.json").is_file() for p in (cfg.model.path,
+                                                                  cfg.model.draft)):
+            print(f"dspark: making the tiny Qwen3 pair at {cfg.model.path} and "
+                  f"{cfg.model.draft}", file=sys.stderr)
+        build_qwen3_dspark(Path(cfg.model.path), Path(cfg.model.draft))
+    elif cfg.model.synthetic is not None:
+        raise UsageError(f"model.synthetic={cfg.model.synthetic!r} is unknown; use `tiny`, "
+                         "`tiny_qwen3` or null")
+
+
+def launch_argv(cfg: LaunchConf, plan: LaunchPlan) -> tuple[str, ...]:
+    """The argv to start: `server.command`, or the plan's vLLM through the shim."""
+    custom = cfg.server.command
+    if custom is not None:
+        argv = tuple(str(a) for a in custom)
+        if not argv:
+            raise UsageError("server.command is empty; give the argv to launch, e.g. "
+                             "server.command=[my-wrapper,vllm,serve]")
+        return argv
+    from dspark_cli.vllm.shim import vllm_command
+
+    return tuple(vllm_command(plan.argv))
+
+
+def machine_checks(cfg: LaunchConf, plan: LaunchPlan) -> tuple[Machine, tuple[Finding, ...]]:
+    """This machine and the preflight on it, printed; CheckFailed when a rule fails."""
+    machine = detect()
+    findings = checks.check(cfg, plan, machine, ask_vllm=False)
+    checks.print_findings(findings)
+    if any(f.failed for f in findings):
+        raise CheckFailed("preflight failed; nothing was started (details above).")
+    return machine, findings
+
+
+def record_notes(argv: Iterable[str], custom: bool,
+                 findings: Iterable[Finding]) -> list[str]:
+    """The run record's notes: the explicit overrides (a command of one's own, a check
+    switched off on purpose), from the findings' fields, never their text."""
+    notes = [f"server.command replaces the planned argv: {list(argv)}"] if custom else []
+    return notes + [f"{f.rule}: {f.message}" for f in findings if f.overridden]

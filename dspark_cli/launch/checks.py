@@ -1,30 +1,47 @@
-"""Every check before a boot, in one call: the plan's and the machine's rules, the local
-checkpoint (structure, pins, DSpark heads) and, when asked, vLLM's own validation; and how
-their findings are reported."""
+"""Every check before a boot, in one call: the plan's and the machine's rules (`rules.py`), the
+local checkpoint and, when asked, vLLM's own validation; and how their findings are reported.
+
+The checkpoint, when model.path is a local directory: its config.json decides the model family,
+not the model option's name (`check_family`: `model=local` on a DeepSeek-V4 checkpoint would
+drop the family's flags and rules, a family option on another architecture would force them;
+both are refused, naming the option to use; config.json is read as untrusted input: bounded in
+size, a regular file, a JSON object with fields of the right types); then the structural pass,
+the pins and the DSpark head check, seconds before a long boot. Adaptive verification without a
+verified confidence head is refused (vLLM would silently fall back to an online estimator)
+unless `checks.allow_missing_confidence_head=true` says so on purpose; the finding is then
+marked `overridden`, reported and recorded, not hidden.
+
+vLLM's own verdict (`vllm/accepts.py` asks vLLM in a subprocess): on the plan's command, or on
+every node's command with the head's address resolved.
+"""
 
 from __future__ import annotations
 
+import stat
 import sys
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from dspark_cli.errors import ExitCode
+from dspark_cli.config.typed import plain, select
+from dspark_cli.errors import ExitCode, UsageError
+from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.rules import Context, run_rules
 from dspark_cli.status import Finding, Status
+from dspark_cli.vllm.accepts import Verdicts, vllm_accepts_command, vllm_accepts_commands
 
-if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
-    from dspark_cli.config.schema import LaunchConf
+if TYPE_CHECKING:  # detection (subprocess, sysfs) and the checkpoint modules load when used
+    from dspark_cli.checkpoint.result import CheckpointResult, Problem
+    from dspark_cli.config.schema import LaunchConf, ModelConf
     from dspark_cli.machine.detect import Machine
 
 
 def check(cfg: LaunchConf, plan: LaunchPlan, machine: Machine | None,
           ask_vllm: bool) -> tuple[Finding, ...]:
     """All preflight findings; machine rules are skipped without a machine (a dry run)."""
-    from dspark_cli.config.typed import plain
-    from dspark_cli.launch import runtime_pins
-    from dspark_cli.launch.checkpoint_findings import checkpoint_findings
-    from dspark_cli.launch.model_family import check_family
+    from dspark_cli.launch import runtime
 
     check_family(cfg.model)  # the checkpoint's config.json decides the family
     ctx = Context(plan, machine)
@@ -32,11 +49,9 @@ def check(cfg: LaunchConf, plan: LaunchPlan, machine: Machine | None,
     # The rendered speculative config decides whether the confidence head is needed.
     findings += checkpoint_findings(cfg.model, ctx.launch.speculative, cfg.checks,
                                     dry_run=machine is None)
-    findings.append(runtime_pins.finding(plain(cfg.runtime.expected), dry_run=machine is None,
-                                         reference=cfg.runtime.reference))
+    findings.append(runtime.finding(plain(cfg.runtime.expected), dry_run=machine is None,
+                                    reference=cfg.runtime.reference))
     if ask_vllm:
-        from dspark_cli.launch.vllm_verdict import plan_verdict
-
         findings.append(plan_verdict(plan, cfg.server.validate_timeout_s))
     return tuple(findings)
 
@@ -71,3 +86,280 @@ def print_findings(findings: Iterable[Finding], label: str = "") -> None:
 
 def exit_code(findings: Iterable[Finding]) -> int:
     return int(ExitCode.CHECK_FAILED if any(f.failed for f in findings) else ExitCode.OK)
+
+
+# -- the local checkpoint -------------------------------------------------------------------
+OVERRIDE_KEY = "checks.allow_missing_confidence_head"
+_SHOWN = 3  # problems quoted in one finding; `dspark verify-checkpoint` lists them all
+# Head problems that only matter to adaptive verification (fixed-K DSpark runs without it).
+_CONFIDENCE_ONLY = frozenset({
+    "confidence-head-disabled", "confidence-head-missing", "confidence-head-shape",
+    "confidence-head-dtype", "confidence-head-not-finite",
+})
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    """`key` of a typed config node or of the plan's rendered (dict) settings."""
+    value = select(cfg, key)
+    return default if value is None else value
+
+
+def _summary(problems: tuple[Problem, ...] | list[Problem]) -> str:
+    shown = "; ".join(f"{p.subject}: expected {p.expected}, found {p.actual}"
+                      for p in problems[:_SHOWN])
+    more = len(problems) - _SHOWN
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def _verify(path: Path, model_cfg: Any) -> CheckpointResult:
+    from dspark_cli.checkpoint.verify import verify_checkpoint
+
+    expected = plain(_get(model_cfg, "expected", {}))
+    return verify_checkpoint(path, expected)
+
+
+def _head_finding(
+    report: CheckpointResult | None, method: str | None, adaptive: bool, allow: bool, why: str
+) -> Finding:
+    """The head verdict; `why` says why there is no report (the draft is not local)."""
+    rule = "checkpoint-confidence-head"
+    if method != "dspark":
+        return Finding(rule, Status.skipped, "no DSpark draft in use", "speculative",
+                       applies=False)
+    if report is not None and not report.dspark:
+        why = f"{report.path}/config.json declares no DSpark draft (no dspark_* key)"
+    elif report is not None:
+        from dspark_cli.checkpoint.result import Check
+
+        problems = [p for p in report.problems_of(Check.head)
+                    if adaptive or p.code not in _CONFIDENCE_ONLY]
+        if not problems:
+            return Finding(rule, Status.passed, "the DSpark heads are present and valid",
+                           "speculative")
+        if not adaptive:
+            return Finding(rule, Status.failed, f"the DSpark draft is incomplete: "
+                           f"{_summary(problems)}", "model.path")
+        why = _summary(problems)
+    if not adaptive:
+        return Finding(rule, Status.skipped, f"heads not checked: {why}", "speculative")
+    if allow:
+        return Finding(rule, Status.skipped,
+                       f"OVERRIDDEN by {OVERRIDE_KEY}=true: adaptive verification launches "
+                       "without a verified confidence head, and vLLM will silently use its "
+                       f"online estimator instead ({why})", OVERRIDE_KEY, overridden=True)
+    return Finding(rule, Status.failed,
+                   f"adaptive verification needs a verified confidence head ({why}); use a "
+                   "checkpoint revision that ships the head, or speculative=dspark_fixed; "
+                   f"{OVERRIDE_KEY}=true launches anyway, on purpose", "speculative")
+
+
+def checkpoint_findings(
+    model_cfg: Any, speculative_cfg: Any, checks_cfg: Any = None, dry_run: bool = False
+) -> list[Finding]:
+    """Findings on the local checkpoint: structure, pins, heads (fail closed for adaptive).
+    A dry run plans for another machine, so a checkpoint absent here is skipped, not failed."""
+    raw = _get(model_cfg, "path")
+    path = Path(str(raw)).expanduser() if raw else None
+    method = _get(speculative_cfg, "method")
+    adaptive = _get(speculative_cfg, "enable_adaptive_verification", False) is True
+    allow = bool(_get(checks_cfg, "allow_missing_confidence_head", False))
+    if path is None or not path.is_dir():
+        why = f"model.path {raw} is not a local directory, so it cannot be checked here"
+        head = _head_finding(None, method, adaptive, allow, why)
+        if dry_run and head.failed:
+            head = Finding(head.rule, Status.skipped, f"{why}; a real launch refuses adaptive "
+                           "verification until the head is verified", head.key)
+        return [Finding("checkpoint-structure", Status.skipped, why, "model.path"), head]
+    from dspark_cli.checkpoint.result import Check
+
+    report = _verify(path, model_cfg)
+    structure = report.problems_of(Check.structure)
+    findings = [
+        Finding("checkpoint-structure",
+                Status.failed if structure else Status.passed,
+                f"{path}: {_summary(structure)}" if structure
+                else f"{report.num_shards} shards, {report.num_tensors:,} tensors: headers "
+                     "valid and matching the index",
+                "model.path")
+    ]
+    if Check.pins in report.checks:
+        pins = report.problems_of(Check.pins)
+        findings.append(
+            Finding("checkpoint-pins", Status.failed if pins else Status.passed,
+                    _summary(pins) if pins else "the checkpoint matches model.expected.*",
+                    "model.expected")
+        )
+    draft = _get(speculative_cfg, "model")
+    draft_path = Path(str(draft)).expanduser() if draft else path
+    if draft_path == path:
+        head_report = report
+    elif draft_path.is_dir():
+        head_report = _verify(draft_path, {})
+    else:
+        head_report = None
+    why = f"the draft {draft} is not a local directory, so its heads cannot be checked"
+    findings.append(_head_finding(head_report, method, adaptive, allow, why))
+    return findings
+
+
+MAX_CONFIG_BYTES = 8 << 20  # a model's config.json is kilobytes; no legitimate one comes close
+
+
+@dataclass(frozen=True)
+class Family:
+    architectures: tuple[str, ...]
+    model_types: tuple[str, ...]
+    option: str  # the model option that serves any checkpoint of the family
+
+
+FAMILIES = {
+    "deepseek_v4": Family(("DeepseekV4ForCausalLM",), ("deepseek_v4",), "deepseek_v4_local"),
+}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a checkpoint's config.json says it is."""
+
+    architectures: tuple[str, ...]
+    model_type: str | None
+
+    @property
+    def family(self) -> str | None:
+        return next((name for name, f in FAMILIES.items()
+                     if set(self.architectures) & set(f.architectures)
+                     or self.model_type in f.model_types), None)
+
+    def __str__(self) -> str:
+        shown = ", ".join(self.architectures) or (self.model_type and f"model_type "
+                                                  f"{self.model_type}")
+        return shown or "no architecture"
+
+
+def _bad(path: Path, why: str) -> UsageError:
+    return UsageError(f"{path}: {why}; model.path must be a checkpoint directory whose "
+                      f"{path.name} is the model's (a JSON object naming its architectures).")
+
+
+def read_declared(root: Path) -> Declared | None:
+    """What `root/config.json` declares; None when there is none (the structural check
+    reports a missing file). UsageError for a file that cannot be a model's config."""
+    from dspark_cli.checkpoint.structure import CONFIG_NAME, ParseError, parse_config
+
+    path = root / CONFIG_NAME
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # a symlink loop, a permission problem
+        raise _bad(path, f"cannot be read ({e.strerror or e})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _bad(path, "is not a regular file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise _bad(path, f"is {info.st_size:,} bytes, more than any model config "
+                         f"({MAX_CONFIG_BYTES >> 20} MiB)")
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:  # it grew since stat
+            raise _bad(path, f"is more than any model config ({MAX_CONFIG_BYTES >> 20} MiB)")
+        config = parse_config(raw)
+    except OSError as e:
+        raise _bad(path, f"cannot be read ({e.strerror or e})") from None
+    except ParseError as e:
+        raise _bad(path, str(e)) from None
+    return Declared(_architectures(path, config), _model_type(path, config))
+
+
+def _architectures(path: Path, config: dict[str, Any]) -> tuple[str, ...]:
+    value = config.get("architectures")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise _bad(path, f"`architectures` must be a list of names, not {_shown(value)}")
+    return tuple(value)
+
+
+def _model_type(path: Path, config: dict[str, Any]) -> str | None:
+    value = config.get("model_type")
+    if value is not None and not isinstance(value, str):
+        raise _bad(path, f"`model_type` must be a name, not {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def check_family(model: ModelConf) -> None:
+    """Refuse a model option whose family is not the local checkpoint's (UsageError, exit 2).
+    A path that is not a local directory (a hub id, another machine's path) is not read."""
+    raw = model.path
+    root = Path(str(raw)).expanduser() if raw else None
+    if root is None or not root.is_dir():
+        return
+    declared = read_declared(root)
+    if declared is None:
+        return
+    actual, chosen = declared.family, model.family
+    if actual == chosen:
+        return
+    from dspark_cli.checkpoint.structure import CONFIG_NAME  # read only for a local checkpoint
+
+    name = model.name
+    if actual is not None:
+        raise UsageError(
+            f"{root}/{CONFIG_NAME} declares {declared} (the {actual} family), but model={name} "
+            "serves it without that family's flags and rules (fp8 KV cache, trust-remote-code, "
+            f"its parsers); use model={FAMILIES[actual].option} model.path={root}")
+    raise UsageError(
+        f"model={name} is for {chosen} checkpoints, but {root}/{CONFIG_NAME} declares "
+        f"{declared}; use model=local model.path={root}")
+
+
+# -- vLLM's own verdict ---------------------------------------------------------------------
+LOCAL_HEAD = "127.0.0.1"  # where a layout's head is when nothing else says
+
+
+def plan_verdict(plan: LaunchPlan, timeout_s: float, asked: Verdicts | None = None) -> Finding:
+    """A finding: vLLM accepts the command, or why not (not installed, rejected, no answer
+    within `timeout_s`); `asked`: the command's answers so far."""
+    return vllm_accepts_command(plan.argv, plan.env_map, timeout_s=timeout_s, asked=asked)
+
+
+def layout_verdict(layout: NodeLayout, timeout_s: float, head_addr: str = LOCAL_HEAD,
+                   asked: Verdicts | None = None) -> tuple[Finding, ...]:
+    """vLLM's verdict on every node's command, the head's address placeholder resolved; one
+    subprocess when the nodes share their environment (they do when planned from one config)."""
+    labels = [f"node {node.rank}: " for node in layout.launches]
+    argvs = [node.resolved(head_addr) for node in layout.launches]
+    envs = [dict(node.env) for node in layout.launches]
+    if all(e == envs[0] for e in envs):
+        return vllm_accepts_commands(argvs, envs[0], labels, timeout_s, asked)
+    return tuple(vllm_accepts_command(a, e, label, timeout_s, asked)
+                 for a, e, label in zip(argvs, envs, labels, strict=True))
+
+
+def _commands(plan: LaunchPlan) -> list[tuple[list[str], dict[str, str]]]:
+    """What `node_verdicts` asks about: every node's command and env (one node: the plan's)."""
+    if plan.layout.nodes > 1:
+        return [(node.resolved(LOCAL_HEAD), dict(node.env)) for node in plan.layout.launches]
+    return [(list(plan.argv), dict(plan.env_map))]
+
+
+def ask_together(plans: Sequence[LaunchPlan], asked: Verdicts) -> None:
+    """Have vLLM asked about every plan's commands with the first of them that `node_verdicts`
+    asks about with `asked`, in one vLLM import per environment (a bench's arms); the
+    `node_verdicts` that follow find their answers in `asked`."""
+    for plan in plans:
+        for argv, env in _commands(plan):
+            asked.take_along([argv], env)
+
+
+def node_verdicts(plan: LaunchPlan, timeout_s: float,
+                  asked: Verdicts | None = None) -> tuple[Finding, ...]:
+    """vLLM's verdict on every node's command (one node: the plan's); `asked`: the command's
+    answers so far (None: ask afresh)."""
+    return (layout_verdict(plan.layout, timeout_s, LOCAL_HEAD, asked) if plan.layout.nodes > 1
+            else (plan_verdict(plan, timeout_s, asked),))

@@ -18,11 +18,13 @@ runs on each node rank. The head's address is a placeholder (`HEAD_ADDR`) unless
   --master-port P`, headless after the head. The profile's sizes are the engine's totals
   (`hw.args.tensor_parallel_size=16` on two 8-GPU nodes).
 
-One node gives one launch whose argv is the plan's argv, byte for byte.
+One node gives one launch whose argv is the plan's argv, byte for byte. Every command (the
+plan's, each node's) renders its options with the one `render_flag`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from dspark_cli.config.typed import plain
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.flags import VLLM_DEFAULT_PORT, render_flag
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import HardwareConf
@@ -46,6 +47,22 @@ LAYOUT_DESTS = (
     "data_parallel_start_rank", "data_parallel_hybrid_lb", "data_parallel_rank",
     "data_parallel_external_lb", "nnodes", "node_rank", "master_addr", "master_port",
 )
+VLLM_DEFAULT_PORT = 8000
+
+
+def render_flag(dest: str, value: Any) -> list[str]:
+    """One vLLM option as argv: True -> `--x`, False -> `--no-x`, dict -> compact JSON,
+    list -> `--x a b`; None is not rendered."""
+    flag = "--" + dest.replace("_", "-")
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        return [flag] if value else ["--no-" + dest.replace("_", "-")]
+    if isinstance(value, dict):
+        return [flag, json.dumps(value, separators=(",", ":"))]
+    if isinstance(value, list | tuple):
+        return [flag, *(str(v) for v in value)]
+    return [flag, str(value)]
 
 
 @dataclass(frozen=True)

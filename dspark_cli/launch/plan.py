@@ -1,4 +1,5 @@
-"""Composed config -> launch plan: a plain value (env, every node's argv, the facts checks need).
+"""Composed config -> launch plan: a plain value (env, every node's argv, the profile facts
+checks need).
 
 Pure and fast: no I/O, no imports of torch or vLLM. `serve`, `smoke` and `bench` all launch
 through this one function, so what was smoke-tested is what is served and benchmarked.
@@ -12,17 +13,23 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.config.choices import Platform
 from dspark_cli.config.typed import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import vllm_options
-from dspark_cli.launch.flags import VLLM_DEFAULT_PORT, render_flag
-from dspark_cli.launch.layout import NodeLaunch, NodeLayout, node_layout
-from dspark_cli.launch.profile import Profile, profile_of
+from dspark_cli.launch.layout import (
+    VLLM_DEFAULT_PORT,
+    NodeLaunch,
+    NodeLayout,
+    node_layout,
+    render_flag,
+)
 from dspark_cli.launch.secrets import SECRET_OPTIONS, is_secret_name
 from dspark_cli.machine.detect import installed_libraries
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import CompilationConf, LaunchConf, SpeculativeConf
+
 
 LibraryFinder = Callable[[Sequence[str]], tuple[str, ...]]
 
@@ -39,6 +46,30 @@ FLAG_ORDER = (
 )
 ENV_GROUPS = ("hw", "model", "compilation", "speculative", "serving")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The profile facts a rule needs that are not part of the command vLLM runs: which hardware
+    profile (its platform, GPUs per node, GPU name patterns), how many nodes and their ports,
+    and the model family. Taken from the config once, when the plan is built, so rules judge the
+    plan and the machine, never the config."""
+
+    hw_name: str
+    platform: Platform
+    num_gpus: int  # per node
+    nodes: int
+    detect: tuple[str, ...]  # GPU name/arch patterns of the hw profile
+    family: str | None  # the model family (model.family)
+    dp_rpc_port: int  # hw.dp_rpc_port (the dp layouts)
+    master_port: int  # hw.master_port (the tp layout)
+
+
+def profile_of(cfg: LaunchConf) -> Profile:
+    hw = cfg.hw
+    return Profile(str(hw.name), Platform(hw.platform), int(hw.num_gpus), int(hw.nodes),
+                   tuple(str(p) for p in hw.detect), cfg.model.family,
+                   int(hw.dp_rpc_port), int(hw.master_port))
 
 
 @dataclass(frozen=True)

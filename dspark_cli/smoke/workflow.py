@@ -13,9 +13,9 @@ from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.console import progress
 from dspark_cli.deploy.start import attach, ready
 from dspark_cli.launch.effective import EffectiveLaunch
-from dspark_cli.launch.layout_rules import checked_layout
 from dspark_cli.launch.plan import LaunchPlan, build_plan
-from dspark_cli.launch.provenance import collect
+from dspark_cli.launch.record import collect
+from dspark_cli.launch.rules import checked_layout
 from dspark_cli.paths import SMOKE_JSON
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.liveness import settings_of

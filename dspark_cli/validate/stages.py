@@ -62,7 +62,7 @@ def _write_json(path: Path, data: Any) -> None:
 def checkpoint(cfg: ValidatePrimary, directory: Path) -> StageResult:
     """verify-checkpoint's structure, pins and heads (and hashes when asked) on model.path."""
     from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
-    from dspark_cli.launch.prepare import ensure_model
+    from dspark_cli.deploy.start import ensure_model
 
     ensure_model(cfg)  # the tiny model is made before it can be verified
     if not Path(str(cfg.model.path)).expanduser().is_dir():

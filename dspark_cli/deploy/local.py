@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.deploy.target import DeployTarget, Launch
 from dspark_cli.launch import vllm_options
-from dspark_cli.launch.layout_render import layout_dict, layout_script
+from dspark_cli.launch.checks import LOCAL_HEAD
 from dspark_cli.launch.plan import LaunchPlan
-from dspark_cli.launch.render import plan_dict, shell_script
-from dspark_cli.launch.vllm_verdict import LOCAL_HEAD
+from dspark_cli.launch.render import layout_dict, layout_script, plan_dict, shell_script
 from dspark_cli.paths import SERVER_LOG
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding

@@ -1,21 +1,35 @@
-"""The layout's node commands as one shell dispatch: `case "$RANK" in 0) exec ...;; esac`.
+"""What the cluster targets (Slurm, Kubernetes) share: the node script, the dry run's JSON and
+the deployment record.
 
-Slurm's tasks and the LeaderWorkerSet's pods run the same text; each engine only differs in
-the variable that holds the node's rank (`SLURM_NODEID`, `LWS_WORKER_INDEX`) and in where the
-head's address comes from, which the caller exports as `DSPARK_HEAD_ADDR` first. A URL password
-is never written: the text refers to `${DSPARK_URL_PASSWORD_N}` (`url_refs`), which the engine
-puts into the job's environment (Slurm: the submitting environment; Kubernetes: a Secret). Pure.
+The node script is the layout's node commands as one shell dispatch: `case "$RANK" in 0) exec
+...;; esac`. Slurm's tasks and the LeaderWorkerSet's pods run the same text; each engine only
+differs in the variable that holds the node's rank (`SLURM_NODEID`, `LWS_WORKER_INDEX`) and in
+where the head's address comes from, which the caller exports as `DSPARK_HEAD_ADDR` first. A URL
+password is never written: the text refers to `${DSPARK_URL_PASSWORD_N}` (`url_refs`), which the
+engine puts into the job's environment (Slurm: the submitting environment; Kubernetes: a
+Secret). Pure.
+
+The deployment record (`deployment.json`) is what a cluster engine runs for dspark, written to
+the run directory the moment it exists: should dspark be killed (`kill -9`, the OOM killer) no
+teardown runs, and the record still names the job or objects and the shell lines that end them.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
+from dspark_cli.console import progress
 from dspark_cli.errors import UsageError
+from dspark_cli.launch import vllm_options
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLayout
-from dspark_cli.launch.render import export_line, is_secret
+from dspark_cli.launch.render import export_line, is_secret, layout_dict
 from dspark_cli.launch.secrets import ShellRefs
+from dspark_cli.paths import DEPLOYMENT_JSON
+from dspark_cli.status import Finding
 
 HEAD_VAR = "DSPARK_HEAD_ADDR"
 BAD_RANK_EXIT = 64  # EX_USAGE: the engine gave a rank the layout has no command for
@@ -126,3 +140,23 @@ def dispatch(layout: NodeLayout, rank_expr: str, argv_of: Mapping[int, Sequence[
             "    ;;",
             "esac"]
     return "\n".join(out) + "\n"
+
+
+# -- the dry run's JSON and the deployment record -------------------------------------------
+def cluster_json(target: str, layout: NodeLayout, rendered: Mapping[str, Any],
+                 findings: tuple[Finding, ...]) -> dict[str, Any]:
+    """A cluster target's dry run as JSON: the target, its node layout (secrets redacted), what
+    it renders, and the preflight."""
+    return {"target": target, "layout": layout_dict(layout), **rendered,
+            "vllm_options": vllm_options.source().to_dict(),
+            "preflight": [f.to_dict() for f in findings]}
+
+
+def record_deployment(directory: Path, deployment: str, cancel: Sequence[str]) -> Path:
+    """Write the record and say how to end the deployment by hand."""
+    path = directory / DEPLOYMENT_JSON
+    path.write_text(json.dumps({"deployment": deployment, "cancel": list(cancel)}, indent=2)
+                    + "\n")
+    progress(f"{deployment} is recorded in {path}; should dspark die before it ends it: "
+             + " && ".join(cancel))
+    return path

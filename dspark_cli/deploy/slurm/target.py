@@ -1,15 +1,14 @@
-"""`deploy=slurm`: the plan's nodes as one sbatch job (`sbatch.py` renders it, `slurm_run.py`
-submits and follows it, `slurm_job.py` speaks to Slurm's clients)."""
+"""`deploy=slurm`'s entry: the plan's nodes as one sbatch job (`job.py` renders its script,
+submits it and follows it through Slurm's clients)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.deploy import slurm_job
-from dspark_cli.deploy.cluster_json import cluster_json
-from dspark_cli.deploy.sbatch import SbatchSpec, sbatch_script
-from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.deploy.cluster import cluster_json
+from dspark_cli.deploy.slurm.job import SbatchSpec, require_clients, sbatch_script, slurm_run
+from dspark_cli.deploy.target import DeployTarget, Launch
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding
@@ -36,8 +35,6 @@ def render_json(cfg: LaunchConf, plan: LaunchPlan,
 
 
 def deployment(launch: Launch, directory: Path) -> Deployment:
-    from dspark_cli.deploy.slurm_run import slurm_run
-
     cfg = launch.cfg
     return slurm_run(launch.plan, sbatch_spec(cfg), directory,
                      poll_s=float(cfg.deploy.slurm.poll_s),
@@ -56,5 +53,5 @@ TARGET = DeployTarget(
     render_json=render_json,
     findings=_no_findings,
     deployment=deployment,
-    require=slurm_job.require_clients,
+    require=require_clients,
 )

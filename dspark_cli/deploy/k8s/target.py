@@ -1,7 +1,7 @@
-"""`deploy=k8s`: the plan's nodes as Kubernetes objects (a Deployment for one node, a
-LeaderWorkerSet for several; `k8s_manifests.py` builds them, `k8s_schema.py` checks them
-offline). `serve` writes them for the operator to apply (or applies them with `--apply`);
-`smoke` and `bench` apply and follow them (`k8s_run.py`)."""
+"""`deploy=k8s`'s entry: the plan's nodes as Kubernetes objects (a Deployment for one node, a
+LeaderWorkerSet for several; `manifests.py` builds them, `validation.py` checks them offline).
+`serve` writes them for the operator to apply (or applies them with `--apply`); `smoke` and
+`bench` apply and follow them (`run.py`)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 from dspark_cli.config.typed import plain
 from dspark_cli.console import progress
-from dspark_cli.deploy.cluster_json import cluster_json
-from dspark_cli.deploy.k8s_manifests import (
+from dspark_cli.deploy.cluster import cluster_json, url_refs
+from dspark_cli.deploy.k8s.manifests import (
+    K8sSpec,
     apply_line,
     create_secret_line,
+    image_problem,
     manifests,
     secret_keys,
+    to_yaml,
 )
-from dspark_cli.deploy.k8s_spec import K8sSpec, image_problem
-from dspark_cli.deploy.node_script import url_refs
-from dspark_cli.deploy.target_entry import DeployTarget, Launch
+from dspark_cli.deploy.k8s.validation import require_valid_manifests
+from dspark_cli.deploy.target import DeployTarget, Launch
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.paths import MANIFESTS_YAML
 from dspark_cli.server.deployment import Deployment
@@ -40,8 +42,6 @@ def k8s_spec(cfg: LaunchConf) -> K8sSpec:
 
 def k8s_objects(cfg: LaunchConf, plan: LaunchPlan) -> list[dict[str, Any]]:
     """The manifests, validated offline (CheckFailed names every problem)."""
-    from dspark_cli.deploy.k8s_schema import require_valid_manifests
-
     objects = manifests(plan.layout, k8s_spec(cfg), plan.env)
     require_valid_manifests(objects)
     return objects
@@ -73,8 +73,6 @@ def findings(cfg: LaunchConf) -> tuple[Finding, ...]:
 
 
 def render(cfg: LaunchConf, plan: LaunchPlan) -> str:
-    from dspark_cli.deploy.k8s_render import to_yaml
-
     return secret_comment(cfg, plan) + to_yaml(k8s_objects(cfg, plan))
 
 
@@ -105,7 +103,7 @@ def hand_off(cfg: LaunchConf, plan: LaunchPlan, directory: Path) -> int:
 
 
 def deployment(launch: Launch, directory: Path) -> Deployment:
-    from dspark_cli.deploy.k8s_run import kubernetes_run
+    from dspark_cli.deploy.k8s.run import kubernetes_run
 
     return kubernetes_run(launch.plan, k8s_spec(launch.cfg), directory,
                           stop_timeout_s=float(launch.cfg.server.stop_grace_s))

@@ -1,5 +1,18 @@
-"""What a deploy target is (one entry of the registry in `targets.py`) and what it is given to
-start: a checked plan as it runs on this host."""
+"""What a deploy target is, where a plan's nodes run (`deploy.target`: `local.py`, `slurm/`,
+`k8s/`; the registry in `start.py` is the one place the name is looked up, everything else asks
+the entry), and what it is given to start: a checked plan as it runs on this host.
+
+    render(cfg, plan)                 the dry run's text (a script, a job script, manifests)
+    render_json(cfg, plan, findings)  the dry run's --json document
+    findings(cfg)                     the target's own preflight checks (the k8s image pinned)
+    deployment(launch, directory)     one fresh `Deployment`, its files in `directory`
+    require()                         its clients on this host, before anything is written
+    hand_off(cfg, plan, dir)          `serve` without --apply: written for the operator to apply
+
+`what` names one start of it for people; `here`: the nodes run on this host, so the machine's
+rules, its ports and vLLM's own validation apply here (a cluster target's machine is the
+cluster's).
+"""
 
 from __future__ import annotations
 
@@ -30,7 +43,7 @@ class Launch:
 
 @dataclass(frozen=True)
 class DeployTarget:
-    """One target; see `targets.py` for what each part does."""
+    """One target; the module docstring says what each part does."""
 
     name: str
     what: str  # what one start of it is, for people: "Slurm job"

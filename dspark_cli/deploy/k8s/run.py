@@ -3,14 +3,17 @@
 
 `start()` writes the manifests to the run directory and applies them (the plan's secrets go
 into a Secret of the run's own, applied from stdin, never written); the pods' status
-(`kubectl get pods -o json`, read by `k8s_pods.py`) says whether the deployment still runs: a
-container waiting in CrashLoopBackOff, ImagePullBackOff and the like, a terminated or restarted
-container, or pods that vanished end it with the pod's name and reason. Each running pod's
-output is followed (`kubectl logs --follow`) into `log_path` (a worker's lines start with
-`[node N] `, as for local nodes); the head is reached through `kubectl port-forward
-service/NAME :PORT`, whose "Forwarding from 127.0.0.1:N" line gives the base URL. `stop()`
-deletes everything it applied (`kubectl delete --wait`) and confirms nothing is left. Every
-kubectl call has a timeout (`kubectl.py`).
+(`kubectl get pods -o json`, read by `pod_problem` and its neighbours, pure) says whether the
+deployment still runs: a container waiting in CrashLoopBackOff, ImagePullBackOff and the like, a
+terminated or restarted container, or pods that vanished end it with the pod's name and reason.
+Each running pod's output is followed (`kubectl logs --follow`) into `log_path` (a worker's
+lines start with `[node N] `, as for local nodes); the head is reached through `kubectl
+port-forward service/NAME :PORT`, whose "Forwarding from 127.0.0.1:N" line gives the base URL.
+`stop()` deletes everything it applied (`kubectl delete --wait`) and confirms nothing is left.
+
+Every kubectl API call has a timeout (kubectl's own `--request-timeout` and ours around the
+process), and the long-running calls (logs --follow, port-forward) are processes the caller
+stops with `stop_stream`.
 """
 
 from __future__ import annotations
@@ -18,31 +21,144 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from dspark_cli.console import progress
-from dspark_cli.deploy.deployment_record import k8s_delete, record_deployment
-from dspark_cli.deploy.k8s_manifests import INSTANCE_LABEL, manifests
-from dspark_cli.deploy.k8s_pods import node_index, pod_line, pod_problem, running
-from dspark_cli.deploy.k8s_spec import K8sSpec
-from dspark_cli.deploy.kubectl import (
-    CONNECT_TIMEOUT_S,
-    REQUEST_TIMEOUT_S,
-    Kubectl,
-    stop_stream,
-)
-from dspark_cli.errors import ServerError
+from dspark_cli.deploy.cluster import record_deployment, secret_environment, url_refs
+from dspark_cli.deploy.k8s.manifests import INSTANCE_LABEL, K8sSpec, manifests, to_yaml
+from dspark_cli.deploy.k8s.validation import require_valid_manifests
+from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.paths import MANIFESTS_YAML, SERVER_LOG
+from dspark_cli.server import watchdog
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import Teardown
+from dspark_cli.server.watchdog import descendants, stop_group
 
+# -- the kubectl client ----------------------------------------------------------------------
+REQUEST_TIMEOUT_S = 30.0  # one API call
+STREAM_GRACE_S = 5.0  # a stream's SIGTERM before SIGKILL
+CONNECT_TIMEOUT_S = 15.0  # `kubectl version` at start: does a cluster answer?
+NO_KUBECTL = ("`kubectl` is not on PATH: deploy=k8s runs the deployment through kubectl with "
+              "your kubeconfig and context; nothing was applied")
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """The `kubectl` client with the user's kubeconfig and context, in one namespace."""
+
+    namespace: str | None = None
+
+    def argv(self, *args: str) -> list[str]:
+        ns = ["--namespace", self.namespace] if self.namespace else []
+        return ["kubectl", *ns, *args]
+
+    @staticmethod
+    def require() -> None:
+        """UsageError when `kubectl` is not on PATH."""
+        if shutil.which("kubectl") is None:
+            raise UsageError(NO_KUBECTL, hint="install kubectl and select the cluster's "
+                             "context, or print the manifests with `dspark serve deploy=k8s "
+                             "--dry-run`")
+
+    def run(self, *args: str, stdin: str | None = None, timeout: float = REQUEST_TIMEOUT_S,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        """One API call, bounded by `timeout` (kubectl's own and ours)."""
+        argv = self.argv(f"--request-timeout={max(1, int(timeout))}s", *args)
+        try:
+            done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
+                                  timeout=timeout + 10)
+        except FileNotFoundError as e:
+            raise UsageError(NO_KUBECTL) from e
+        except subprocess.TimeoutExpired as e:
+            raise ServerError(f"`kubectl {' '.join(args[:2])}` did not answer within "
+                              f"{timeout:.0f} s; is the cluster reachable?") from e
+        if check and done.returncode != 0:
+            raise ServerError(f"`kubectl {' '.join(args[:3])}` failed (exit {done.returncode}): "
+                              f"{(done.stderr or done.stdout).strip()}")
+        return done
+
+    def stream(self, *args: str) -> subprocess.Popen[str]:
+        """A long-running call (logs --follow, port-forward); the caller stops it, and its
+    watchdog should dspark die."""
+        self.require()
+        return watchdog.popen(self.argv(*args), STREAM_GRACE_S, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+
+
+def k8s_delete(kubectl_argv: Sequence[str], manifest: Path, secret: str | None) -> list[str]:
+    """`kubectl_argv`: the client's `kubectl [--namespace NS]` prefix."""
+    lines = [shlex.join([*kubectl_argv, "delete", "-f", str(manifest)])]
+    if secret is not None:
+        lines.append(shlex.join([*kubectl_argv, "delete", "secret", secret]))
+    return lines
+
+
+def stop_stream(proc: subprocess.Popen[str] | None, grace_s: float = STREAM_GRACE_S) -> None:
+    """End a `stream()` call: SIGTERM, then SIGKILL after `grace_s`."""
+    if proc is None or proc.poll() is not None:
+        return
+    stop_group(proc.pid, grace_s, descendants(proc.pid))
+    proc.wait(grace_s)
+
+
+# -- a pod's status -------------------------------------------------------------------------
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# A container waiting for one of these will not run without a change: the deployment ended.
+STUCK = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+         "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+
+def pod_problem(pod: dict[str, Any]) -> str | None:
+    """Why a pod stopped serving, or None while it is pending or running."""
+    name = pod.get("metadata", {}).get("name", "?")
+    status = pod.get("status", {})
+    if status.get("phase") == "Failed":
+        return f"pod {name} failed ({status.get('reason') or status.get('message') or 'Failed'})"
+    for c in status.get("containerStatuses", []):
+        state, last = c.get("state", {}), c.get("lastState", {})
+        exit_code = (last.get("terminated") or state.get("terminated") or {}).get("exitCode")
+        exited = f", last exit code {exit_code}" if exit_code is not None else ""
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") in STUCK:
+            message = f": {waiting['message']}" if waiting.get("message") else ""
+            return f"pod {name}: {waiting['reason']}{exited}{message}"
+        if "terminated" in state:
+            t = state["terminated"]
+            return f"pod {name}: container terminated ({t.get('reason', '?')}{exited})"
+        if int(c.get("restartCount") or 0) > 0:
+            return f"pod {name}: container restarted {c['restartCount']} time(s){exited}"
+    return None
+
+
+def pod_line(pod: dict[str, Any]) -> str:
+    """`name phase[ ready]` for progress."""
+    status = pod.get("status", {})
+    ready = all(c.get("ready") for c in status.get("containerStatuses", [])) and bool(
+        status.get("containerStatuses"))
+    return f"{pod['metadata']['name']} {status.get('phase', '?')}{' ready' if ready else ''}"
+
+
+def running(pod: dict[str, Any]) -> bool:
+    """Whether a container of the pod runs (its logs can be followed, its port forwarded)."""
+    return any("running" in c.get("state", {})
+               for c in pod.get("status", {}).get("containerStatuses", []))
+
+
+def node_index(pod: dict[str, Any]) -> int:
+    """The pod's node in the layout: its LeaderWorkerSet worker index (0, the head, when it
+    has none: a Deployment's pod)."""
+    return int(pod["metadata"].get("labels", {}).get(WORKER_INDEX, "0") or 0)
+
+
+# -- the run ------------------------------------------------------------------------------
 FORWARD_WAIT_S = 15.0  # port-forward's "Forwarding from" line
 POLL_S = 1.0  # pods' status is asked at most this often
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
@@ -80,8 +196,6 @@ class KubernetesRun(Deployment):
 
     # -- the engine -----------------------------------------------------------------------
     def start(self) -> None:
-        from dspark_cli.deploy.k8s_render import to_yaml
-
         self.kubectl.require()
         probe = self.kubectl.run("version", "-o", "json", timeout=CONNECT_TIMEOUT_S, check=False)
         if probe.returncode != 0:
@@ -247,9 +361,6 @@ def kubernetes_run(plan: LaunchPlan, spec: K8sSpec, directory: Path, *,
     """The deployment of `plan.layout` as Kubernetes objects, validated offline; nothing is
     applied until `start()`. The preflight has checked the image (the k8s target's findings:
     pinned by digest)."""
-    from dspark_cli.deploy.k8s_schema import require_valid_manifests
-    from dspark_cli.deploy.node_script import secret_environment, url_refs
-
     values = secret_environment(plan.layout, plan.env, url_refs(plan.layout, plan.env))
     # The run's own Secret: a user's `deploy.k8s.secret_name` is never replaced or deleted.
     spec = replace(spec, secret_name=f"{spec.name}-run-secrets")
