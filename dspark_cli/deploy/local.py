@@ -46,16 +46,11 @@ def deployment(launch: Launch, directory: Path) -> Deployment:
                            float(launch.cfg.server.stop_grace_s), url=plan.base_url)
 
 
-def _no_findings(cfg: LaunchConf) -> tuple[Finding, ...]:
-    return ()
-
-
 TARGET = DeployTarget(
     name="local",
     what="server on this host",
     here=True,
     render=render,
     render_json=render_json,
-    findings=_no_findings,
     deployment=deployment,
 )

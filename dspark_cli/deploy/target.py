@@ -4,7 +4,7 @@ the entry), and what it is given to start: a checked plan as it runs on this hos
 
     render(cfg, plan)                 the dry run's text (a script, a job script, manifests)
     render_json(cfg, plan, findings)  the dry run's --json document
-    findings(cfg)                     the target's own preflight checks (the k8s image pinned)
+    findings(cfg)                     its own preflight checks (the k8s image pinned; none: ())
     deployment(launch, directory)     one fresh `Deployment`, its files in `directory`
     require()                         its clients on this host, before anything is written
     hand_off(cfg, plan, dir)          `serve` without --apply: written for the operator to apply
@@ -50,8 +50,8 @@ class DeployTarget:
     here: bool
     render: Callable[[LaunchConf, LaunchPlan], str]
     render_json: Callable[[LaunchConf, LaunchPlan, tuple[Finding, ...]], dict[str, Any]]
-    findings: Callable[[LaunchConf], tuple[Finding, ...]]
     deployment: Callable[[Launch, Path], Deployment]
+    findings: Callable[[LaunchConf], tuple[Finding, ...]] = lambda cfg: ()
     require: Callable[[], None] = lambda: None
     hand_off: Callable[[LaunchConf, LaunchPlan, Path], int] | None = None
 

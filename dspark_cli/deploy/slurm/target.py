@@ -41,17 +41,12 @@ def deployment(launch: Launch, directory: Path) -> Deployment:
                      stop_timeout_s=float(cfg.deploy.slurm.cancel_timeout_s))
 
 
-def _no_findings(cfg: LaunchConf) -> tuple[Finding, ...]:
-    return ()
-
-
 TARGET = DeployTarget(
     name="slurm",
     what="Slurm job",
     here=False,
     render=render,
     render_json=render_json,
-    findings=_no_findings,
     deployment=deployment,
     require=require_clients,
 )
