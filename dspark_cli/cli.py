@@ -227,7 +227,7 @@ def complete(command: Command, parser: argparse.ArgumentParser, argv: list[str])
 
 
 def hide_secrets(overrides: list[str], flags: list[str]) -> list[str]:
-    """Secrets out of the overrides before Hydra writes them (launch/secret_overrides.py)."""
+    """Secrets out of the overrides before Hydra writes them (launch/secrets.py)."""
     from dspark_cli.launch.secrets import hide
 
     overrides, hidden = hide(overrides)

@@ -76,12 +76,11 @@ def _preflight(cfg: LaunchConf, machine: Machine, ready: bool,
     """The preflight a real run does on this machine (no vLLM verdict), when the option table is
     at hand; else only the runtime pins, and a line saying what was not checked."""
     from dspark_cli.config.typed import plain
-    from dspark_cli.launch import checks
-    from dspark_cli.launch import runtime as runtime_pins
+    from dspark_cli.launch import checks, runtime
     from dspark_cli.status import Status
 
-    pins = runtime_pins.finding(plain(cfg.runtime.expected), dry_run=False,
-                                reference=cfg.runtime.reference)
+    pins = runtime.finding(plain(cfg.runtime.expected), dry_run=False,
+                           reference=cfg.runtime.reference)
     if profile is None:
         return [pins], ["the launch rules: no hardware profile matches this machine (+hw=...)"]
     if not ready:

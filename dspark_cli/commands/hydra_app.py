@@ -191,7 +191,7 @@ def completion_line(line: str) -> str:
 def redact_hydra_files(cfg: Any) -> None:
     """Hydra saves the job's config (`.hydra/config.yaml`, and a multirun's `multirun.yaml`)
     before the job runs, unresolved. Secrets given as overrides are references by then
-    (launch/secret_overrides.py); one typed into a config file is rewritten there as redacted."""
+    (launch/secrets.py); one typed into a config file is rewritten there as redacted."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 

@@ -59,7 +59,7 @@ class Serving:
     record: str
 
 
-# Where the name came from (`launch/provenance.py` writes one of these keys).
+# Where the name came from (`launch/record.py` writes one of these keys).
 NAME_FROM = {"config": "config.json's _name_or_path", "hf_cache": "the Hugging Face cache's "
              "repository", "directory": "the checkpoint directory's name; config.json names "
              "none"}

@@ -1,7 +1,7 @@
 """The one interface a server session drives, whatever runs the server, and the one that runs
 it here: process groups on this host (`LocalDeployment`), a server that already runs
-(`session.AttachedServer`), a Slurm job or Kubernetes objects (`deploy/slurm_run.py`,
-`deploy/k8s_run.py`).
+(`session.AttachedServer`), a Slurm job or Kubernetes objects (`deploy/slurm/job.py`,
+`deploy/k8s/run.py`).
 
     start()     submit/apply/spawn; returns once it was accepted (ServerError/UsageError)
     base_url()  where its API answers; None while an engine has not placed it yet
