@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import httpx
@@ -20,15 +21,21 @@ pytestmark = pytest.mark.vllm
 BOOT_TIMEOUT_S = 300
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            tail = proc.stdout.read()[-3000:]
-            raise AssertionError(f"dspark serve exited {proc.poll()}:\n{tail}")
-        return probe.healthy(client, url)
+def wait_ready(proc: subprocess.Popen, timeout: float) -> tuple[list[str], threading.Thread]:
+    """Until `dspark serve` says it is ready, as an operator waits for it (its output read as it
+    comes, in a thread); the lines so far and the reader, which reads on to the end."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
 
-    with httpx.Client() as client:
-        wait_until(healthy, timeout, "the server to become healthy", poll_s=0.5)
+    def ready() -> bool:
+        if proc.poll() is not None:
+            reader.join(10)
+            raise AssertionError(f"dspark serve exited {proc.poll()}:\n{''.join(lines)[-3000:]}")
+        return any("dspark: ready at" in line for line in lines)
+
+    wait_until(ready, timeout, "dspark serve to say it is ready", poll_s=0.2)
+    return lines, reader
 
 
 def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:
@@ -40,7 +47,9 @@ def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:
                         stderr=subprocess.STDOUT)
     descendants: set[int] = set()
     try:
-        wait_healthy(url, proc, BOOT_TIMEOUT_S)
+        lines, reader = wait_ready(proc, BOOT_TIMEOUT_S)
+        with httpx.Client() as client:
+            assert probe.healthy(client, url)
         descendants = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
         assert len(descendants) >= 3  # API server, engine core and its worker at least
         reply = httpx.post(url + "/v1/completions", timeout=60, json={
@@ -49,7 +58,9 @@ def test_serve_boots_real_vllm_answers_and_stops_clean(tmp_path: Path) -> None:
         assert reply["usage"]["completion_tokens"] == 48
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+    reader.join(10)
+    out = "".join(lines)
     assert proc.returncode == 130, out
     assert "ready at" in out and "stopped." in out
     assert not [p for p in descendants if psutil.pid_exists(p)
