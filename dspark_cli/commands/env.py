@@ -89,7 +89,7 @@ def _preflight(cfg: LaunchConf, machine: Machine, ready: bool,
     from dspark_cli.launch.plan import build_plan
 
     try:
-        return list(checks.check(cfg, build_plan(cfg), machine, ask_vllm=False)), []
+        return list(checks.check(cfg, build_plan(cfg), machine)), []
     except DsparkError as e:
         return [pins, Finding("launch-plan", Status.failed, e.message, None)], []
 

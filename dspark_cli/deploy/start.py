@@ -62,7 +62,7 @@ def dry_preflight(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,
     """What a dry run checks wherever the plan would run: the rules that need no machine, the
     node layout's and the target's own (the k8s image pinned); vLLM's verdict on every node's
     command when asked (`--validate`)."""
-    found = (*checks.check(cfg, plan, machine=None, ask_vllm=False),
+    found = (*checks.check(cfg, plan, machine=None),
              *layout_findings(plan), *target.findings(cfg))
     return (*found, *node_verdicts(plan, cfg.server.validate_timeout_s)) if validate else found
 
@@ -158,7 +158,7 @@ def ready(cfg: LaunchConf, plan: LaunchPlan, record_dir: Path, *,
             ensure_port_free(plan.client_host, plan.port)
         machine, found = machine_checks(cfg, plan)
     else:
-        found = (*checks.check(cfg, plan, machine=None, ask_vllm=False), *target.findings(cfg))
+        found = (*checks.check(cfg, plan, machine=None), *target.findings(cfg))
         checks.print_findings(found)
         if any(f.failed for f in found):
             raise CheckFailed("preflight failed; nothing was submitted (details above).")
@@ -244,7 +244,7 @@ def launch_argv(cfg: LaunchConf, plan: LaunchPlan) -> tuple[str, ...]:
 def machine_checks(cfg: LaunchConf, plan: LaunchPlan) -> tuple[Machine, tuple[Finding, ...]]:
     """This machine and the preflight on it, printed; CheckFailed when a rule fails."""
     machine = detect()
-    findings = checks.check(cfg, plan, machine, ask_vllm=False)
+    findings = checks.check(cfg, plan, machine)
     checks.print_findings(findings)
     if any(f.failed for f in findings):
         raise CheckFailed("preflight failed; nothing was started (details above).")

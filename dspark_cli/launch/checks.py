@@ -38,9 +38,10 @@ if TYPE_CHECKING:  # detection (subprocess, sysfs) and the checkpoint modules lo
     from dspark_cli.machine.detect import Machine
 
 
-def check(cfg: LaunchConf, plan: LaunchPlan, machine: Machine | None,
-          ask_vllm: bool) -> tuple[Finding, ...]:
-    """All preflight findings; machine rules are skipped without a machine (a dry run)."""
+def check(cfg: LaunchConf, plan: LaunchPlan, machine: Machine | None) -> tuple[Finding, ...]:
+    """All preflight findings; machine rules are skipped without a machine (a dry run). vLLM's
+    own verdict is not among them: the start step takes it (`deploy/start.py`), once per
+    command and beside the boot where it can."""
     from dspark_cli.launch import runtime
 
     check_family(cfg.model)  # the checkpoint's config.json decides the family
@@ -51,8 +52,6 @@ def check(cfg: LaunchConf, plan: LaunchPlan, machine: Machine | None,
                                     dry_run=machine is None)
     findings.append(runtime.finding(plain(cfg.runtime.expected), dry_run=machine is None,
                                     reference=cfg.runtime.reference))
-    if ask_vllm:
-        findings.append(plan_verdict(plan, cfg.server.validate_timeout_s))
     return tuple(findings)
 
 
