@@ -156,9 +156,9 @@ def test_the_head_check_follows_the_rendered_speculative_config(tmp_path: Path) 
     plan = build_plan(cfg)
     adaptive = {"method": "dspark", "num_speculative_tokens": 7,
                 "enable_adaptive_verification": True}
-    head = {f.rule: f for f in checks.check(cfg, _rendered(plan, [], adaptive), None, False)}
+    head = {f.rule: f for f in checks.check(cfg, _rendered(plan, [], adaptive), None)}
     assert head["checkpoint-confidence-head"].status is Status.failed
-    fixed = {f.rule: f for f in checks.check(cfg, plan, None, False)}
+    fixed = {f.rule: f for f in checks.check(cfg, plan, None)}
     assert fixed["checkpoint-confidence-head"].status is not Status.failed
 
 
