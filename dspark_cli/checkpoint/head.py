@@ -17,6 +17,13 @@ vLLM 0.26 serves such a draft beside a Qwen3 target (`--speculative-config
 a `d2t` map) and `dspark_block_size` (K below it garbles the output); and the tensors
 `draft_tensor_shapes` lists. A missing Markov head does not fail vLLM's loader loudly enough to
 trust (the draft's weights are loaded by name), so every tensor and shape is proven here.
+vLLM 0.28 adds the draft's confidence head (`qwen3_dspark.py`'s `DSparkConfidenceHead`): built
+only when config.json's `enable_confidence_head` is true, its `confidence_head.proj` is a float32
+linear with a bias over the draft's hidden state and, when `confidence_head_with_markov` is true,
+the Markov embedding (weight [1, hidden_size (+ markov_rank)], bias [1]). Without those tensors
+its `load_weights` sets the head to None, and its DSpark speculator then refuses adaptive
+verification at boot; so a declared head is checked here like DeepSeek-V4's (present, shaped,
+float, finite), and `confidence_head` in the result says whether the draft has one at all.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ class HeadResult:
     problems: tuple[Problem, ...]
     # which: "deepseek_v4" (mtp.* stages in the checkpoint) or "qwen3_dspark" (a draft of its own)
     kind: str | None = None
+    # config.json declares a confidence head (vLLM builds one): DeepSeek-V4's unless
+    # `enable_confidence_head` is false, a Qwen3 DSpark draft's only when it is true
+    confidence_head: bool = False
 
     @property
     def verified(self) -> bool:
@@ -166,17 +176,19 @@ def check_head(layout: Layout, structure: Structure) -> HeadResult:
             return HeadResult(True, (problem(
                 "head-unreadable", Check.head, "markov_head.*",
                 f"a valid {INDEX_NAME} to find the draft's tensors in", "the index is invalid"),),
-                "qwen3_dspark")
-        return HeadResult(True, tuple(check_qwen3_dspark(config, structure)), "qwen3_dspark")
+                "qwen3_dspark", declares_confidence_head(config))
+        return HeadResult(True, tuple(check_qwen3_dspark(config, structure)), "qwen3_dspark",
+                          declares_confidence_head(config))
     if config is None or not declares_dspark(config):
         return HeadResult(False, ())
+    confidence = config.get("enable_confidence_head") is not False
     keys = _Keys(config)
     problems = list(keys.problems)
     if layout.index_broken:
         return HeadResult(True, (*problems, problem(
             "head-unreadable", Check.head, "mtp.*", f"a valid {INDEX_NAME} to find the heads in",
             "the index is invalid",
-        )), "deepseek_v4")
+        )), "deepseek_v4", confidence)
     tensors = _Tensors(layout, structure)
     stages = keys.stages or DEFAULT_N_MTP_LAYERS
     problems += [
@@ -195,7 +207,7 @@ def check_head(layout: Layout, structure: Structure) -> HeadResult:
         (MARKOV_W1, keys.vocab, "vocab_size"), (MARKOV_W2, keys.draft_vocab, "draft_vocab_size")
     ):
         problems += _markov(tensors, template, stages, (rows, keys.rank), what)
-    return HeadResult(True, tuple(problems), "deepseek_v4")
+    return HeadResult(True, tuple(problems), "deepseek_v4", confidence)
 
 
 def stage_gaps(present: list[int], stages: int) -> list[tuple[int, int]]:
@@ -290,11 +302,22 @@ DRAFT_HINT = ("a Qwen3 DSpark draft needs its Markov head (markov_head.markov_w1
               "markov_rank); re-download the draft, or serve without DSpark (speculative=none)")
 # The loader maps `midlayer.` to `layers.0.` (EAGLE-style single-layer drafts).
 MIDLAYER = "midlayer."
+CONFIDENCE_HEAD = "confidence_head.proj."  # vLLM 0.28's Qwen3 DSpark confidence head
+CONFIDENCE_HINT = (
+    "vLLM 0.28 builds the declared confidence head only from these tensors: without them it "
+    "drops the head and adaptive verification refuses to boot; use a draft that ships "
+    "confidence_head.proj.weight and .bias, or serve with a fixed K (speculative=dspark_draft)")
 
 
 def declares_qwen3_dspark(config: Mapping[str, Any] | None) -> bool:
     archs = (config or {}).get("architectures")
     return isinstance(archs, list) and ARCHITECTURE in archs
+
+
+def declares_confidence_head(config: Mapping[str, Any]) -> bool:
+    """A Qwen3 DSpark draft's config.json asks for a confidence head (vLLM 0.28 builds one when
+    `enable_confidence_head` is truthy; `config_problems` refuses a value that is no bool)."""
+    return config.get("enable_confidence_head") is True
 
 
 def _count(value: Any, least: int = 1) -> bool:
@@ -306,8 +329,10 @@ def draft_tensor_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]
     loader prefixes `model.` and fuses q/k/v and gate/up), with their shapes: each decoder layer,
     `fc` over the target's hidden states at the target layers, the norms, the Markov head
     (`markov_w1` [vocab, rank], `markov_w2` [draft vocab, rank]) and, for a reduced draft
-    vocabulary, `d2t`. embed_tokens and lm_head are optional (shared with the target). The config
-    must hold valid sizes (`config_problems` says whether it does)."""
+    vocabulary, `d2t`; a declared confidence head (`confidence_head.proj` weight [1, hidden
+    (+ rank with `confidence_head_with_markov`)], bias [1]). embed_tokens and lm_head are optional
+    (shared with the target). The config must hold valid sizes (`config_problems` says whether
+    it does)."""
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
     head_dim = config.get("head_dim") or hidden // heads
@@ -324,6 +349,10 @@ def draft_tensor_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]
     }
     if draft_vocab != vocab:
         shapes["d2t"] = (draft_vocab,)
+    if declares_confidence_head(config):
+        markov = rank if config.get("confidence_head_with_markov") is True else 0
+        shapes[CONFIDENCE_HEAD + "weight"] = (1, hidden + markov)
+        shapes[CONFIDENCE_HEAD + "bias"] = (1,)
     for i in range(config["num_hidden_layers"]):
         p = f"layers.{i}."
         shapes |= {
@@ -361,6 +390,10 @@ def config_problems(config: Mapping[str, Any]) -> list[Problem]:
         value = config.get(key)
         if value is not None and not _count(value):
             bad("dspark-key-invalid", key, "a positive integer or absent", value)
+    for key in ("enable_confidence_head", "confidence_head_with_markov"):
+        value = config.get(key)
+        if value is not None and not isinstance(value, bool):
+            bad("dspark-key-invalid", key, "true, false or absent", value)
     mask = next((v for k in DRAFT_MASK_TOKEN_KEYS if (v := _lookup(config, k)) is not None), None)
     if mask is None:
         bad("dspark-key-missing", "mask token", "one of " + ", ".join(DRAFT_MASK_TOKEN_KEYS))
@@ -388,11 +421,14 @@ def check_qwen3_dspark(config: Mapping[str, Any], structure: Structure) -> list[
                for n in structure.tensors}
     for name, shape in draft_tensor_shapes(config).items():
         markov = name.startswith("markov_head.")
+        confidence = name.startswith(CONFIDENCE_HEAD)
+        hint = DRAFT_HINT if markov else CONFIDENCE_HINT if confidence else ""
         stored = on_disk.get(name)
         if stored is None:
-            found.append(problem("markov-head-missing" if markov else "draft-tensor-missing",
-                                 Check.head, name, f"a tensor of shape {list(shape)}", "absent",
-                                 DRAFT_HINT if markov else ""))
+            code = ("markov-head-missing" if markov else "confidence-head-missing" if confidence
+                    else "draft-tensor-missing")
+            found.append(problem(code, Check.head, name, f"a tensor of shape {list(shape)}",
+                                 "absent", hint))
             continue
         try:
             info = structure.tensor(stored)
@@ -400,7 +436,13 @@ def check_qwen3_dspark(config: Mapping[str, Any], structure: Structure) -> list[
             found.append(problem("head-unreadable", Check.head, stored, "a readable header", exc))
             continue
         if tuple(info.shape) != shape:
-            found.append(problem("markov-head-shape" if markov else "draft-tensor-shape",
-                                 Check.head, stored, f"{list(shape)} (from config.json)",
-                                 list(info.shape), DRAFT_HINT if markov else ""))
+            code = ("markov-head-shape" if markov else "confidence-head-shape" if confidence
+                    else "draft-tensor-shape")
+            found.append(problem(code, Check.head, stored, f"{list(shape)} (from config.json)",
+                                 list(info.shape), hint))
+        elif confidence and info.dtype not in FLOAT_DTYPES:
+            found.append(problem("confidence-head-dtype", Check.head, stored,
+                                 "one of " + ", ".join(FLOAT_DTYPES), info.dtype, hint))
+        elif confidence:
+            found += _finite(structure.headers[structure.tensors[stored]].path, stored, info)
     return found

@@ -172,6 +172,8 @@ class CheckpointResult:
     content: Content | None = None
     # the DSpark draft's kind (head.HeadResult.kind): "deepseek_v4" or "qwen3_dspark"
     draft_kind: str | None = None
+    # config.json declares a confidence head (head.HeadResult.confidence_head)
+    confidence_head: bool = False
 
     @property
     def ok(self) -> bool:
@@ -202,6 +204,7 @@ class CheckpointResult:
             "dspark": self.dspark,
             "head_verified": self.head_verified,
             "draft_kind": self.draft_kind,
+            "confidence_head": self.confidence_head,
             "content": content,
             "problem_count": self.count_of(self.problems),
             "problems": [asdict(p) | {"check": p.check.value} for p in self.problems],
@@ -215,7 +218,9 @@ def _detail(result: CheckpointResult, check: Check) -> str:
     if check is Check.pins:
         return "model.expected.* compared with the files"
     if check is Check.head and result.draft_kind == "qwen3_dspark":
-        return ("Qwen3 DSpark draft: keys, Markov head and every tensor's shape verified"
+        head = ("confidence head" if result.confidence_head
+                else "no confidence head declared (a fixed K only)")
+        return (f"Qwen3 DSpark draft: keys, Markov head, {head} and every tensor's shape verified"
                 if result.head_verified else "Qwen3 DSpark draft NOT verified")
     if check is Check.head:
         return ("DSpark confidence and Markov heads verified" if result.head_verified

@@ -154,4 +154,5 @@ def verify_checkpoint(
         head_verified=head.verified,
         content=hashed,
         draft_kind=head.kind,
+        confidence_head=head.confidence_head,
     )

@@ -7,9 +7,10 @@ drop the family's flags and rules, a family option on another architecture would
 both are refused, naming the option to use; config.json is read as untrusted input: bounded in
 size, a regular file, a JSON object with fields of the right types); then the structural pass,
 the pins and the DSpark head check, seconds before a long boot. Adaptive verification without a
-verified confidence head is refused (vLLM would silently fall back to an online estimator)
-unless `checks.allow_missing_confidence_head=true` says so on purpose; the finding is then
-marked `overridden`, reported and recorded, not hidden.
+verified confidence head is refused (vLLM would silently fall back to an online estimator;
+vLLM 0.28 refuses a Qwen3 DSpark draft without one at boot, after loading both models) unless
+`checks.allow_missing_confidence_head=true` says so on purpose; the finding is then marked
+`overridden`, reported and recorded, not hidden.
 
 vLLM's own verdict (`vllm/accepts.py` asks vLLM in a subprocess): on the plan's command, or on
 every node's command with the head's address resolved.
@@ -132,20 +133,23 @@ def _head_finding(
 
         problems = [p for p in report.problems_of(Check.head)
                     if adaptive or p.code not in _CONFIDENCE_ONLY]
-        if not problems:
+        if not problems and (report.confidence_head or not adaptive):
             return Finding(rule, Status.passed, "the DSpark heads are present and valid",
                            "speculative")
         if not adaptive:
             return Finding(rule, Status.failed, f"the DSpark draft is incomplete: "
                            f"{_summary(problems)}", "model.path")
-        why = _summary(problems)
+        # A Qwen3 DSpark draft gets a confidence head only when its config.json asks for one.
+        why = _summary(problems) or (f"{report.path}/config.json does not declare one "
+                                     "(enable_confidence_head is not true)")
     if not adaptive:
         return Finding(rule, Status.skipped, f"heads not checked: {why}", "speculative")
     if allow:
         return Finding(rule, Status.skipped,
                        f"OVERRIDDEN by {OVERRIDE_KEY}=true: adaptive verification launches "
                        "without a verified confidence head, and vLLM will silently use its "
-                       f"online estimator instead ({why})", OVERRIDE_KEY, overridden=True)
+                       "online estimator instead (vLLM 0.28 refuses a Qwen3 DSpark draft "
+                       f"without one at boot) ({why})", OVERRIDE_KEY, overridden=True)
     return Finding(rule, Status.failed,
                    f"adaptive verification needs a verified confidence head ({why}); use a "
                    "checkpoint revision that ships the head, or speculative=dspark_fixed; "

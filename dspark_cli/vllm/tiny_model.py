@@ -3,7 +3,9 @@
 A byte-level BPE tokenizer trained on a fixed local text, and seeded random weights: the CPU
 demo's 2-layer Llama (about 1 MB), and a DSpark pair for a GPU's first real DSpark run: a 4-layer
 Qwen3 target and a one-layer Qwen3 DSpark draft with the config keys and tensors vLLM 0.26's
-`qwen3_dspark.py` reads. Deterministic, built once and cached. They speak nonsense, which is all
+`qwen3_dspark.py` reads, and the confidence head vLLM 0.28's adaptive verification needs (or,
+with `--no-confidence-head`, a draft whose config declares the head but lacks its tensors: the
+case dspark must refuse). Deterministic, built once and cached. They speak nonsense, which is all
 a serving smoke test and a benchmark's mechanics need.
 """
 
@@ -114,6 +116,16 @@ MASK_TOKEN = "<|mask|>"
 FIRST_WORD = 4  # ids below are the special tokens <s>, </s>, <unk>, <|mask|>
 LOGIT_MARGIN = 10.0
 MARKOV_BIAS = 50.0
+# The confidence head (vLLM 0.28's `DSparkConfidenceHead`: `confidence_head.proj`, float32, over
+# [draft hidden state, Markov embedding] since `confidence_head_with_markov`). Adaptive
+# verification admits the draft slots whose survival (the running product of a request's
+# confidences) pays for their verify cost, so a constant confidence would trim every request
+# alike. The Markov embedding is one-hot in the previous token (markov_w1 is the identity), so
+# the head's Markov part gives each token t the logit of CONFIDENCE_LEVELS[t % 6], and a seeded
+# term over the (unit-RMS) hidden state of std CONFIDENCE_HIDDEN_STD varies it by context:
+# confidences spread about 0.2 .. 0.95 by request and position, survivals 0.95 .. under 0.01.
+CONFIDENCE_LEVELS = (0.95, 0.9, 0.8, 0.6, 0.4, 0.2)
+CONFIDENCE_HIDDEN_STD = 0.3
 
 
 def next_token(token: int) -> int:
@@ -149,27 +161,49 @@ def _counting_target(model) -> None:
         model.lm_head.weight.copy_(head)
 
 
-def _draft_tensors(config: dict):
-    """The draft's tensors: seeded random layers and fc, unit norms, the counting Markov head."""
+def _draft_tensors(config: dict, confidence_head: bool = True):
+    """The draft's tensors: seeded random layers and fc, unit norms, the counting Markov head,
+    and (unless left out) the float32 confidence head."""
     import torch
 
-    from dspark_cli.checkpoint.head import draft_tensor_shapes
+    from dspark_cli.checkpoint.head import CONFIDENCE_HEAD, draft_tensor_shapes
 
     generator = torch.Generator().manual_seed(SEED + 1)
+    shapes = {n: s for n, s in draft_tensor_shapes(config).items()
+              if not n.startswith(CONFIDENCE_HEAD)}
     tensors = {name: torch.ones(shape) if len(shape) == 1
                else torch.randn(shape, generator=generator) * 0.02
-               for name, shape in draft_tensor_shapes(config).items()}
+               for name, shape in shapes.items()}
     tensors["markov_head.markov_w1.weight"] = torch.eye(VOCAB_SIZE)
     w2 = torch.zeros(VOCAB_SIZE, VOCAB_SIZE)
     for token in range(VOCAB_SIZE):
         w2[next_token(token), token] = MARKOV_BIAS
     tensors["markov_head.markov_w2.weight"] = w2
-    return {n: t.to(torch.bfloat16).contiguous() for n, t in tensors.items()}
+    tensors = {n: t.to(torch.bfloat16).contiguous() for n, t in tensors.items()}
+    if confidence_head:
+        tensors |= _confidence_head(generator)
+    return tensors
 
 
-def build_qwen3_dspark(target: Path, draft: Path) -> tuple[Path, Path]:
+def _confidence_head(generator) -> dict:
+    """`confidence_head.proj.{weight,bias}`: [1, hidden + markov rank] and [1], float32."""
+    import torch
+
+    from dspark_cli.checkpoint.head import CONFIDENCE_HEAD
+
+    levels = torch.tensor(CONFIDENCE_LEVELS)
+    by_token = torch.logit(levels[torch.arange(VOCAB_SIZE) % len(levels)])
+    hidden = torch.randn(QWEN3_HIDDEN, generator=generator) * (
+        CONFIDENCE_HIDDEN_STD / QWEN3_HIDDEN ** 0.5)
+    return {CONFIDENCE_HEAD + "weight": torch.cat([hidden, by_token]).unsqueeze(0).contiguous(),
+            CONFIDENCE_HEAD + "bias": torch.zeros(1)}
+
+
+def build_qwen3_dspark(target: Path, draft: Path,
+                       confidence_head: bool = True) -> tuple[Path, Path]:
     """Create the tiny Qwen3 target at `target` and its DSpark draft at `draft` (each unless it
-    is there; safe against concurrent builders)."""
+    is there; safe against concurrent builders). The draft's config declares the confidence head
+    either way; `confidence_head=False` leaves its tensors out."""
     import json
 
     import torch
@@ -205,11 +239,12 @@ def build_qwen3_dspark(target: Path, draft: Path) -> tuple[Path, Path]:
                 **_qwen3_fields(1, fast), "torch_dtype": "bfloat16",
                 "rope_theta": 1000000.0, "attention_bias": False,
                 "markov_rank": VOCAB_SIZE, "dspark_block_size": DSPARK_BLOCK_SIZE,
+                "enable_confidence_head": True, "confidence_head_with_markov": True,
                 "mask_token_id": mask, "target_layer_ids": list(DSPARK_TARGET_LAYER_IDS),
                 "dflash_config": {"mask_token_id": mask,
                                   "target_layer_ids": list(DSPARK_TARGET_LAYER_IDS)},
             }
-            save_file(_draft_tensors(config), str(work / "model.safetensors"),
+            save_file(_draft_tensors(config, confidence_head), str(work / "model.safetensors"),
                       metadata={"format": "pt"})
             (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
             _publish(work, draft)
@@ -218,10 +253,51 @@ def build_qwen3_dspark(target: Path, draft: Path) -> tuple[Path, Path]:
     return target, draft
 
 
+def _same_head(draft: Path, confidence_head: bool) -> None:
+    """Refuse a draft already made with the confidence head when it is asked for without, or
+    the other way round: the maker keeps what is there, and serving it would test the other
+    case (ValueError)."""
+    from safetensors import safe_open
+
+    from dspark_cli.checkpoint.head import CONFIDENCE_HEAD
+
+    with safe_open(str(draft / "model.safetensors"), "pt") as shard:
+        has = any(n.startswith(CONFIDENCE_HEAD) for n in shard.keys())  # noqa: SIM118
+    if has != confidence_head:
+        raise ValueError(
+            f"{draft} already holds a draft {'with' if has else 'without'} the confidence head; "
+            f"give another directory, or remove it to make it "
+            f"{'with' if confidence_head else 'without'} the head")
+
+
+def main(argv: list[str]) -> int:
+    """`python -m dspark_cli.vllm.tiny_model DIR`, or `... qwen3-dspark TARGET DRAFT
+    [--no-confidence-head]`: make the model(s), print their paths."""
+    import argparse
+
+    if len(argv) == 1 and not argv[0].startswith("-") and argv[0] != "qwen3-dspark":
+        print(build(Path(argv[0])))
+        return 0
+    parser = argparse.ArgumentParser(
+        prog="python -m dspark_cli.vllm.tiny_model",
+        usage="%(prog)s DIR | %(prog)s qwen3-dspark TARGET DRAFT [--no-confidence-head]")
+    parser.add_argument("kind", choices=["qwen3-dspark"])
+    parser.add_argument("target", type=Path)
+    parser.add_argument("draft", type=Path)
+    parser.add_argument("--no-confidence-head", action="store_true",
+                        help="leave the confidence head's tensors out (config.json still "
+                             "declares it): the draft dspark must refuse for adaptive")
+    args = parser.parse_args(argv)
+    try:
+        paths = build_qwen3_dspark(args.target, args.draft, not args.no_confidence_head)
+        _same_head(args.draft, not args.no_confidence_head)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(*paths, sep="\n")
+    return 0
+
+
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:2] == ["qwen3-dspark"]:
-        print(*build_qwen3_dspark(Path(sys.argv[2]), Path(sys.argv[3])), sep="\n")
-    else:
-        print(build(Path(sys.argv[1])))
+    sys.exit(main(sys.argv[1:]))
