@@ -51,8 +51,8 @@ def test_command_help_lists_flags_groups_and_options() -> None:
     assert done.returncode == 0
     assert "--dry-run" in done.stdout
     assert "+hw=NAME" in done.stdout and "    mi350x  8 x AMD Instinct MI350X" in done.stdout
-    for option in ("draft_model", "dspark_adaptive", "dspark_draft", "dspark_fixed",
-                   "ngram", "none"):
+    for option in ("draft_model", "dspark_adaptive", "dspark_draft", "dspark_draft_adaptive",
+                   "dspark_fixed", "ngram", "none"):
         assert f"\n    {option} " in done.stdout.split("speculative=NAME:")[1]
 
 

@@ -52,7 +52,8 @@ def test_unknown_option_of_a_group_with_a_default(capsys: pytest.CaptureFixture[
                                                    here: Path) -> None:
     said = refused(capsys, here, "serve", "+hw=mi350x", "speculative=dspark_fixd")
     assert "did you mean `speculative=dspark_fixed`?" in said
-    assert "draft_model, dspark_adaptive, dspark_draft, dspark_fixed, ngram, none" in said
+    assert ("draft_model, dspark_adaptive, dspark_draft, dspark_draft_adaptive, dspark_fixed, "
+            "ngram, none") in said
 
 
 def test_a_mistyped_group_name(capsys: pytest.CaptureFixture[str], here: Path) -> None:
