@@ -105,6 +105,8 @@ def test_adaptive_verification_is_refused_on_a_vllm_without_it(tmp_path: Path) -
     assert done.returncode == 1
     assert ("adaptive-in-installed-vllm FAILED: the installed vLLM 0.26.0 (vllm) has no "
             "adaptive verification") in done.stderr
+    # 0.27.x has none either: vLLM 0.28.0 is the first with enable_adaptive_verification.
+    assert "it came with vLLM 0.28.0)" in done.stderr
     assert "use speculative=dspark_fixed" in done.stderr and "Traceback" not in done.stderr
     fixed = subprocess.run(dspark_argv("serve", "+hw=h200", "speculative=dspark_fixed",
                                        "--dry-run"), capture_output=True, text=True, env=env,

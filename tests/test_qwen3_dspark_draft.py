@@ -1,12 +1,15 @@
 """A Qwen3 DSpark draft (`Qwen3DSparkModel`, vLLM 0.26's self-contained DSpark draft) under
 `dspark verify-checkpoint model=qwen3_dspark_draft`: real safetensors files, the keys and tensor
-names vLLM 0.26's qwen3_dspark.py / qwen3_dflash.py read, fail closed on a missing Markov head."""
+names vLLM 0.26's qwen3_dspark.py / qwen3_dflash.py read, fail closed on a missing Markov head;
+and vLLM 0.28's confidence head, checked when config.json declares it and required before an
+adaptive boot (`dspark serve speculative=dspark_adaptive`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,19 @@ VLLM_026_TENSORS = {
 }
 
 
+# vLLM 0.28's qwen3_dspark.py: `DSparkConfidenceHead(input_dim, bias=True, ...)`, a float32
+# ReplicatedLinear(input_dim, 1) named `confidence_head.proj`, input_dim = hidden_size, plus
+# markov_rank when `confidence_head_with_markov`; built when `enable_confidence_head`.
+HEAD_WEIGHT, HEAD_BIAS = "confidence_head.proj.weight", "confidence_head.proj.bias"
+WITH_HEAD = {"enable_confidence_head": True, "confidence_head_with_markov": True}
+
+
+def head_tensors(width: int = HIDDEN + RANK, dtype: str = "F32",
+                 values: float = 0.5) -> dict[str, tuple[str, np.ndarray]]:
+    array = np.full((1, width), values, np.float32 if dtype == "F32" else np.int32)
+    return {HEAD_WEIGHT: (dtype, array), HEAD_BIAS: ("F32", np.zeros(1, np.float32))}
+
+
 def draft_config(**changes: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "architectures": ["Qwen3DSparkModel"], "model_type": "qwen3",
@@ -60,13 +76,16 @@ def draft_config(**changes: Any) -> dict[str, Any]:
 
 
 def write_draft(root: Path, config: dict[str, Any] | None = None,
-                tensors: dict[str, list[int]] | None = None) -> Path:
-    """A draft directory: config.json and one model.safetensors of bf16 tensors."""
+                tensors: dict[str, list[int]] | None = None,
+                head: dict[str, tuple[str, np.ndarray]] | None = None) -> Path:
+    """A draft directory: config.json and one model.safetensors of bf16 tensors (and `head`'s
+    tensors as given)."""
     root.mkdir(parents=True)
     (root / "config.json").write_text(json.dumps(config or draft_config()))
     write_shard(root / "model.safetensors",
                 {n: ("BF16", np.zeros(shape, np.uint16))
-                 for n, shape in (VLLM_026_TENSORS if tensors is None else tensors).items()})
+                 for n, shape in (VLLM_026_TENSORS if tensors is None else tensors).items()}
+                | (head or {}))
     return root
 
 
@@ -181,6 +200,127 @@ def test_the_profile_refuses_a_checkpoint_that_is_no_qwen3_dspark_draft(tmp_path
     assert {p["code"] for p in json.loads(done.stdout)["problems"]} == {"pin-mismatch"}
 
 
+def test_a_declared_confidence_head_passes(tmp_path: Path) -> None:
+    draft = write_draft(tmp_path / "draft", draft_config(**WITH_HEAD), head=head_tensors())
+    done = cli("model=qwen3_dspark_draft", f"model.path={draft}", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["head_verified"] is True and report["confidence_head"] is True
+    table = cli("model=qwen3_dspark_draft", f"model.path={draft}", cwd=tmp_path).stdout
+    assert "Markov head, confidence head and every tensor" in table
+
+
+def test_a_draft_without_a_declared_head_passes_and_says_so(tmp_path: Path) -> None:
+    """vLLM builds no head unless config.json asks: a fixed-K draft, verified as such."""
+    done = cli("model=qwen3_dspark_draft", f"model.path={write_draft(tmp_path / 'draft')}",
+               "--json", cwd=tmp_path)
+    assert done.returncode == 0 and json.loads(done.stdout)["confidence_head"] is False
+
+
+@pytest.mark.parametrize("gone", [HEAD_WEIGHT, HEAD_BIAS])
+def test_a_declared_head_without_its_tensor_fails_closed(tmp_path: Path, gone: str) -> None:
+    head = {n: t for n, t in head_tensors().items() if n != gone}
+    draft = write_draft(tmp_path / "draft", draft_config(**WITH_HEAD), head=head)
+    before = fingerprint(draft)
+    done = cli("model=qwen3_dspark_draft", f"model.path={draft}", "--json", cwd=tmp_path)
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["head_verified"] is False and report["checks"]["head"] == "failed"
+    assert [(p["code"], p["subject"]) for p in report["problems"]] == [
+        ("confidence-head-missing", gone)]
+    assert "adaptive verification refuses to boot" in report["problems"][0]["hint"]
+    assert fingerprint(draft) == before
+
+
+@pytest.mark.parametrize(("with_markov", "width", "expected"), [
+    (True, HIDDEN, [1, HIDDEN + RANK]),  # the Markov embedding's part left out
+    (False, HIDDEN + RANK, [1, HIDDEN]),  # the head reads the hidden state alone
+])
+def test_a_confidence_head_of_another_width_is_refused(tmp_path: Path, with_markov: bool,
+                                                       width: int, expected: list[int]) -> None:
+    config = draft_config(enable_confidence_head=True, confidence_head_with_markov=with_markov)
+    found = verify_checkpoint(write_draft(tmp_path / "draft", config,
+                                          head=head_tensors(width))).problems
+    assert [(p.code, p.subject, p.actual) for p in found] == [
+        ("confidence-head-shape", HEAD_WEIGHT, str([1, width]))]
+    assert found[0].expected.startswith(str(expected))
+
+
+def test_a_confidence_head_of_integers_or_nan_is_refused(tmp_path: Path) -> None:
+    config = draft_config(**WITH_HEAD)
+    ints = write_draft(tmp_path / "ints", config, head=head_tensors(dtype="I32"))
+    nan = write_draft(tmp_path / "nan", config, head=head_tensors(values=float("nan")))
+    assert codes(ints) == ["confidence-head-dtype"]
+    assert codes(nan) == ["confidence-head-not-finite"]
+
+
+def test_a_head_switch_that_is_no_bool_is_refused(tmp_path: Path) -> None:
+    """vLLM reads the switch by truth value: the string "false" would build the head."""
+    config = draft_config(enable_confidence_head="false")
+    found = verify_checkpoint(write_draft(tmp_path / "draft", config)).problems
+    assert [(p.code, p.subject) for p in found] == [
+        ("dspark-key-invalid", "enable_confidence_head")]
+
+
+def qwen3_target(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps(
+        {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    write_shard(root / "model.safetensors", {"lm_head.weight": ("BF16", np.zeros((4, 4),
+                                                                                 np.uint16))})
+    return root
+
+
+def adaptive_dry_run(tmp_path: Path, draft: Path, *extra: str) -> subprocess.CompletedProcess:
+    from tests.conftest import run_dspark
+
+    target = tmp_path / "target"
+    if not target.exists():
+        qwen3_target(target)
+    return run_dspark("serve", "+hw=h200", "hw.num_gpus=1", "model=tiny_qwen3",
+                      f"model.path={target}", f"model.draft={draft}",
+                      "speculative=dspark_adaptive", f"speculative.model={draft}", "--dry-run",
+                      *extra, cwd=tmp_path)
+
+
+def test_adaptive_with_a_headless_draft_is_refused_before_boot(tmp_path: Path) -> None:
+    """The draft's config declares the head, its tensors are absent: vLLM 0.28 would load both
+    models and then refuse at boot; dspark refuses in preflight (exit 1), naming the tensor."""
+    draft = write_draft(tmp_path / "draft", draft_config(**WITH_HEAD))
+    done = adaptive_dry_run(tmp_path, draft)
+    assert done.returncode == 1, done.stderr
+    assert "checkpoint-confidence-head FAILED" in done.stderr
+    assert f"{HEAD_WEIGHT}: expected a tensor of shape [1, {HIDDEN + RANK}]" in done.stderr
+    assert "checks.allow_missing_confidence_head=true" in done.stderr
+
+
+def test_adaptive_with_a_draft_that_declares_no_head_is_refused(tmp_path: Path) -> None:
+    done = adaptive_dry_run(tmp_path, write_draft(tmp_path / "draft"))
+    assert done.returncode == 1, done.stderr
+    assert "enable_confidence_head is not true" in done.stderr
+
+
+def test_the_headless_draft_passes_fixed_k_and_the_override(tmp_path: Path) -> None:
+    from tests.conftest import run_dspark
+
+    draft = write_draft(tmp_path / "draft", draft_config(**WITH_HEAD))
+    overridden = adaptive_dry_run(tmp_path, draft, "checks.allow_missing_confidence_head=true")
+    assert overridden.returncode == 0, overridden.stderr
+    assert ("checkpoint-confidence-head skipped: OVERRIDDEN by "
+            "checks.allow_missing_confidence_head=true") in overridden.stderr
+    fixed = run_dspark("serve", "+hw=h200", "hw.num_gpus=1", "model=tiny_qwen3",
+                       f"model.path={tmp_path / 'target'}", f"model.draft={draft}",
+                       "speculative=dspark_draft", "--dry-run", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+
+
+def test_adaptive_with_the_head_passes_the_rule(tmp_path: Path) -> None:
+    draft = write_draft(tmp_path / "draft", draft_config(**WITH_HEAD), head=head_tensors())
+    done = adaptive_dry_run(tmp_path, draft, "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"rule": "checkpoint-confidence-head",\n      "status": "passed"' in done.stdout
+
+
 @pytest.mark.vllm
 def test_the_tiny_pair_maker_writes_what_the_profiles_pass(tmp_path: Path) -> None:
     """The maker (torch, transformers) writes a Qwen3 target and a draft whose tensors are
@@ -194,7 +334,39 @@ def test_the_tiny_pair_maker_writes_what_the_profiles_pass(tmp_path: Path) -> No
     tokenizer = json.loads((draft / "tokenizer.json").read_text())
     mask = config["dflash_config"]["mask_token_id"]
     assert {t["id"]: t["content"] for t in tokenizer["added_tokens"]}[mask] == "<|mask|>"
-    assert cli("model=qwen3_dspark_draft", f"model.path={draft}", cwd=tmp_path).returncode == 0
+    assert config["enable_confidence_head"] is True and config["confidence_head_with_markov"]
+    report = json.loads(cli("model=qwen3_dspark_draft", f"model.path={draft}", "--json",
+                            cwd=tmp_path).stdout)
+    assert report["ok"] is True and report["confidence_head"] is True
     target_report = json.loads(cli("model=local", f"model.path={target}", "--json",
                                    cwd=tmp_path).stdout)
     assert target_report["ok"] is True and target_report["dspark"] is False
+    # The head's confidences vary with the previous token (its Markov part) and the hidden state.
+    from safetensors import safe_open
+
+    with safe_open(str(draft / "model.safetensors"), "np") as shard:
+        weight, bias = (shard.get_tensor(f"confidence_head.proj.{n}") for n in ("weight", "bias"))
+    assert weight.dtype == bias.dtype == np.float32 and bias.shape == (1,)
+    hidden = config["hidden_size"]
+    assert weight.shape == (1, hidden + config["markov_rank"])
+    by_token = 1 / (1 + np.exp(-(weight[0, hidden:] + bias[0])))
+    assert 0.15 < by_token.min() < 0.25 and 0.9 < by_token.max() < 0.97
+    assert np.abs(weight[0, :hidden]).max() > 0
+    # Without the head: config.json still declares it, the tensors are absent, verify fails.
+    maker = [sys.executable, "-m", "dspark_cli.vllm.tiny_model", "qwen3-dspark"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bare = tmp_path / "draft-bare"
+    made = subprocess.run([*maker, str(target), str(bare), "--no-confidence-head"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert json.loads((bare / "config.json").read_text())["enable_confidence_head"] is True
+    refused = json.loads(cli("model=qwen3_dspark_draft", f"model.path={bare}", "--json",
+                             cwd=tmp_path).stdout)
+    assert [p["subject"] for p in refused["problems"]] == [
+        "confidence_head.proj.weight", "confidence_head.proj.bias"]
+    # Asked for the other kind at a directory that holds one: refused, nothing changed.
+    before = fingerprint(bare)
+    again = subprocess.run([*maker, str(target), str(bare)], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert again.returncode == 2 and "without the confidence head" in again.stderr
+    assert "Traceback" not in again.stderr and fingerprint(bare) == before

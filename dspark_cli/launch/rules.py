@@ -128,9 +128,15 @@ def _adaptive_flags(c: Context) -> str | None:
     return None
 
 
+# The first vLLM with adaptive verification (`enable_adaptive_verification` in its
+# config/speculative.py, v1/worker/gpu/spec_decode/adaptive_verification.py): 0.26 and 0.27.x
+# have DSpark with a fixed K only.
+ADAPTIVE_SINCE_VLLM = "0.28.0"
+
+
 def _adaptive_in_vllm(c: Context) -> str | None:
-    """The installed vLLM must know the field: vLLM 0.26 has DSpark with a fixed K only, and
-    would refuse the unknown key at startup, after the model has loaded."""
+    """The installed vLLM must know the field: vLLM 0.26 and 0.27 have DSpark with a fixed K
+    only, and would refuse the unknown key at startup, after the model has loaded."""
     if not c.adaptive:
         return None
     from dspark_cli.launch.runtime import installed_vllm
@@ -141,7 +147,7 @@ def _adaptive_in_vllm(c: Context) -> str | None:
         return None  # no vLLM here to judge (a laptop's dry run), or it has the field
     return (f"the installed {vllm.describe()} ({vllm.dist}) has no adaptive verification "
             "(its SpeculativeConfig lacks enable_adaptive_verification: it came with vLLM "
-            "0.27); use speculative=dspark_fixed, DSpark with a fixed K")
+            f"{ADAPTIVE_SINCE_VLLM}); use speculative=dspark_fixed, DSpark with a fixed K")
 
 
 def _v2_runner(c: Context) -> str | None:
