@@ -355,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         err(f"unknown command {name!r}.{hint} Commands: {', '.join(COMMANDS)}.")
         return int(ExitCode.USAGE)
     from dspark_cli.launch.secrets import scrubbed_output
+    from dspark_cli.machine.detect import forget
 
+    forget()  # this command probes the machine afresh (once)
     with scrubbed_output():  # no secret is ever printed, whoever prints
         try:
             code = run_command(name, rest)

@@ -28,6 +28,7 @@ from dspark_cli.launch import runtime
 from dspark_cli.launch.runtime import Runtime, installed, installed_vllm
 from dspark_cli.machine.detect import Machine
 from dspark_cli.status import Finding
+from dspark_cli.untrusted import printable
 from dspark_cli.vllm.options import has_field
 
 _LIMIT = 4 << 20  # bytes read of one source file
@@ -265,4 +266,6 @@ def render(env: HostEnv) -> str:
         lines += [f"  {r['rule']}: {r['message']}" for r in env.refusals]
     else:
         lines.append("A run here would refuse: nothing dspark can check without a boot")
-    return "\n".join(lines) + "\n"
+    # Every fact was read from the host (a package's metadata, a GPU tool): a control
+    # character or line break in one is shown escaped, so no fact can forge a line.
+    return "\n".join(printable(line) for line in lines) + "\n"

@@ -369,6 +369,11 @@ def output_dir(directory: Path) -> Path:
     """`directory` made ready for outputs: created if missing; UsageError (exit 2) when it, or
     a path on its way, is a file, or it cannot be made."""
     directory = text_path(directory)
+    if directory.is_symlink() and not directory.exists():
+        raise UsageError(f"{shown_path(directory)} is a link to nowhere "
+                         f"({shown_path(os.readlink(directory))}): dspark makes no directory "
+                         "through a link; nothing was written.", hint="give --out a directory "
+                         "(new or existing), or remove the link")
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{shown_path(directory)} is a file, not a directory: dspark writes "
                          "its outputs into a directory and replaces nothing that is not its "

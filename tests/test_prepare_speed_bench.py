@@ -74,7 +74,7 @@ def test_another_directory_is_named_in_the_overrides(tmp_path: Path) -> None:
 def test_placeholder_rows_are_refused_unless_dropped_on_purpose(tmp_path: Path) -> None:
     source = release(tmp_path / "rel", 20, placeholders=5)
     done = run_dspark("prepare", "speed-bench", str(source), cwd=tmp_path)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
     assert "5 of 20 throughput_1k rows are SPEED-Bench's placeholders" in done.stderr
     assert "--drop-placeholders" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "data").exists()
@@ -90,8 +90,8 @@ def test_bad_input_is_one_paragraph(tmp_path: Path) -> None:
     (tmp_path / "shape.jsonl").write_text('{"prompt": "no turns"}\n')
     for args, code, fragment in [
         ((str(tmp_path / "nowhere"),), 2, "does not exist"),
-        ((str(tmp_path / "bad.jsonl"),), 1, "bad.jsonl line 2 is not JSON"),
-        ((str(tmp_path / "shape.jsonl"),), 1, "has neither `turns`"),
+        ((str(tmp_path / "bad.jsonl"),), 2, "bad.jsonl line 2 is not JSON"),
+        ((str(tmp_path / "shape.jsonl"),), 2, "has neither `turns`"),
         ((str(tmp_path / "bad.jsonl"), "--subset", "throughput_3k"), 2, "unknown SPEED-Bench"),
         ((str(tmp_path),), 2, "holds no throughput_1k rows"),
     ]:

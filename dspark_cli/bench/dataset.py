@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +45,7 @@ from dspark_cli.bench.lossless import PromptSet, load_prompts
 from dspark_cli.bench.protocol import Protocol
 from dspark_cli.errors import CheckFailed, DsparkError, ExitCode, UsageError
 from dspark_cli.status import Finding, Status
-from dspark_cli.untrusted import write_atomic
+from dspark_cli.untrusted import output_dir, shown_path, write_atomic
 
 SPEED_BENCH_SENTINEL = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
 SPEED_BENCH_PREPARE = (
@@ -237,10 +239,18 @@ SUBSETS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k", "th
            "throughput_32k")
 _MAX_LINE = 16 << 20  # bytes of one JSONL row (a 32k-token prompt is well under 1 MiB)
 _KEPT = ("question_id", "category", "sub_category", "difficulty", "source", "src_id")
+_PARQUET_MAGIC = b"PAR1"  # a Parquet file's first and last four bytes
 
 
 class NeedsPyarrow(DsparkError):
     exit_code = ExitCode.MISSING_ENGINE
+
+
+class BadSource(UsageError):
+    """A release file prepare cannot take as it is (exit 2): the file (and line) and why."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where} {problem}; nothing was written.")
 
 
 @dataclass(frozen=True)
@@ -249,62 +259,94 @@ class Prepared:
     rows: int
     dropped: int  # placeholder rows left out (drop_placeholders)
     sha256: str
+    repeated: int = 0  # requests whose prompt an earlier request already sends
+    first_repeat: str | None = None  # where the first such request is
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "out": str(self.out)}
 
 
+def _regular(path: Path, source: Path) -> Path:
+    """`path` when it is a regular file that stays inside `source` (a directory given: a link
+    out of it would make the pin cover a file nobody asked for); BadSource otherwise."""
+    shown = shown_path(path)
+    if source.is_dir() and not path.resolve().is_relative_to(source.resolve()):
+        raise BadSource(shown, f"is a link out of {shown_path(source)} (to "
+                        f"{shown_path(path.resolve())}): refused")
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        raise BadSource(shown, f"cannot be read ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        raise BadSource(shown, "is not a regular file (a FIFO, a socket or a device): refused")
+    return path
+
+
 def _files(source: Path, subset: str) -> list[Path]:
     """The release's files of `subset`: the file given, or under a directory `<subset>.jsonl`,
     `<subset>/*.parquet|*.jsonl` or `*<subset>*.parquet|jsonl` (sorted: shard order)."""
-    if source.is_file():
-        return [source]
+    if not source.is_dir() and (source.exists() or source.is_symlink()):
+        return [_regular(source, source)]
     if not source.is_dir():
-        raise UsageError(f"{source} does not exist: give the local copy of the SPEED-Bench "
-                         "release (a directory or a .jsonl/.parquet file).")
+        raise UsageError(f"{shown_path(source)} does not exist: give the local copy of the "
+                         "SPEED-Bench release (a directory or a .jsonl/.parquet file).")
     for pattern in (f"{subset}.jsonl", f"{subset}/*.parquet", f"{subset}/*.jsonl",
                     f"*/{subset}/*.parquet", f"*{subset}*.parquet", f"*{subset}*.jsonl"):
-        found = sorted(p for p in source.glob(pattern) if p.is_file())
+        found = sorted(p for p in source.glob(pattern) if not p.is_dir())
         if found:
-            return found
-    raise UsageError(f"{source} holds no {subset} rows ({subset}.jsonl, {subset}/*.parquet or "
-                     f"a file named after {subset}).")
+            return [_regular(p, source) for p in found]
+    raise UsageError(f"{shown_path(source)} holds no {subset} rows ({subset}.jsonl, "
+                     f"{subset}/*.parquet or a file named after {subset}).")
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
     with path.open("rb") as f:
         for number, raw in enumerate(iter(lambda: f.readline(_MAX_LINE + 1), b""), start=1):
-            where = f"{path} line {number}"
+            where = f"{shown_path(path)} line {number}"
             if len(raw) > _MAX_LINE:
-                raise CheckFailed(f"{where} is longer than {_MAX_LINE} bytes: not a row.")
-            if not raw.strip():
+                raise BadSource(where, f"is longer than {_MAX_LINE} bytes: not a row")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BadSource(where, f"is not UTF-8 (byte 0x{raw[e.start]:02x} at column "
+                                f"{e.start + 1})") from None
+            if not text.strip():
                 continue
             try:
-                yield where, json.loads(raw)
+                yield where, json.loads(text)
+            except RecursionError:
+                raise BadSource(where, "nests deeper than a JSON reader goes: not a row") from None
             except ValueError as e:
-                raise CheckFailed(f"{where} is not JSON ({e}).") from None
+                raise BadSource(where, f"is not JSON ({e})") from None
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    with path.open("rb") as f:
+        head = f.read(4)
+        f.seek(max(path.stat().st_size - 4, 0))
+        tail = f.read(4)
+    if head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
+        raise BadSource(shown_path(path), "is not Parquet (no PAR1 at its start and end: "
+                        "truncated or another format)")
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise NeedsPyarrow(f"{path} is Parquet, and reading it needs pyarrow, which this Python "
-                           "cannot import.", hint="pip install pyarrow (or give the rows as "
-                           "JSONL)") from None
+        raise NeedsPyarrow(f"{shown_path(path)} is Parquet, and reading it needs pyarrow, which "
+                           "this Python cannot import.", hint="pip install pyarrow (or give "
+                           "the rows as JSONL)") from None
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow's errors have no common base but Exception
-        raise CheckFailed(f"{path} cannot be read as Parquet ({e}).") from None
+        raise BadSource(shown_path(path), f"cannot be read as Parquet ({e})") from None
     for number, row in enumerate(table.to_pylist(), start=1):
-        yield f"{path} row {number}", row
+        yield f"{shown_path(path)} row {number}", row
 
 
 def _prompt(where: str, row: Any) -> str:
     """The request's prompt: the first user turn of a release row, or a prepared row's first
     message."""
     if not isinstance(row, dict):
-        raise CheckFailed(f"{where} is not a JSON object.")
+        raise BadSource(where, "is not a JSON object")
     turns = row.get("turns")
     if isinstance(turns, list) and turns and isinstance(turns[0], str):
         return turns[0]
@@ -312,46 +354,79 @@ def _prompt(where: str, row: Any) -> str:
     if (isinstance(messages, list) and messages and isinstance(messages[0], dict)
             and isinstance(messages[0].get("content"), str)):
         return messages[0]["content"]
-    raise CheckFailed(f"{where} has neither `turns` (a list of strings: SPEED-Bench's release) "
-                      "nor `messages` (a list of {role, content}: a prepared row).")
+    raise BadSource(where, "has neither `turns` (a list of strings: SPEED-Bench's release) "
+                    "nor `messages` (a list of {role, content}: a prepared row)")
 
 
 def request_rows(source: Path, subset: str) -> Iterator[tuple[str, dict[str, Any] | None]]:
     """(where, request row) per release row, in order; None for a placeholder row."""
     for path in _files(source, subset):
         rows = _parquet_rows(path) if path.suffix == ".parquet" else _jsonl_rows(path)
+        empty = True
         for where, row in rows:
+            empty = False
             prompt = _prompt(where, row)
             if SPEED_BENCH_SENTINEL in prompt:
                 yield where, None
                 continue
             kept = {k: row[k] for k in _KEPT if isinstance(row.get(k), str | int)}
             yield where, {**kept, "messages": [{"role": "user", "content": prompt}]}
+        if empty:
+            raise BadSource(shown_path(path), "holds no row (an empty file: an interrupted "
+                            "download?)")
+
+
+def _check_out(out: Path, source: Path, inputs: Sequence[Path]) -> None:
+    """UsageError when the request file would replace what it is made from: the source, or
+    any release file read (by its name or through a link)."""
+    target = out.resolve()
+    for given in (source, *inputs):
+        if target == given.resolve() or (out.exists() and given.exists()
+                                         and os.path.samefile(out, given)):
+            raise UsageError(f"the request file {shown_path(out)} would replace "
+                             f"{shown_path(given)}, which it is made from: refused, nothing "
+                             "was written.", hint="give --out another directory")
 
 
 def prepare(source: Path, subset: str, out: Path, drop_placeholders: bool = False) -> Prepared:
-    """Write the request file (atomically, never through a link) and return its pin."""
+    """Write the request file (atomically, never through a link, never over a file it reads)
+    and return its pin."""
     if subset not in SUBSETS:
         raise UsageError(f"unknown SPEED-Bench subset {subset!r}; one of {', '.join(SUBSETS)}.")
-    if out.exists() and source.exists() and out.resolve() == source.resolve():
-        raise UsageError(f"{out} is the source itself: write the request file elsewhere.")
+    _check_out(out, source, _files(source, subset))
     lines, dropped, first_placeholder = [], 0, None
+    seen: dict[str, str] = {}
+    repeated, first_repeat = 0, None
     for where, row in request_rows(source, subset):
         if row is None:
             dropped += 1
             first_placeholder = first_placeholder or where
             continue
-        lines.append(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+        line = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise BadSource(where, f"holds a lone surrogate ({line[e.start]!r}), which is no "
+                            "text: not a prompt") from None
+        prompt = row["messages"][0]["content"]
+        if prompt in seen:
+            repeated += 1
+            first_repeat = first_repeat or f"{where} repeats {seen[prompt]}"
+        else:
+            seen[prompt] = where
+        lines.append(line)
     if dropped and not drop_placeholders:
-        raise CheckFailed(
+        raise UsageError(
             f"{dropped} of {dropped + len(lines)} {subset} rows are SPEED-Bench's placeholders "
             f"(first: {first_placeholder}): the public release leaves those prompts at their "
-            "sources.", hint=f"fetch them with NVIDIA's {SPEED_BENCH_PREPARE} and give its "
-            "output here, or --drop-placeholders to keep the complete rows only (another set, "
-            "with its own pin)")
+            "sources; nothing was written.", hint=f"fetch them with NVIDIA's "
+            f"{SPEED_BENCH_PREPARE} and give its output here, or --drop-placeholders to keep the "
+            "complete rows only (another set, with its own pin)")
     if not lines:
-        raise CheckFailed(f"no {subset} request in {source}.")
+        raise UsageError(f"no {subset} request in {shown_path(source)} (every row is a "
+                         "placeholder); nothing was written.")
     data = "".join(lines).encode("utf-8")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    output_dir(out.parent)
     write_atomic(out, data)
-    return Prepared(out, len(lines), dropped, hashlib.sha256(data).hexdigest())
+    return Prepared(out, len(lines), dropped, hashlib.sha256(data).hexdigest(), repeated,
+                    first_repeat)

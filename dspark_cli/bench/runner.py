@@ -281,7 +281,7 @@ class _CellRun:
             return None
         (self.dir / GPU_SAMPLES).write_text(json.dumps(samples_dict(samples)) + "\n")
         return {**gpu_record(self.ctx.gpu_tool, self.ctx.gpu_interval_s, samples, self.window,
-                             self.ctx.gpu_idle_below, self.sampler.error),
+                             self.ctx.gpu_idle_below, self.sampler.problem),
                 "file": GPU_SAMPLES}
 
     def _cold_start(self, log: Path | None) -> dict[str, Any] | None:

@@ -35,30 +35,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace) -> int:
     from dspark_cli.bench.dataset import prepare
+    from dspark_cli.config.overrides import hydra_literal
 
     out = opts.out.expanduser() / f"{opts.subset}.jsonl"
     done = prepare(opts.source.expanduser(), opts.subset, out, opts.drop_placeholders)
     pin = [f"bench.dataset.sha256={done.sha256}"]
     if opts.out.expanduser().resolve() != DEFAULT_DIR.resolve():
-        pin.insert(0, f"bench.dataset.path={out.parent.resolve()}")
+        pin.insert(0, f"bench.dataset.path={hydra_literal(str(out.parent.resolve()))}")
     if opts.subset != "throughput_1k":
         pin.insert(0, f"bench.dataset.subset={opts.subset}")
     if opts.json:
         print(json.dumps({**done.to_dict(), "overrides": pin}, indent=2))
         return 0
+    if done.repeated:
+        print(f"dspark: warning: {done.repeated} of {done.rows} requests repeat an earlier "
+              f"request's prompt (first: {done.first_repeat}): the set measures fewer distinct "
+              "prompts than it holds, and a prefix cache serves the copies", file=sys.stderr)
     dropped = f" ({done.dropped} placeholder rows left out)" if done.dropped else ""
     quoted = " ".join(shlex.quote(p) for p in pin)
     print(f"dspark: wrote {done.out}: {done.rows} requests{dropped}, sha256 {done.sha256}; the "
           f"bench takes it with: dspark bench bench=speed_bench_throughput_1k {quoted}",
           file=sys.stderr)
-    print(quoted)  # the overrides alone: PIN=$(dspark prepare speed-bench SRC)
+    print(quoted)  # the overrides alone, shell words: eval "PIN=($(dspark prepare ...))"
     return 0
 
 
 COMMAND = Command(
     name="prepare",
     examples=(
-        ("dspark prepare speed-bench /data/sb", "the seed's set; stdout: its pin (PIN=$(...))"),
+        ("dspark prepare speed-bench /data/sb", "the seed's set; stdout: its pin (shell words)"),
         ("dspark prepare speed-bench rows.jsonl --drop-placeholders", "complete rows only"),
         ("dspark prepare speed-bench /data/sb --subset throughput_2k", "another split"),
     ),

@@ -59,6 +59,13 @@ def hydra_value(text: str) -> str:
     return quote + body + quote
 
 
+def hydra_literal(text: str) -> str:
+    """`text` as one Hydra value that reads back as exactly `text`: quoted as `hydra_value`
+    quotes, and an interpolation's `${` escaped (a folder named `e${oc.env:HOME}` is that
+    name, not the home directory)."""
+    return hydra_value(text.replace("${", "\\${"))
+
+
 def shell_word(text: str) -> str:
     """`text` as one shell word, as readable as it can be."""
     if text and shlex.quote(text) == text:

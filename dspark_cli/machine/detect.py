@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,11 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dspark_cli.config.choices import Platform
+from dspark_cli.machine.tool import ask
+from dspark_cli.untrusted import printable
 
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 # Where to read the KFD topology instead (a container's own sysfs mount, a test's fake host).
 KFD_NODES_ENV = "DSPARK_KFD_NODES"
 PROBE_TIMEOUT_S = 10.0
+MAX_GPUS = 64  # GPUs kept of one answer
+MAX_NAME = 200  # characters kept of a product name or driver version
+_INDEX = re.compile(r"[0-9]{1,4}")
+_MIB = re.compile(r"[0-9]{1,9}")
+_CAP = re.compile(r"([0-9]{1,2})\.([0-9]{1,2})")
 
 
 @dataclass(frozen=True)
@@ -53,26 +58,33 @@ class Machine:
 
 
 def _run(argv: list[str]) -> str | None:
-    if not shutil.which(argv[0]):
-        return None
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    """The tool's answer as text (bytes that are no UTF-8 replaced), None when it has none
+    (tool.ask: bounded in time and size)."""
+    out = ask(argv, PROBE_TIMEOUT_S)
+    return None if out is None else out.decode("utf-8", errors="replace")
+
+
+def _text(value: str) -> str:
+    """A name the tool printed, as a terminal may show it: controls escaped, bounded."""
+    return printable(value.strip())[:MAX_NAME]
 
 
 def parse_nvidia_smi(text: str) -> tuple[tuple[Gpu, ...], str | None]:
     """Parse `nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap
-    --format=csv,noheader,nounits`."""
+    --format=csv,noheader,nounits`: a line whose index is not plain digits is no GPU's, and
+    at most MAX_GPUS are kept (no host has more; a flood is not a machine)."""
     gpus, driver = [], None
     for line in text.splitlines():
         cols = [c.strip() for c in line.split(",")]
-        if len(cols) < 5 or not cols[0].isdigit():
+        if len(cols) < 5 or not _INDEX.fullmatch(cols[0]):
             continue
-        mem = int(cols[2]) if cols[2].isdigit() else None
-        gpus.append(Gpu(int(cols[0]), cols[1], f"sm_{cols[4].replace('.', '')}", mem))
-        driver = cols[3]
+        if len(gpus) == MAX_GPUS:
+            break
+        mem = int(cols[2]) if _MIB.fullmatch(cols[2]) else None
+        cap = _CAP.fullmatch(cols[4])
+        arch = f"sm_{cap[1]}{cap[2]}" if cap else None
+        gpus.append(Gpu(int(cols[0]), _text(cols[1]), arch, mem))
+        driver = _text(cols[3])
     return tuple(gpus), driver
 
 
@@ -88,16 +100,22 @@ def _amd_product_names() -> list[str]:
         return []
     try:
         data = json.loads(out)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return []
-    items = data if isinstance(data, list) else data.get("gpu_data", [])
-    return [str(i.get("asic", {}).get("market_name", "")) for i in items if isinstance(i, dict)]
+    items = data if isinstance(data, list) else (
+        data.get("gpu_data") if isinstance(data, dict) else None)
+    if not isinstance(items, list):
+        return []
+    asics = [i.get("asic") for i in items[:MAX_GPUS] if isinstance(i, dict)]
+    return [_text(str(a.get("market_name", ""))) if isinstance(a, dict) else ""
+            for a in asics]
 
 
 def _amd_gpus(nodes: Path) -> tuple[Gpu, ...]:
     archs = []
     for props in sorted(nodes.glob("*/properties")):
-        match = re.search(r"^gfx_target_version\s+(\d+)", props.read_text(), re.MULTILINE)
+        text = props.read_text(errors="replace")
+        match = re.search(r"^gfx_target_version\s+([0-9]{1,9})$", text, re.MULTILINE)
         if match and int(match.group(1)) > 0:
             archs.append(gfx_name(int(match.group(1))))
     names = _amd_product_names() if archs else []
@@ -107,9 +125,29 @@ def _amd_gpus(nodes: Path) -> tuple[Gpu, ...]:
     )
 
 
+# One command probes the machine once: `dspark env` asks for its profile three times (the
+# command's needs, the +hw it picks, the facts it prints), and a hung nvidia-smi costs a
+# probe's whole timeout each time. Keyed by where the tools are found; `forget` at a command's
+# start, so nothing is kept from one command to the next.
+_PROBED: dict[tuple[str, str], Machine] = {}
+
+
+def forget() -> None:
+    """Probe again on the next `detect` (a new command)."""
+    _PROBED.clear()
+
+
 def detect(kfd_nodes: Path | None = None) -> Machine:
-    """The accelerators of this machine; no GPU found means the CPU platform."""
+    """The accelerators of this machine (probed once per command: `forget`); no GPU found
+    means the CPU platform."""
     kfd_nodes = kfd_nodes or Path(os.environ.get(KFD_NODES_ENV) or KFD_NODES)
+    key = (str(kfd_nodes), os.environ.get("PATH", ""))
+    if key not in _PROBED:
+        _PROBED[key] = _probe(kfd_nodes)
+    return _PROBED[key]
+
+
+def _probe(kfd_nodes: Path) -> Machine:
     out = _run([
         "nvidia-smi",
         "--query-gpu=index,name,memory.total,driver_version,compute_cap",

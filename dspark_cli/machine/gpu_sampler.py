@@ -13,17 +13,24 @@ Standalone (the lead runs it on a GPU host):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from dspark_cli.machine.tool import ask
+from dspark_cli.untrusted import printable
 
 # What each sample holds, in this order: utilisation (%), memory used (MiB), power (W), SM clock
 # (MHz), temperature (C), and the active clock-throttle reasons (a bit mask; None: unknown).
@@ -35,6 +42,15 @@ NVIDIA_QUERY = ("index", "utilization.gpu", "memory.used", "power.draw", "clocks
 # and sync boost 0x20 do not): SW power cap, HW slowdown, SW/HW thermal, HW power brake.
 THROTTLE_BITS = 0x4 | 0x8 | 0x40 | 0x80 | 0x100
 TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi")
+# A reading past this is no GPU's (1e308 W, a 1e300 mask): unreadable, so a mean stays finite.
+MAX_READING = 1e15  # rocm-smi gives memory in bytes (192 GB: 2e11)
+MAX_LINE = 4096  # bytes of one nvidia-smi line
+MAX_GPUS = 64  # GPUs of one answer
+MAX_SAMPLES = 1_000_000  # samples kept of one run (8 GPUs every 0.1 s for 3.5 hours)
+_INDEX = re.compile(r"[0-9]{1,4}")
+# A reading as the tools print it: a plain number at the start ("96", "612.5", "1e308",
+# "1843Mhz"); digits picked out of the middle would read "1e308" as 1308.
+_LEADING_NUMBER = re.compile(r"\s*([-+]?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)")
 
 
 @dataclass(frozen=True)
@@ -47,18 +63,24 @@ class Sample:
         return self.values[FIELDS.index(name)]
 
 
+def _reading(value: float) -> float | None:
+    """`value` when a GPU could report it: finite and within MAX_READING."""
+    return value if math.isfinite(value) and abs(value) <= MAX_READING else None
+
+
 def _number(text: str) -> float | None:
     text = text.strip()
     try:
-        return float(int(text, 16)) if text.startswith("0x") else float(text)
-    except ValueError:
-        return None  # "[N/A]", "[Not Supported]"
+        value = float(int(text, 16)) if text.startswith("0x") else float(text)
+    except (ValueError, OverflowError):
+        return None  # "[N/A]", "[Not Supported]", a mask too long for a float
+    return _reading(value)
 
 
 def parse_nvidia_line(line: str, columns: int) -> tuple[str, tuple[float | None, ...]] | None:
     """One `--format=csv,noheader,nounits` line of NVIDIA_QUERY (or all but its last column)."""
     parts = [p.strip() for p in line.split(",")]
-    if len(parts) != columns or not parts[0].isdigit():
+    if len(parts) != columns or not _INDEX.fullmatch(parts[0]):
         return None
     values = [_number(p) for p in parts[1:]]
     values += [None] * (len(FIELDS) - len(values))
@@ -70,10 +92,13 @@ def _amd_value(entry: Any) -> float | None:
     if isinstance(entry, Mapping):
         entry = entry.get("value")
     if isinstance(entry, int | float) and not isinstance(entry, bool):
-        return float(entry)
+        try:
+            return _reading(float(entry))
+        except OverflowError:  # an integer past any float
+            return None
     if isinstance(entry, str):
-        digits = "".join(ch for ch in entry if ch.isdigit() or ch == ".")
-        return _number(digits) if digits else None
+        match = _LEADING_NUMBER.match(entry)
+        return _number(match[1]) if match else None
     return None
 
 
@@ -88,21 +113,39 @@ def _section(row: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 _AMD_THROTTLE = {"THROTTLED": float(THROTTLE_BITS), "UNTHROTTLED": 0.0}
 
 
+def _gpu_id(value: Any, position: int) -> str:
+    """A GPU's id as the tool gave it when it is plain digits, else its position."""
+    text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    return text if _INDEX.fullmatch(text) else str(position)
+
+
+def _json(text: str) -> Any:
+    """The tool's JSON; ValueError when it is none (or nests past a reader)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("its JSON nests too deep") from None
+
+
 def parse_amd_smi(text: str) -> list[tuple[str, tuple[float | None, ...]]]:
     """`amd-smi metric --usage --power --clock --temperature --mem-usage --json`: a list of GPU
     objects (`{"gpu_data": [...]}` in later releases), each value `{"value", "unit"}` or "N/A"
-    (tests/data/gpu_tools/amd_smi_metric.json: the format from the tool's source)."""
-    data = json.loads(text)
-    rows = data if isinstance(data, list) else data.get("gpu_data", [data])
-    out = []
-    for row in rows:
+    (tests/data/gpu_tools/amd_smi_metric.json: the format from the tool's source); ValueError
+    for any other shape."""
+    data = _json(text)
+    rows = data if isinstance(data, list) else (
+        data.get("gpu_data", [data]) if isinstance(data, Mapping) else None)
+    if not isinstance(rows, list):
+        raise ValueError(f"no list of GPUs in its JSON (a {type(data).__name__})")
+    out: list[tuple[str, tuple[float | None, ...]]] = []
+    for row in rows[:MAX_GPUS]:
         if not isinstance(row, Mapping):
             continue
         usage, power = _section(row, "usage"), _section(row, "power")
         clock = _section(_section(row, "clock"), "gfx_0")
         temp, mem = _section(row, "temperature"), _section(row, "mem_usage")
         hotspot = _amd_value(temp.get("hotspot"))
-        out.append((str(row.get("gpu", len(out))), (
+        out.append((_gpu_id(row.get("gpu"), len(out)), (
             _amd_value(usage.get("gfx_activity")), _amd_value(mem.get("used_vram")),
             _amd_value(power.get("socket_power")), _amd_value(clock.get("clk")),
             hotspot if hotspot is not None else _amd_value(temp.get("edge")),
@@ -118,13 +161,8 @@ def find_tool() -> str | None:
             continue
         if tool != "nvidia-smi":
             return tool
-        try:
-            done = subprocess.run([tool, "--query-gpu=index", "--format=csv,noheader,nounits"],
-                                  capture_output=True, text=True, timeout=15,
-                                  stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0 and done.stdout.strip():
+        out = ask([tool, "--query-gpu=index", "--format=csv,noheader,nounits"], 15)
+        if out is not None and out.strip():
             return tool
     return None
 
@@ -138,6 +176,8 @@ class GpuSampler:
         self.tool = tool
         self.samples: list[Sample] = []
         self.error: str | None = None
+        self.unreadable = 0  # answers (nvidia-smi lines, amd-smi calls) no sample came of
+        self._first_unreadable = ""
         self._start = 0.0
         self._stop = threading.Event()
         self._lock = threading.Lock()  # a process is started only while not stopped
@@ -151,11 +191,11 @@ class GpuSampler:
     def start(self) -> GpuSampler:
         self._start = time.monotonic()
         if self.tool == "nvidia-smi":
-            self._thread = threading.Thread(target=self._nvidia, daemon=True,
-                                            name="dspark-gpu-sampler")
+            self._thread = threading.Thread(target=self._guarded, args=(self._nvidia,),
+                                            daemon=True, name="dspark-gpu-sampler")
         elif self.tool in ("amd-smi", "rocm-smi"):
-            self._thread = threading.Thread(target=self._amd, daemon=True,
-                                            name="dspark-gpu-sampler")
+            self._thread = threading.Thread(target=self._guarded, args=(self._amd,),
+                                            daemon=True, name="dspark-gpu-sampler")
         if self._thread is not None:
             self._thread.start()
         return self
@@ -164,16 +204,27 @@ class GpuSampler:
         with self._lock:
             self._stop.set()
             proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
+        if proc is not None:  # its whole group: a wrapper's child may hold the pipe
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         if self._thread is not None:
             self._thread.join(10)
         return list(self.samples)
+
+    def _guarded(self, body: Callable[[], None]) -> None:
+        """The reader's body; whatever it raises ends sampling with an error in the record,
+        never a dead thread's traceback in the middle of a bench."""
+        try:
+            body()
+        except Exception as exc:  # any failure of a tool's answer
+            self.error = printable(f"{self.tool}: sampling stopped: {type(exc).__name__}: "
+                                   f"{exc}")[:300]
 
     def _nvidia(self) -> None:
         for query in (NVIDIA_QUERY, NVIDIA_QUERY[:-1]):  # an old driver lacks the last field
@@ -185,8 +236,8 @@ class GpuSampler:
                     return
                 try:
                     proc = self._proc = subprocess.Popen(
-                        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                        stdin=subprocess.DEVNULL)
+                        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, start_new_session=True)
                 except OSError as exc:
                     self.error = f"nvidia-smi: {exc}"
                     return
@@ -196,21 +247,48 @@ class GpuSampler:
                 return
         self.error = "nvidia-smi answered no sample line"
 
-    def _read(self, stream: IO[str] | None, columns: int) -> int:
+    def _read(self, stream: IO[bytes] | None, columns: int) -> int:
         got = 0
         last_error = ""
-        for line in stream or ():
-            parsed = parse_nvidia_line(line, columns)
+        self.unreadable, self._first_unreadable = 0, ""  # this query's own
+        for raw in iter(lambda: stream.readline(MAX_LINE) if stream else b"", b""):
+            try:
+                line = raw.decode("utf-8")
+                parsed = parse_nvidia_line(line, columns) if raw.endswith(b"\n") or len(
+                    raw) < MAX_LINE else None
+            except UnicodeDecodeError:
+                line, parsed = raw.decode("utf-8", "replace"), None
             if parsed is None:
-                last_error = line.strip()
+                last_error = printable(line.strip())[:200]
+                self._unreadable(f"nvidia-smi: {last_error}")
                 continue
             got += 1
-            self.samples.append(Sample(round(self.now(), 3), parsed[0], parsed[1]))
+            self._keep([Sample(round(self.now(), 3), parsed[0], parsed[1])])
         if not got and last_error:
-            self.error = f"nvidia-smi: {last_error[:200]}"
-        elif got:
-            self.error = None  # a refused first query is not this one's error
+            self.error = f"nvidia-smi: {last_error}"
+        elif got:  # a refused first query is not this one's error
+            self.error = None
         return got
+
+    def _keep(self, samples: list[Sample]) -> None:
+        room = MAX_SAMPLES - len(self.samples)
+        self.samples += samples[:max(room, 0)]
+
+    def _unreadable(self, what: str) -> None:
+        """An answer no sample came of: counted, the first one kept for the record."""
+        self.unreadable += 1
+        self._first_unreadable = self._first_unreadable or what[:300]
+
+    @property
+    def problem(self) -> str | None:
+        """What went wrong, for the record: the tool's error, or how many of its answers were
+        unreadable (those samples are missing, the rest stand)."""
+        if self.error is not None:
+            return self.error
+        if self.unreadable:
+            return (f"{self.unreadable} unreadable answer(s), no sample taken of them "
+                    f"(first: {self._first_unreadable})")
+        return None
 
     def _amd(self) -> None:
         argv = (["amd-smi", "metric", "--usage", "--power", "--clock", "--temperature",
@@ -219,13 +297,15 @@ class GpuSampler:
                  "--showclocks", "--json"])
         while not self._stop.is_set():
             t = round(self.now(), 3)
+            out = ask(argv, 10)
             try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-                rows = parse_amd_smi(done.stdout) if self.tool == "amd-smi" else parse_rocm_smi(
-                    done.stdout)
-                self.samples += [Sample(t, gpu, values) for gpu, values in rows]
-            except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError) as exc:
-                self.error = f"{self.tool}: {type(exc).__name__}: {exc}"[:300]
+                if out is None:
+                    raise ValueError("no answer (not there, failed, hung or flooded)")
+                text = out.decode("utf-8")
+                rows = parse_amd_smi(text) if self.tool == "amd-smi" else parse_rocm_smi(text)
+                self._keep([Sample(t, gpu, values) for gpu, values in rows])
+            except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError and shapes too
+                self._unreadable(printable(f"{self.tool}: {exc}"))
             self._stop.wait(self.interval_s)
 
 
@@ -240,17 +320,21 @@ def parse_rocm_smi(text: str) -> list[tuple[str, tuple[float | None, ...]]]:
     """`rocm-smi --showuse --showpower --showtemp --showmeminfo vram --showclocks --json`:
     `{"card0": {"GPU use (%)": "96", ...}}`, every value a string
     (tests/data/gpu_tools/rocm_smi.json: the format from the tool's source)."""
-    data = json.loads(text)
-    out = []
+    data = _json(text)
+    if not isinstance(data, Mapping):
+        raise ValueError(f"no object of cards in its JSON (a {type(data).__name__})")
+    out: list[tuple[str, tuple[float | None, ...]]] = []
     for card, row in data.items():
         if not card.startswith("card") or not isinstance(row, Mapping):
             continue
+        if len(out) == MAX_GPUS:
+            break
 
         def value(*names: str, row: Mapping[str, Any] = row) -> float | None:
             return next((v for n in names if (v := _amd_value(row.get(n))) is not None), None)
 
         used = value("VRAM Total Used Memory (B)")
-        out.append((card[4:], (
+        out.append((_gpu_id(card[4:], len(out)), (
             value("GPU use (%)"), None if used is None else round(used / 2**20, 1),
             value("Current Socket Graphics Package Power (W)",
                   "Average Graphics Package Power (W)"),
@@ -346,11 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     time.sleep(opts.duration)
     samples = sampler.stop()
     doc = {**record(tool, opts.interval, samples, (0.0, opts.duration), opts.idle_below,
-                    sampler.error), "all_samples": samples_dict(samples)}
+                    sampler.problem), "all_samples": samples_dict(samples)}
     if opts.out is not None:
-        opts.out.write_text(json.dumps(doc, indent=2) + "\n")
+        opts.out.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     shown = {k: v for k, v in doc.items() if k != "all_samples"}
-    print(json.dumps(shown, indent=2))
+    print(json.dumps(shown, indent=2, allow_nan=False))
     return 0 if samples else 1
 
 
