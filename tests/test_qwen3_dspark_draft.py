@@ -349,8 +349,13 @@ def test_the_tiny_pair_maker_writes_what_the_profiles_pass(tmp_path: Path) -> No
     assert weight.dtype == bias.dtype == np.float32 and bias.shape == (1,)
     hidden = config["hidden_size"]
     assert weight.shape == (1, hidden + config["markov_rank"])
-    by_token = 1 / (1 + np.exp(-(weight[0, hidden:] + bias[0])))
-    assert 0.15 < by_token.min() < 0.25 and 0.9 < by_token.max() < 0.97
+    with np.errstate(over="ignore"):
+        by_token = 1 / (1 + np.exp(-(weight[0, hidden:] + bias[0])))
+    some = by_token[by_token > 0]
+    assert 0.15 < some.min() < 0.25 and 0.9 < some.max() < 0.97
+    # One previous token in seven gives exactly 0: adaptive verification never keeps the slots
+    # after it, whatever the step costs, so its verify widths vary.
+    assert np.array_equal(by_token == 0, np.arange(len(by_token)) % 7 == 6)
     assert np.abs(weight[0, :hidden]).max() > 0
     # Without the head: config.json still declares it, the tensors are absent, verify fails.
     maker = [sys.executable, "-m", "dspark_cli.vllm.tiny_model", "qwen3-dspark"]
