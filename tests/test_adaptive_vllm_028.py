@@ -187,3 +187,16 @@ def test_without_the_pin_the_counters_cannot_show_trimming() -> None:
     seen = observed([None], [], spec, 4)
     assert seen.widths is None and judge(seen, ADAPTIVE).ok is None
     assert judge(observed([None], [], spec, 4, exact=True), FIXED).outcome == UNEXPECTED
+
+
+def test_the_report_recomputes_the_widths_from_the_cells_record() -> None:
+    """report/evidence.py judges a cell's recorded `engagement` again, widths included; widths
+    that do not count the steps are refused, not shown."""
+    from dspark_cli.report.evidence import judged
+
+    section = dict(engaged("dspark_adaptive", [7, 6, 4, 4]).data)
+    again = judged(section)
+    assert again.ok is True and again.outcome == TRIMMED
+    assert "verify widths (width: steps) 0: 3, 1: 1, 2: 2, 4: 4" in again.sentence
+    bad = judged({**section, "widths": [3, 1, 2, 0, 5]})
+    assert bad.ok is False and "verify widths are not counts of the steps" in bad.sentence
