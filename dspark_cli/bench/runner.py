@@ -261,7 +261,8 @@ class _CellRun:
                                  self.cell.concurrency, self.ctx.protocol.sampling,
                                  self.ctx.protocol.phase_timeout_s,
                                  self.arm.cfg.speculative.num_speculative_tokens,
-                                 lambda: _quiet(session.scrape), session.stop_reason)
+                                 lambda: _quiet(session.scrape), session.stop_reason,
+                                 self.arm.cfg.model.expected.draft_exact is True)
             if self._stalled(session, "the engagement probe", began):
                 return
         if self.ctx.after is not None:
@@ -410,11 +411,12 @@ def _one(client: httpx.Client, url: str, body: dict[str, Any],
 def probe(client: httpx.Client, base_url: str, model: str, prompts: Sequence[str], concurrency: int,
           sampling: Sampling, timeout_s: float, k: int | None,
           scrape: Callable[[], Scrape | None],
-          stop: Callable[[], str | None] = lambda: None) -> Engagement:
+          stop: Callable[[], str | None] = lambda: None, exact: bool = False) -> Engagement:
     """`concurrency` (at most MAX_REQUESTS) completions at once through the cell's session's
     `client`, sampled as `sampling` says; `scrape` reads /metrics (None when it cannot) before
     and after them. Not measured, with the reason, when `stop()` names one before they are all
-    answered (a stall)."""
+    answered (a stall). An `exact` draft's counters show the verify widths on greedy requests
+    only (`metrics.observed`)."""
     count = max(1, min(concurrency, MAX_REQUESTS))
     bodies = [{"model": model, "prompt": prompts[i % len(prompts)], "ignore_eos": True,
                "max_tokens": min(sampling.max_output_tokens, MAX_TOKENS),
@@ -433,7 +435,8 @@ def probe(client: httpx.Client, base_url: str, model: str, prompts: Sequence[str
     after = scrape()
     counters = None if before is None or after is None else spec_decode(after.delta(before))
     return observed([a for a in answers if not isinstance(a, str)],
-                    [a for a in answers if isinstance(a, str)], counters, k)
+                    [a for a in answers if isinstance(a, str)], counters, k,
+                    exact and sampling.temperature == 0)
 
 
 def engagement_record(seen: Engagement | None, expected: str | None) -> dict[str, Any]:

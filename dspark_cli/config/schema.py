@@ -93,6 +93,10 @@ class ExpectedFacts:
     total_bytes: int | None = field(default=None, metadata=between(0))
     architecture: str | None = None
     draft_params: int | None = field(default=None, metadata=between(0))
+    # The draft proposes its target's own greedy tokens (the tiny Qwen3 pair): on greedy
+    # requests a slot it drafted is rejected only when verification left it out, so the
+    # spec-decode counters show adaptive verification's trimming (server/metrics.py).
+    draft_exact: bool | None = None
 
 
 @schema_class

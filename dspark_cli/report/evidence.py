@@ -257,10 +257,15 @@ def judged(section: Mapping[str, Any]) -> Judgement:
                                 != (counts["steps"] * k > counts["draft_tokens"]))):
         problems.append(f"{counts['steps']} steps of K={k}, {counts['draft_tokens']} drafted, "
                         f"{counts['accepted']} accepted and {short} short steps cannot all hold")
+    widths = section.get("widths")
+    if widths is not None and not (isinstance(widths, list) and all(map(_is_count, widths))
+                                   and sum(widths) == counts["steps"]):
+        problems.append("the recorded verify widths are not counts of the steps")
+        widths = None
     seen = Engagement(level if isinstance(level, str) else None, counts["requests"],
                       counts["reported"], counts["steps"], counts["draft_tokens"],
                       counts["accepted"], k, short, tuple(problems),
-                      str(section.get("why") or ""))
+                      str(section.get("why") or ""), None if widths is None else tuple(widths))
     expected = section.get("expected")
     return judge(seen, expected if isinstance(expected, str) else None)
 

@@ -27,6 +27,15 @@ every step; adaptive verification trims, so its steps propose fewer. A response 
 input: a field of the wrong type, a count out of range or arrays that disagree with the totals
 make the answer malformed (`ValueError`), never a number.
 
+vLLM 0.28 (the first with adaptive verification) has no per-request metrics, and its counters
+count the drafts the scheduler scheduled (K a step, trimmed or not: v1/core/sched/scheduler.py
+`num_draft_tokens = len(scheduled_spec_token_ids)`); a slot verification left out is counted
+rejected. So the counters show trimming only for a draft the launch pins as exact
+(`model.expected.draft_exact`: it proposes its target's own greedy tokens, as the tiny Qwen3
+pair does): on greedy requests every slot verified is accepted, so the slots kept per step are
+the accepted prefix, and the per-position acceptance counts give each step's verify width
+(`EXACT_COUNTERS`, `Engagement.widths`).
+
     request_steps(body) -> RequestSteps | None
     observed(answers, problems, counters, k) -> Engagement
     judge(engagement, expected) -> Judgement; expected_of(...)
@@ -37,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where a request is made: a dry run loads no HTTP stack
@@ -185,6 +195,8 @@ ADAPTIVE, FIXED, AT_MOST = "adaptive", "fixed_k", "at_most_k"  # what the launch
 # Where the steps were read (`Engagement.level`).
 PER_REQUEST = "per-request metrics the server reports"
 COUNTERS = "/metrics spec-decode counters"
+EXACT_COUNTERS = ("/metrics spec-decode counters of an exact draft (a slot not accepted was "
+                  "not verified)")
 TRIMMED, FULL_K, UNEXPECTED, NOT_MEASURED = "trimmed", "full_k", "unexpected_trim", "not_measured"
 
 
@@ -263,6 +275,8 @@ class Engagement:
     short_steps: int | None  # steps proposing fewer than K; None without per-step arrays
     problems: tuple[str, ...] = ()  # malformed answers
     why: str = ""
+    # steps that verified 0 .. K draft slots (an exact draft's counters); None: not known
+    widths: tuple[int, ...] | None = None
 
     @property
     def trimmed_tokens(self) -> int:
@@ -285,22 +299,49 @@ class Engagement:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "problems": list(self.problems),
+                "widths": None if self.widths is None else list(self.widths),
                 "trimmed_tokens": self.trimmed_tokens}
+
+    def widths_shown(self) -> str:
+        """`width: steps` for each verify width seen, e.g. "0: 3, 2: 1, 4: 6"."""
+        return ", ".join(f"{w}: {n}" for w, n in enumerate(self.widths or ()) if n)
+
+
+def verify_widths(drafts: int, accepted_per_position: Sequence[int]) -> tuple[int, ...] | None:
+    """Steps that kept 0 .. K slots, from an exact draft's per-position acceptance (a step that
+    accepted position i accepted every position before it); None when the counts cannot be
+    such prefixes."""
+    counts = [drafts, *accepted_per_position, 0]
+    if any(a < b or b < 0 for a, b in pairwise(counts)):
+        return None
+    return tuple(a - b for a, b in pairwise(counts))
 
 
 def observed(answers: Sequence[RequestSteps | None], problems: Sequence[str],
-             counters: SpecDecode | None, k: int | None) -> Engagement:
+             counters: SpecDecode | None, k: int | None, exact: bool = False) -> Engagement:
     """The steps of a set of requests: their own per-request metrics where the server reports
     them, else the /metrics counters' growth over them (`counters`; None: unreadable, or the
-    server drafts nothing). vLLM counts every verify step as one draft of K slots."""
+    server drafts nothing). vLLM counts every verify step as one draft of K slots; for an
+    `exact` draft (greedy requests) the accepted slots are the verified ones."""
     if problems or any(a is not None for a in answers):
         return Engagement.of(PER_REQUEST, answers, problems)
     n = len(answers)
     if counters is None:
         return Engagement(None, n, 0, 0, 0, 0, k, None,
                           why="no spec-decode counters on /metrics around the requests")
-    return Engagement(COUNTERS, n, n if counters.drafts else 0, counters.drafts,
-                      counters.draft_tokens, counters.accepted, k, None)
+    reported = n if counters.drafts else 0
+    if exact and k and len(counters.accepted_per_position) == k:
+        widths = verify_widths(counters.drafts, counters.accepted_per_position)
+        if widths is None:
+            return Engagement(EXACT_COUNTERS, n, reported, counters.drafts, counters.accepted,
+                              counters.accepted, k, None, problems=(
+                                  "the per-position acceptance counts "
+                                  f"{list(counters.accepted_per_position)} are no prefixes of "
+                                  f"{counters.drafts} drafts",))
+        return Engagement(EXACT_COUNTERS, n, reported, counters.drafts, counters.accepted,
+                          counters.accepted, k, counters.drafts - widths[-1], widths=widths)
+    return Engagement(COUNTERS, n, reported, counters.drafts, counters.draft_tokens,
+                      counters.accepted, k, None)
 
 
 @dataclass(frozen=True)
@@ -325,9 +366,11 @@ def expected_of(speculative_config: Mapping[str, Any] | None, exact: bool) -> st
 
 def judge(e: Engagement, expected: str | None) -> Judgement:
     """Whether the steps show what the launch expects (adaptive: some step proposed fewer
-    than K; fixed K: none did)."""
+    than K; fixed K: none did). An exact draft's counters can show both ways: adaptive with
+    every step at K fails there (it did not engage)."""
     if e.problems:
-        return Judgement(NOT_MEASURED, False, "malformed per-request metrics: "
+        return Judgement(NOT_MEASURED, False, ("malformed per-request metrics: "
+                                               if e.level != EXACT_COUNTERS else "")
                          + "; ".join(e.problems))
     if e.level is None or expected is None:
         return Judgement(NOT_MEASURED, None, e.why or "no verify steps read")
@@ -338,14 +381,21 @@ def judge(e: Engagement, expected: str | None) -> Judgement:
              if e.short_steps is not None else
              f"{e.trimmed_tokens} of {e.steps} x K={e.k} draft slots left out")
     trimmed = e.trimmed_tokens > 0
+    widths = f"; verify widths (width: steps) {e.widths_shown()}" if e.widths else ""
     shown = (f"{short} ({e.draft_tokens} draft tokens, {e.accepted} accepted, "
-             f"{e.reported} requests; {e.level})")
+             f"{e.reported} requests{widths}; {e.level})")
+    if expected == ADAPTIVE and not trimmed and e.level == EXACT_COUNTERS:
+        return Judgement(FULL_K, False, "adaptive verification is configured, but every step "
+                         f"of the exact draft verified all K slots: {shown}; it did not engage")
     if expected == ADAPTIVE:
         return (Judgement(TRIMMED, True, f"adaptive verification trimmed: {shown}") if trimmed
                 else Judgement(FULL_K, None, f"adaptive verification is configured, but no "
                                f"step was trimmed: {shown}; vLLM 0.32 counts the drafts it "
                                "scheduled, not those verification kept, so this cannot show "
                                "trimming and credits none (docs/smoke.md)"))
+    if expected == FIXED and trimmed and e.level == EXACT_COUNTERS:
+        return Judgement(UNEXPECTED, False, "the draft pinned exact (model.expected.draft_exact) "
+                         f"had slots rejected under a fixed K: {shown}")
     if expected == FIXED and trimmed:
         return Judgement(UNEXPECTED, False, f"a fixed-K drafter proposed fewer than K: {shown}")
     return Judgement(TRIMMED if trimmed else FULL_K, True, shown)

@@ -8,7 +8,8 @@ ended the smoke first.
 (adaptive verification trims some step below K; a fixed-K drafter proposes K in every step),
 read from the launch as `dspark serve` starts it: the answers' per-request metrics where the
 server reports them, else the growth of /metrics' spec-decode counters
-(`metrics.observed`).
+(`metrics.observed`; for a draft pinned exact, the verify widths its per-position acceptance
+gives: vLLM 0.28 has no per-request metrics).
 
 `fallbacks`: lines where speculative decoding ran other than the launch asked
 (`logs.fallbacks`: the V1 model runner chosen, adaptive verification refused). Reported and
@@ -160,7 +161,7 @@ def engagement(exp: Expectations, obs: Observations) -> Engagement | None:
     counters = (None if obs.metrics_before is None or obs.metrics_after is None
                 else spec_decode(obs.metrics_after.delta(obs.metrics_before)))
     return observed(req.spec_steps or (None,) * exp.requests, req.spec_problems, counters,
-                    exp.spec.k if exp.spec else None)
+                    exp.spec.k if exp.spec else None, exp.exact_draft)
 
 
 def check_engagement(exp: Expectations, obs: Observations) -> CheckResult:

@@ -76,6 +76,8 @@ class Expectations:
     # launch asked for adaptive verification (then one of them fails the smoke).
     fallbacks: tuple[Pattern, ...] = ()
     adaptive: bool = False
+    # The draft is pinned exact (`model.expected.draft_exact`): the counters show trimming.
+    exact_draft: bool = False
 
     @property
     def requests(self) -> int:
@@ -146,5 +148,6 @@ def expectations(cfg: SmokePrimary) -> Expectations:
         evidence=evidence,
         expected_evidence=tuple(p.name for p in evidence if p.regex.pattern in lines),
         fallbacks=fallback_patterns(cfg.logs),
+        exact_draft=cfg.model.expected.draft_exact is True,
         stall_s=float(stall) if (stall := cfg.watch.stall_s) else None,
     )

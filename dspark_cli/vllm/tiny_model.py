@@ -118,13 +118,18 @@ LOGIT_MARGIN = 10.0
 MARKOV_BIAS = 50.0
 # The confidence head (vLLM 0.28's `DSparkConfidenceHead`: `confidence_head.proj`, float32, over
 # [draft hidden state, Markov embedding] since `confidence_head_with_markov`). Adaptive
-# verification admits the draft slots whose survival (the running product of a request's
-# confidences) pays for their verify cost, so a constant confidence would trim every request
-# alike. The Markov embedding is one-hot in the previous token (markov_w1 is the identity), so
-# the head's Markov part gives each token t the logit of CONFIDENCE_LEVELS[t % 6], and a seeded
-# term over the (unit-RMS) hidden state of std CONFIDENCE_HIDDEN_STD varies it by context:
-# confidences spread about 0.2 .. 0.95 by request and position, survivals 0.95 .. under 0.01.
-CONFIDENCE_LEVELS = (0.95, 0.9, 0.8, 0.6, 0.4, 0.2)
+# verification (v1/worker/gpu/spec_decode/adaptive_verification.py) ranks a step's draft slots
+# by survival (the running product of a request's confidences) and keeps the budget that
+# maximises (expected accepted tokens) / (profiled step cost): a constant confidence would trim
+# every request alike, and on a tiny model whose step costs are flat it would trim nothing.
+# The Markov embedding is one-hot in the previous token (markov_w1 is the identity), so the
+# head's Markov part gives token t the logit of CONFIDENCE_LEVELS[t % 7], and a seeded term over
+# the (unit-RMS) hidden state of std CONFIDENCE_HIDDEN_STD varies it by context: confidences
+# spread about 0.2 .. 0.95. One level in seven is 0 (a logit of NEVER: sigmoid gives exactly 0
+# in float32): a slot after it survives with 0, adds nothing to the expected tokens, and is
+# never worth its cost however flat the costs are, so the verify widths vary with the tokens.
+CONFIDENCE_LEVELS = (0.95, 0.9, 0.8, 0.6, 0.4, 0.2, 0.0)
+NEVER = -200.0
 CONFIDENCE_HIDDEN_STD = 0.3
 
 
@@ -191,8 +196,8 @@ def _confidence_head(generator) -> dict:
 
     from dspark_cli.checkpoint.head import CONFIDENCE_HEAD
 
-    levels = torch.tensor(CONFIDENCE_LEVELS)
-    by_token = torch.logit(levels[torch.arange(VOCAB_SIZE) % len(levels)])
+    levels = torch.tensor(CONFIDENCE_LEVELS)[torch.arange(VOCAB_SIZE) % len(CONFIDENCE_LEVELS)]
+    by_token = torch.where(levels > 0, torch.logit(levels), torch.tensor(NEVER))
     hidden = torch.randn(QWEN3_HIDDEN, generator=generator) * (
         CONFIDENCE_HIDDEN_STD / QWEN3_HIDDEN ** 0.5)
     return {CONFIDENCE_HEAD + "weight": torch.cat([hidden, by_token]).unsqueeze(0).contiguous(),
