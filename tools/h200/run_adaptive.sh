@@ -25,10 +25,17 @@ pack() {  # the records, no weights, as one file under $OUT
 }
 if [ "${1:-}" = wait ]; then  # poll: until the pass ends or $2 seconds pass
   end=$(( $(date +%s) + ${2:-540} ))
-  while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^== done' "$EV/steps.log" 2>/dev/null; do
+  while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^== .* done$' "$EV/steps.log" 2>/dev/null; do
     sleep 5
   done
   tail -n 25 "$EV/steps.log"; pack; exit 0
+fi
+if [ "${1:-}" = finish ]; then  # out of device time: stop the bench, report what it finished
+  pkill -INT -f 'dspark bench' ; sleep 20; pkill -KILL -f 'vllm|dspark' ; sleep 2
+  export PYTHONPATH=/tmp/site-dspark:/tmp/site PATH=/tmp/site-dspark/bin:/tmp/site/bin:$PATH
+  cd /root && timeout 60 dspark report "$EV/smoke-cold" "$EV/bench" --out "$EV/report" \
+    > "$EV/report.out" 2> "$EV/report.err"
+  echo "report rc=$?" >> "$EV/steps.log"; tail -n 25 "$EV/steps.log"; pack; exit 0
 fi
 
 # Not in the checkout the device command starts in: its own dspark_cli/ would come first on the
@@ -75,29 +82,30 @@ pid=$(sample "$EV/nvidia-smi-smoke-cold.csv")
 step smoke-cold 480 dspark smoke "${O[@]}" "$ADAPT" "hydra.run.dir=$EV/smoke-cold"
 kill "$pid"
 
-log "hand-boot: the cold smoke's own launch.sh, warm caches"
-t0=$(date +%s.%N)
-setsid bash "$EV/smoke-cold/launch.sh" > "$EV/hand-serve.log" 2>&1 &
-hand=$!
-python3 - "$t0" 8000 > "$EV/hand-boot.json" <<'PY'
-import json, sys, time, urllib.request
-t0, port = float(sys.argv[1]), sys.argv[2]
-while time.time() - t0 < 400:
-    try:
-        if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200:
-            print(json.dumps({"boot_to_health_s": round(time.time() - t0, 2)})); break
-    except Exception:
-        pass
-    time.sleep(0.25)
-PY
-log "hand-boot: $(cat "$EV/hand-boot.json")"
-kill -TERM -- "-$hand"; sleep 8; kill -KILL -- "-$hand" 2>/dev/null; sleep 2
-
 step smoke-nohead-live 360 dspark smoke "${O[@]}" "$ADAPT" "$NOHEAD" \
   checks.allow_missing_confidence_head=true "hydra.run.dir=$EV/smoke-nohead-live"
 
 pid=$(sample "$EV/nvidia-smi-bench.csv")
-step bench 1500 dspark bench bench=h200_tiny_adaptive "${O[@]}" "hydra.run.dir=$EV/bench"
+step bench 1500 dspark bench bench=h200_tiny_adaptive "${O[@]}" ${BENCH_ARGS:-} "hydra.run.dir=$EV/bench"
 kill "$pid"
 step report 120 dspark report "$EV/smoke-cold" "$EV/bench" --out "$EV/report"
+if [ "${RATIO:-0}" = 1 ]; then
+  log "hand-boot: the cold smoke's own launch.sh, warm caches"
+  t0=$(date +%s.%N)
+  setsid bash "$EV/smoke-cold/launch.sh" > "$EV/hand-serve.log" 2>&1 &
+  hand=$!
+  python3 -c '
+import json, sys, time, urllib.request
+t0 = float(sys.argv[1])
+while time.time() - t0 < 400:
+    try:
+        if urllib.request.urlopen("http://127.0.0.1:8000/health", timeout=1).status == 200:
+            print(json.dumps({"boot_to_health_s": round(time.time() - t0, 2)})); break
+    except Exception:
+        pass
+    time.sleep(0.25)
+' "$t0" > "$EV/hand-boot.json"
+  log "hand-boot: $(cat "$EV/hand-boot.json")"
+  kill -TERM -- "-$hand"; sleep 8; kill -KILL -- "-$hand" 2>/dev/null
+fi
 log done
