@@ -43,7 +43,7 @@ fi
 cd /root
 O=(+hw=h200 hw.num_gpus=1 model=tiny_qwen3 "model.path=$M/tiny-qwen3"
    "model.draft=$M/tiny-qwen3-dspark" serving.args.gpu_memory_utilization=0.3
-   serving.args.max_num_seqs=32 compilation.max_cudagraph_capture_size=64)
+   serving.args.max_num_seqs=16 compilation.max_cudagraph_capture_size=80)
 NOHEAD="model.draft=$M/tiny-qwen3-dspark-nohead"
 ADAPT=speculative=dspark_draft_adaptive
 log() { echo "== $(date -u +%T) $*" | tee -a "$EV/steps.log"; }
@@ -79,7 +79,8 @@ step dry-run 120 dspark serve "${O[@]}" "$ADAPT" --dry-run --json
 step refused-nohead 120 dspark serve "${O[@]}" "$ADAPT" "$NOHEAD" --dry-run
 
 pid=$(sample "$EV/nvidia-smi-smoke-cold.csv")
-step smoke-cold 480 dspark smoke "${O[@]}" "$ADAPT" "hydra.run.dir=$EV/smoke-cold"
+step smoke-cold 480 dspark smoke "${O[@]}" "$ADAPT" +hw.env.VLLM_LOGGING_LEVEL=DEBUG \
+  "hydra.run.dir=$EV/smoke-cold"
 kill "$pid"
 
 step smoke-nohead-live 360 dspark smoke "${O[@]}" "$ADAPT" "$NOHEAD" \
