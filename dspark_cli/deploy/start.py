@@ -146,8 +146,9 @@ def ready(cfg: LaunchConf, plan: LaunchPlan, record_dir: Path, *,
           verdicts: Verdicts | None = None) -> Ready:
     """Check `plan` for where `deploy.target` runs it and write its run record into
     `record_dir`; CheckFailed/UsageError/ServerError before anything starts. `check_port`:
-    refuse a busy port after the preflight (which needs none) and before anything is written; `asked`/`beside`: see `vllm_check`;
-    `verdicts`: vLLM's answers the command already has (None: asked afresh)."""
+    refuse a busy port after the preflight (which needs none) and before anything is written;
+    `asked`/`beside`: see `vllm_check`; `verdicts`: vLLM's answers the command already has
+    (None: asked afresh)."""
     layout = plan.layout
     target = deploy_target(cfg)
     target.require()  # before anything is written
