@@ -157,8 +157,8 @@ class SweepWatch(Callback):
     is the sweep's id, which each of its jobs writes into its outcome (`sweep_id`)."""
 
     def __init__(self, note: str, sweep: str = "") -> None:
+        del sweep  # each job reads it from its own Hydra config (`sweep_id`)
         self.note = Path(note)
-        self.sweep = sweep
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         sweep = Path(str(config.hydra.sweep.dir))
