@@ -358,11 +358,12 @@ def without_nulls(record: Any) -> Any:
 
 
 def load_record(path: Path, root: Path, spec: Spec, required: Sequence[str] = ()) -> Any:
-    """A JSON record inside `root`, held to its spec (None when there is none)."""
+    """A JSON record inside `root`, held to its spec, a null member read as its default
+    (`without_nulls`; None when there is none)."""
     data = load_json(path, root)
     if data is not None:
         check(data, path, spec, required)
-    return data
+    return without_nulls(data)
 
 
 # -- showing ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Every field of every section of a cell record is typed by the one reader (untrusted.py): a
 real bench run's records (evidence/h200-vllm-0.26/bench, written by dspark on an H200), one
 cell given the sections newer runs write (from the functions that write them), then each of
-its fields replaced in turn by null, a string, a list and NaN. `bench --report` and `report`
+its fields replaced in turn by null, a string, a list and NaN; the same for the smoke's records
+of that H200. `bench --report` and `report`
 read a null as the field's default, or refuse the record (exit 2) naming the field; never an
 internal error (exit 70)."""
 
@@ -145,6 +146,30 @@ def test_each_field_null_a_string_a_list_or_nan_is_its_default_or_exit_2_naming_
             except Exception as e:  # exit 70: what this test is for
                 crashed.append((dotted(path), value, f"{type(e).__name__}: {e}"[:200]))
             capsys.readouterr()
+    assert crashed == []
+
+
+@pytest.mark.parametrize("name", ["smoke.json", "provenance.json"])
+def test_each_smoke_record_field_is_its_default_or_exit_2_naming_it(
+        tmp_path: Path, name: str) -> None:
+    """The same walk over a real smoke's records (evidence/h200-vllm-0.26/smoke-warm) reported
+    with the bench run: null read as the default, anything else refused naming the field."""
+    smoke = tmp_path / "smoke"
+    shutil.copytree(RUN.parent / "smoke-warm", smoke)
+    record = json.loads((smoke / name).read_text())
+    crashed = []
+    for path in places(record):
+        for value in (None, "a string", ["a", "list"], "<NaN>"):
+            (smoke / name).write_text(replaced(record, path, value))
+            try:
+                write_report([smoke, RUN], tmp_path / "out")
+            except UsageError as e:
+                named = (f"{path[-1]}" in e.message if value != "<NaN>" else
+                         str(smoke / name) in e.message and "NaN" in e.message)
+                if not (named or "do not belong together" in e.message):
+                    crashed.append((dotted(path), value, e.message[:200]))
+            except Exception as e:
+                crashed.append((dotted(path), value, f"{type(e).__name__}: {e}"[:200]))
     assert crashed == []
 
 
