@@ -387,11 +387,12 @@ def default_port_busy() -> Iterator[int]:
     from dspark_cli.server.process import port_in_use
 
     with socket.socket() as listener:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # SO_REUSEPORT: the same test on another worker holds one of its own at the same time.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             listener.bind(("127.0.0.1", DEFAULT_PORT))
             listener.listen()
-        except OSError:  # taken: another test's listener, or a server of someone else's
+        except OSError:  # taken by a server of someone else's: busy all the same
             assert port_in_use("127.0.0.1", DEFAULT_PORT), "port 8000 is neither free nor held"
         yield DEFAULT_PORT
 
