@@ -251,7 +251,7 @@ def _belong_together(smoke: SmokeRecords | None, bench: BenchRecords | None) -> 
               [lookup(c, "launch", "plan", "model_path") for c in cells] +
               [_model(c) for c in arms] if isinstance(m, str) and m}
     if len(models) > 1:
-        raise UsageError(f"the given records do not belong together: they ran different "
+        raise UsageError(f"the given records do not belong together: different "
                          f"models ({', '.join(sorted(models))}); a report covers one "
                          "deployment.", hint="pass the run directories of one deployment")
 
