@@ -49,6 +49,8 @@ MARGIN = "a number from 0 up to (not including) 1"
 TEXT = "a string"
 MAP = "a JSON object"
 LIST = "a list"
+SCALAR = "a number, a string or a boolean"
+SCALARS = "a number, a string, a boolean or a list of them"  # what a tool printed, kept as is
 Spec = Mapping[str, str]  # dotted field ("checks.*.name": each item) -> kind
 
 # Bounds on what is read back: far above anything dspark writes, far below what would cost
@@ -289,13 +291,19 @@ def _is(value: Any, kind: str) -> bool:
         return (isinstance(value, int | float) and not isinstance(value, bool)
                 and math.isfinite(value) and (kind == NUMBER or value >= 0)
                 and (kind != FRACTION or value <= 1) and (kind != MARGIN or value < 1))
+    if kind == SCALARS and isinstance(value, list):
+        return all(_is(v, SCALAR) for v in value)
+    if kind in (SCALAR, SCALARS):
+        return isinstance(value, str | bool) or _is(value, NUMBER)
     return isinstance(value, {TEXT: str, MAP: dict, LIST: list}[kind])
 
 
-def _at(node: Any, steps: Sequence[str], where: str) -> Iterator[tuple[str, Any]]:
-    """(field, value) at each place `steps` reaches; missing places give None."""
+def _at(node: Any, steps: Sequence[str], where: str,
+        listed: bool = False) -> Iterator[tuple[str, Any, bool]]:
+    """(field, value, whether it is a list's item) at each place `steps` reaches; missing
+    places give None."""
     if not steps:
-        yield where, node
+        yield where, node, listed
         return
     step, rest = steps[0], steps[1:]
     if node is None:
@@ -304,7 +312,8 @@ def _at(node: Any, steps: Sequence[str], where: str) -> Iterator[tuple[str, Any]
         items = (node.items() if isinstance(node, dict) else enumerate(node)
                  if isinstance(node, list) else ())
         for key, value in items:
-            yield from _at(value, rest, f"{where}[{key!r}]" if where else f"[{key!r}]")
+            yield from _at(value, rest, f"{where}[{key!r}]" if where else f"[{key!r}]",
+                           isinstance(node, list))
         return
     if isinstance(node, dict):
         yield from _at(node.get(step), rest, f"{where}.{step}" if where else step)
@@ -313,33 +322,48 @@ def _at(node: Any, steps: Sequence[str], where: str) -> Iterator[tuple[str, Any]
 def check(record: Any, path: Path | str, spec: Spec, required: Sequence[str] = ()) -> None:
     """RecordError unless `record` is a JSON object whose fields in `spec` have their kinds
     (absent or null is allowed, except for the `required` ones, in each object their parent
-    path reaches: require the parent too where it must be there)."""
+    path reaches: require the parent too where it must be there; a list's item is never
+    null: it has no default to stand for)."""
     if not isinstance(record, dict):
         raise RecordError(path, "the record", f"must be {MAP}")
     for dotted in required:  # wherever its parent is (`checks.*.name`: in each check)
         parent, _, last = dotted.rpartition(".")
-        places = _at(record, parent.split("."), "") if parent else [("", record)]
-        for where, node in places:
+        places = _at(record, parent.split("."), "") if parent else [("", record, False)]
+        for where, node, _ in places:
             if last == "*":  # every element: `protocol.arms.*` holds no null
-                for field, value in _at(node, ["*"], where):
+                for field, value, _ in _at(node, ["*"], where):
                     if value is None:
                         raise RecordError(path, field, "is missing")
             elif isinstance(node, dict) and node.get(last) is None:
                 raise RecordError(path, f"{where}.{last}" if where else last, "is missing")
     for dotted, kind in spec.items():
-        for where, value in _at(record, dotted.split("."), ""):
+        for where, value, listed in _at(record, dotted.split("."), ""):
+            if value is None and listed:
+                raise RecordError(path, where, f"must be {kind}, not null")
             if value is not None and not _is(value, kind):
                 shown = printable(json.dumps(value, default=str))
                 shown = shown if len(shown) <= 40 else shown[:37] + "..."
                 raise RecordError(path, where, f"must be {kind}, not {shown}")
 
 
+def without_nulls(record: Any) -> Any:
+    """`record` with every null member of an object left out, so that a reader's default
+    stands for it (`.get(key, default)`); lists are kept as they are (`check` refuses a null
+    item where a spec reaches)."""
+    if isinstance(record, dict):
+        return {k: without_nulls(v) for k, v in record.items() if v is not None}
+    if isinstance(record, list):
+        return [without_nulls(v) for v in record]
+    return record
+
+
 def load_record(path: Path, root: Path, spec: Spec, required: Sequence[str] = ()) -> Any:
-    """A JSON record inside `root`, held to its spec (None when there is none)."""
+    """A JSON record inside `root`, held to its spec, a null member read as its default
+    (`without_nulls`; None when there is none)."""
     data = load_json(path, root)
     if data is not None:
         check(data, path, spec, required)
-    return data
+    return without_nulls(data)
 
 
 # -- showing ------------------------------------------------------------------------------------

@@ -375,6 +375,28 @@ def start_dspark(*args: str, cwd: Path, env: Mapping[str, str] | None = None,
                             preexec_fn=default_signals, **popen)
 
 
+DEFAULT_PORT = 8000  # `server.port`'s default, where the README's `make serve` listens
+
+
+@pytest.fixture
+def default_port_busy() -> Iterator[int]:
+    """127.0.0.1:8000 with a listener on it for the test, as with `make serve` running beside
+    the suite: a real socket of the test's own, or whatever already listens there."""
+    import socket
+
+    from dspark_cli.server.process import port_in_use
+
+    with socket.socket() as listener:
+        # SO_REUSEPORT: the same test on another worker holds one of its own at the same time.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            listener.bind(("127.0.0.1", DEFAULT_PORT))
+            listener.listen()
+        except OSError:  # taken by a server of someone else's: busy all the same
+            assert port_in_use("127.0.0.1", DEFAULT_PORT), "port 8000 is neither free nor held"
+        yield DEFAULT_PORT
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A short working directory under /tmp: vLLM binds IPC sockets under the run's TMPDIR,

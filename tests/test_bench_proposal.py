@@ -174,3 +174,69 @@ def test_when_the_proposal_wins_the_next_proposal_composes(tmp_path: Path, kind:
     cfg = compose_typed(["+hw=cpu", f"bench.profiles={second / 'proposal'}"], config="bench")
     for arm in ("proposed", *(("proposed_2",) if kind == "schedule" else ())):
         assert arm_config(cfg, arm).speculative.method == "draft_model"
+
+
+def validation_run(run: Path, first: Path, values: dict[str, float]) -> None:
+    """A validation of `first`'s proposal as the live bench leaves it: arms none, draft_model
+    and proposed (from bench.profiles), three repeats at loads 2 and 8 measured at `values`
+    (tokens/s), every cell.json, and the profiles from outside the config group carried into
+    its proposal/ folder."""
+    import random
+
+    from dspark_cli.bench.cell import ProtocolInfo
+    from tests.report_factory import cell_record
+
+    arms = ("none", "draft_model", "proposed")
+    info = ProtocolInfo("cpu", arms, "none", (8, 2), 3, 0.05)
+    rng = random.Random(0)
+    for c in info.concurrencies:
+        for arm in arms:
+            for repeat in (1, 2, 3):
+                value = round(values[arm] * c * rng.uniform(0.99, 1.01), 3)
+                record = cell_record(arm, c, repeat, value, info, "5" * 64)
+                path = run / "cells" / record.cell_id / "cell.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(record.to_dict()))
+    launch = proposal_files.Launch(("+hw=cpu",), first / "proposal")
+    _, foreign = proposal_files.own_profiles(arms, launch)
+    assert list(foreign) == ["proposed"]
+    proposal.write(proposal.propose([w(2, "none")], PROFILES, False, [], run, arms), run, foreign)
+
+
+def test_a_report_of_a_validation_the_proposal_won_prints_commands_that_compose(
+        tmp_path: Path) -> None:
+    """`bench --report` of a validation run where the validated `proposed` arm won every load
+    (no launch of its own: nothing read back as config): each `dspark serve` command the
+    proposal prints composes and passes its dry run as printed, `proposed` served from the
+    run's own proposal/ folder (the profile the bench carried there)."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    proposal.write(proposal.propose(CROSSOVER, PROFILES, True, ["+hw=cpu"], first,
+                                    ["none", "draft_model"]), first)
+    validation_run(second, first, {"none": 50.0, "draft_model": 60.0, "proposed": 100.0})
+    done = run_dspark("bench", "--report", str(second), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads((second / proposal.PROPOSAL_JSON).read_text())
+    assert found["kind"] == "per_load" and [r["arm"] for r in found["ranges"]] == ["proposed"]
+    printed = [*found["commands"], *([found["validate_command"]]
+                                     if found["validate_command"] else [])]
+    assert printed and all("speculative=proposed" in c for c in found["commands"])
+    for cmd in printed:
+        argv = shlex.split(cmd)
+        assert argv[:2] in (["dspark", "serve"], ["dspark", "validate"]) and "--dry-run" in argv
+        # `--validate` asks the installed vLLM (the slow lane's); the rest runs as printed.
+        ran = run_dspark(*[a for a in argv[1:] if a != "--validate"], "--json", cwd=tmp_path)
+        assert ran.returncode == 0, cmd + "\n" + ran.stderr[-2000:]
+        plan = json.loads(ran.stdout)
+        spec = json.loads(plan["argv"][plan["argv"].index("--speculative-config") + 1])
+        assert spec["method"] == "draft_model", cmd
+
+
+def test_an_arm_whose_profile_is_nowhere_gets_no_command(tmp_path: Path) -> None:
+    """A winner whose profile is neither dspark's nor carried into the run: no command that
+    could not compose is printed; the note says how to serve it."""
+    made = proposal.propose([w(2, "mystery"), w(8, "none")], PROFILES, False, [], tmp_path,
+                            ["none", "mystery"])
+    assert [shlex.split(c)[2] for c in made.commands] == ["speculative=none"]
+    assert "mystery is no profile of dspark's config" in made.note
+    assert "no command is printed for it" in made.note

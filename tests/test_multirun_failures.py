@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hydra.experimental.callback import Callback
 
 from dspark_cli.commands.multirun import JOB_FILE
 from tests.conftest import run_dspark
@@ -66,6 +68,46 @@ def test_a_reused_sweep_directory_blames_no_earlier_sweeps_job(tmp_path: Path) -
                        f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "multirun job" not in again.stderr
+
+
+def test_the_issues_sweep_of_two_after_three_blames_no_earlier_job(tmp_path: Path) -> None:
+    """A sweep of three whose job 2 failed, then a sweep of two passing dry runs into the same
+    `hydra.sweep.dir`: the earlier job 2 is not this sweep's, exit 0."""
+    sweep = tmp_path / "sweep"
+    first = run_dspark("bench", "+hw=cpu", "--dry-run", "-m", "bench.concurrency=2,8,5",
+                       f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=300)
+    assert first.returncode == 2 and "1 of 3 multirun jobs failed" in first.stderr
+    again = run_dspark("bench", "+hw=cpu", "--dry-run", "-m", "bench.concurrency=2,8",
+                       f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "multirun job" not in again.stderr
+
+
+class LateJob(Callback):
+    """A job of an earlier sweep into the same directory that ends while this sweep runs (a
+    queued Slurm job): its folder and its failed outcome appear after this sweep started."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        job = Path(str(config.hydra.sweep.dir)) / "2"
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "config.yaml").write_text("bench: {}\n")
+        (job / JOB_FILE).write_text(json.dumps({
+            "directory": str(job), "code": 2, "sweep": "0" * 32,
+            "lines": ["dspark: bench.concurrency=5 is not one of bench.concurrencies"]}))
+
+
+def test_a_job_of_another_sweep_ending_during_this_one_is_not_blamed(tmp_path: Path) -> None:
+    """Only the jobs this sweep launched are judged: each outcome names its sweep."""
+    sweep = tmp_path / "sweep"
+    done = run_dspark("bench", "+hw=cpu", "--dry-run", "-m", "bench.concurrency=2,8",
+                      f"hydra.sweep.dir={sweep}",
+                      f"+hydra.callbacks.late._target_={__name__}.LateJob",
+                      cwd=tmp_path, timeout=300)
+    assert (sweep / "2" / JOB_FILE).is_file()  # it did land
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "multirun job" not in done.stderr
+    mine = [json.loads((sweep / j / JOB_FILE).read_text())["sweep"] for j in ("0", "1")]
+    assert mine[0] == mine[1] and mine[0] != "0" * 32
 
 
 @pytest.mark.parametrize("outcome", ['{"directory": "x", "code": 0, "li', "[" * 100_000,

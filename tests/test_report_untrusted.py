@@ -291,6 +291,34 @@ def test_a_smoke_and_a_bench_of_different_models_are_refused(records: Path,
             "/models/another-model")
 
 
+def test_a_bench_without_arms_is_judged_by_its_cells_launches(records: Path,
+                                                              tmp_path: Path) -> None:
+    """The smoke served the seed's model, the bench's cells another (their own launch records
+    say so; the run has no `arms/` folder): refused, both models named."""
+    shutil.rmtree(records / "bench" / "arms")
+    for cell in (records / "bench" / "cells").glob("*/cell.json"):
+        edit_json(cell, lambda d: d.update(launch={"plan": {"model_path": "/models/another"}}))
+    out = tmp_path / "out"
+    refused(report(records / "smoke", records / "bench", out=out), out,
+            "do not belong together", "/models/another", "/models/DeepSeek-V4-Flash-DSpark")
+
+
+def test_a_sweeps_jobs_of_different_models_are_not_merged(records: Path, tmp_path: Path) -> None:
+    """A multirun directory whose jobs' cells served different models (each job's launches
+    name its own): `bench --report` and `report` refuse, both models named."""
+    sweep = tmp_path / "sweep"
+    for job, model in (("0", "/models/first"), ("1", "/models/second")):
+        shutil.copytree(records / "bench" / "cells", sweep / job / "cells")
+        for cell in (sweep / job / "cells").glob("*/cell.json"):
+            edit_json(cell, lambda d, m=model: d.update(launch={"plan": {"model_path": m}}))
+    bench = run_dspark("bench", "--report", str(sweep), timeout=600)
+    assert bench.returncode == 2, bench.stderr
+    assert "/models/first" in bench.stderr and "/models/second" in bench.stderr
+    out = tmp_path / "out"
+    refused(report(sweep, out=out), out, "do not belong together", "/models/first",
+            "/models/second")
+
+
 @pytest.mark.parametrize("what", ["dataset", "model"])
 def test_cells_of_different_datasets_or_models_are_not_merged(records: Path, tmp_path: Path,
                                                               what: str) -> None:

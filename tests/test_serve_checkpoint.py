@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.checkpoint_factory import build_checkpoint
 from tests.conftest import run_dspark
 
 
+@pytest.mark.usefixtures("default_port_busy")  # the preflight answers before the port
 def test_adaptive_on_a_checkpoint_without_confidence_head_is_refused(tmp_path: Path) -> None:
     ckpt = build_checkpoint(tmp_path / "ckpt", with_confidence_head=False)
     for extra in ([], ["--dry-run"]):
@@ -17,6 +20,7 @@ def test_adaptive_on_a_checkpoint_without_confidence_head_is_refused(tmp_path: P
                           cwd=tmp_path)
         assert done.returncode == 1, done.stderr
         assert "checkpoint-confidence-head FAILED" in done.stderr
+        assert "already in use" not in done.stderr
         assert "confidence_head.proj.weight" in done.stderr
         assert "speculative=dspark_fixed" in done.stderr
 

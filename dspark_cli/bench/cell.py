@@ -42,6 +42,7 @@ from dspark_cli.untrusted import (
     MAP,
     MARGIN,
     NUMBER,
+    SCALARS,
     TEXT,
 )
 
@@ -86,6 +87,60 @@ FIELDS |= {  # the watches' sections, read by report/evidence.py
     "cold_start.before_first_line_s": AMOUNT, "gpus": MAP, "gpus.tool": TEXT, "gpus.flags": LIST,
     "gpus.flags.*": TEXT, "gpus.measured": LIST, "gpus.measured.*": MAP,
     "gpus.measured.*.means": MAP, "gpus.measured.*.means.*": NUMBER,
+}
+_LOSSLESS = {  # lossless.answer's section, and its comparison (lossless.Comparison)
+    "prompts": TEXT, "prompts_sha256": TEXT, "max_tokens": COUNT, "reference": TEXT,
+    "min_identical": FRACTION, "texts": LIST, "texts.*": TEXT, "token_ids": LIST,
+    "token_ids.*": LIST, "token_ids.*.*": INT, "errors": LIST, "errors.*": TEXT,
+    "comparison": MAP, "comparison.reference_cell": TEXT, "comparison.compared_by": TEXT,
+    "comparison.identical": COUNT, "comparison.total": COUNT, "comparison.share": FRACTION,
+    "comparison.divergences": LIST, "comparison.divergences.*": MAP,
+    "comparison.divergences.*.prompt": COUNT, "comparison.divergences.*.index": COUNT,
+}
+_ENGAGEMENT = {  # runner.engagement_record
+    "level": TEXT, "requests": COUNT, "reported": COUNT, "draft_tokens": COUNT,
+    "accepted": COUNT, "problems": LIST, "problems.*": TEXT, "why": TEXT, "asked": MAP,
+    "asked.level": TEXT, "asked.by": TEXT, "asked.why": TEXT,
+}
+_PHASE = {"name": TEXT, "num_prompts": COUNT, "concurrency": COUNT, "output_tokens": COUNT,
+          "measured": BOOL, "returncode": INT, "duration_s": AMOUNT, "log": TEXT,
+          "completed": COUNT, "failed": COUNT}
+_LATENCY = {f"loadgen.{s}_{m}_ms": AMOUNT for s in ("mean", "median", "std", "p50", "p90",
+                                                     "p99") for m in ("ttft", "tpot", "itl",
+                                                                      "e2el")}
+FIELDS |= {  # the sections the cell keeps as evidence, each field of its JSON type
+    **{f"lossless.{k}": v for k, v in _LOSSLESS.items()},
+    **{f"engagement.{k}": v for k, v in _ENGAGEMENT.items()},
+    "phases": LIST, "phases.*": MAP, **{f"phases.*.{k}": v for k, v in _PHASE.items()},
+    "spec_decode.accepted_per_position": LIST, "spec_decode.accepted_per_position.*": COUNT,
+    "spec_decode.acceptance_rate": AMOUNT, "spec_decode.mean_acceptance_length": AMOUNT,
+    "metrics_delta": MAP, "metrics_delta.generation_tokens": AMOUNT,
+    "metrics_delta.prompt_tokens": AMOUNT, "metrics_delta.preemptions": AMOUNT,
+    "metrics_delta.request_success": MAP, "metrics_delta.request_success.*": AMOUNT,
+    "timings": MAP, "timings.*": NUMBER,
+    # vLLM's own result (`vllm bench serve`), kept as it printed it; the latencies are read.
+    "loadgen.*": SCALARS, **_LATENCY, "loadgen.completed": COUNT, "loadgen.failed": COUNT,
+    "fatal_lines": LIST, "fatal_lines.*": TEXT, "dataset.rows": COUNT, "dataset.seed": INT,
+    "dataset.input_tokens": COUNT, "launch.argv": LIST, "launch.argv.*": TEXT,
+    "launch.plan.env": MAP, "launch.plan.env.*": TEXT, "launch.plan.argv": LIST,
+    "launch.plan.argv.*": TEXT, "launch.plan.base_url": TEXT,
+    "launch.plan.served_model_name": TEXT, "launch.base_url": TEXT, "server_log": TEXT,
+    "started_at": TEXT, "adaptive_asked": BOOL, "draft_params.line": COUNT,
+    "request_set.kind": TEXT, "request_set.rows": COUNT, "request_set.sentence": TEXT,
+    "acceptance_check.floor": AMOUNT, "gpus.interval_s": AMOUNT, "gpus.samples": COUNT,
+    "gpus.window_s": LIST, "gpus.window_s.*": NUMBER, "gpus.whole_run": LIST,
+    "gpus.whole_run.*": MAP, "gpus.whole_run.*.means": MAP,
+    "gpus.whole_run.*.means.*": NUMBER, "gpus.error": TEXT, "gpus.file": TEXT,
+    **{f"gpus.{s}.*.{k}": v for s in ("whole_run", "measured") for k, v in (
+        ("gpu", TEXT), ("samples", COUNT), ("max_temperature_c", NUMBER),
+        ("throttled_share", FRACTION), ("idle", BOOL))},
+    "stall.reason": TEXT, "stall.engine": TEXT, "stall.seconds_without_token": AMOUNT,
+    "stall.stall_s": AMOUNT, "stall.running": AMOUNT, "stall.waiting": AMOUNT,
+    "stall.generation_tokens": AMOUNT, "stall.tripped_at": TEXT, "stall.engines": MAP,
+    "stall.engines.*": MAP, "stall.engines.*.*": SCALARS,
+    "cold_start.markers": MAP, "cold_start.markers.*": MAP,
+    "cold_start.markers.*.at_s": AMOUNT, "cold_start.markers.*.took_s": AMOUNT,
+    "cold_start.total_s": AMOUNT,
 }
 REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protocol.arms",
             "protocol.arms.*", "protocol.baseline", "protocol.concurrencies",

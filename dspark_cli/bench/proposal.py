@@ -146,11 +146,14 @@ def propose(found: Sequence[winners.Winner], profiles: Mapping[str, Mapping[str,
     if not launch_known:
         notes += ("; the run's launch overrides (model, hardware, serving) are not read back "
                   "from its records: add yours to each command")
-    unknown = [a for a in used if a not in profiles]
+    # An arm whose profile is nowhere dspark can point a command at gets no command: one that
+    # cannot compose is no proposal.
+    unknown = [a for a in used if a not in profiles and split_variant(a)[0] not in foreign]
     if unknown:
         notes += (f"; {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} no profile "
-                  "of dspark's config: its command needs hydra.searchpath=[file://DIR], DIR "
-                  "holding speculative/<arm>.yaml")
+                  "of dspark's config and none is in the run's proposal/ folder: no command "
+                  "is printed for it; serve it with hydra.searchpath=[file://DIR], DIR holding "
+                  "speculative/<arm>.yaml")
     name = _name(arms)
     options = list(dict.fromkeys(split_variant(a)[0] for a in arms))
     caching = list(dict.fromkeys(split_variant(a)[1] for a in arms))
@@ -173,7 +176,8 @@ def propose(found: Sequence[winners.Winner], profiles: Mapping[str, Mapping[str,
     why = ("one arm serves every load" if len(used) == 1 else
            f"the installed vLLM has no {SCHEDULE_KEY}" if base is not None else
            "the arms differ in more than their draft count")
-    cmds = tuple(_serve(base_overrides, _arm(arm, foreign)) for arm in used)
+    cmds = tuple(_serve(base_overrides, _arm(arm, foreign)) for arm in used
+                 if arm not in unknown)
     return Proposal("per_load", ranges, (), None, cmds, "",
                     f"the arm per load range ({why}); route each range to its own server"
                     f"{notes}", name)

@@ -5,7 +5,9 @@ process's own command line. Nothing read back from a run (its `.hydra/overrides.
 arms' config.yaml, a proposal.json) is ever used as an override or a profile. Only a live bench
 puts each proposed `dspark serve` command through the dry-run preflight (`--dry-run
 --validate`, vLLM's own parser included), from its own config; `bench --report` and `dspark
-report` run nothing and say the preflight was not checked."""
+report` run nothing and say the preflight was not checked. There an arm from outside the config
+group (a validated proposal) is served, as the validate command does, from the run's own
+`proposal/` folder, where the bench carried its profile: named in the command, not read."""
 
 from __future__ import annotations
 
@@ -91,15 +93,29 @@ def _arms(summary: Summary) -> list[str]:
     return list(dict.fromkeys(split_variant(v)[0] for v in summary.arms))
 
 
+def carried(arms: list[str], directory: Path) -> list[str]:
+    """Those of `arms` whose profile the bench that measured `directory` carried into its
+    `proposal/speculative/` (arms from outside the config group, `bench.profiles`): a readable
+    YAML map there. Only named, never read as a profile: a command that serves one puts that
+    folder on Hydra's search path, as the proposal's validate command does."""
+    folder = directory / PROPOSAL_DIR / "speculative"
+    return [a for a in arms if _NAME.fullmatch(a)
+            and isinstance(_yaml(folder / f"{a}.yaml", directory), dict)]
+
+
 def recompute(summary: Summary, directory: Path, launch: Launch | None) -> proposal.Proposal:
     """The proposal `summary`'s winners make (pure but for reading dspark's own profiles and
-    the installed vLLM's source); each variant's profile is its arm's."""
+    the installed vLLM's source); each variant's profile is its arm's. Without `launch` (a
+    report of the run), an arm from outside the config group is served from the run's own
+    `proposal/` folder when the bench carried its profile there (`carried`)."""
     found, foreign = own_profiles(_arms(summary), launch)
     profiles = {v: found[a] for v in summary.arms if (a := split_variant(v)[0]) in found}
+    outside = list(foreign) if launch is not None else carried(
+        [a for a in _arms(summary) if a not in found], directory)
     return proposal.propose(
         summary.winners, profiles, has_field(proposal.SCHEDULE_KEY),
         launch.overrides if launch else (), directory, summary.arms,
-        {a: directory / PROPOSAL_DIR for a in foreign}, launch_known=launch is not None)
+        {a: directory / PROPOSAL_DIR for a in outside}, launch_known=launch is not None)
 
 
 def _checked(stdout: str) -> bool:

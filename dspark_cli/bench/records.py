@@ -23,7 +23,15 @@ from dspark_cli.bench.proposal_files import Launch, write_proposal
 from dspark_cli.bench.summary import Summary, summarize, write
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import CELL_JSON, CELLS_DIR
-from dspark_cli.untrusted import RecordError, check, load_json, shown_path, text_path, walk
+from dspark_cli.untrusted import (
+    RecordError,
+    check,
+    load_json,
+    shown_path,
+    text_path,
+    walk,
+    without_nulls,
+)
 
 
 def cell_dir(run_dir: Path, cell_id: str) -> Path:
@@ -32,12 +40,13 @@ def cell_dir(run_dir: Path, cell_id: str) -> Path:
 
 def read(path: Path, root: Path | None = None) -> CellRecord:
     """One cell record, read as untrusted input (`untrusted.py`): inside `root` (default: its
-    own directory), every field it uses of its JSON type; RecordError (exit 2) naming the file
-    and field when it is not a dspark cell record."""
+    own directory), every field of its JSON type, a null one read as its default; RecordError
+    (exit 2) naming the file and field when it is not a dspark cell record."""
     data = load_json(path, root or path.parent)
     if data is None:
         raise RecordError(path, "the file", "does not exist")
     check(data, path, FIELDS, REQUIRED)
+    data = without_nulls(data)
     if data["valid"] and data.get("output_throughput") is None:
         raise RecordError(path, "output_throughput", "is missing from a cell marked valid "
                           "(a valid cell measured its throughput)")

@@ -100,7 +100,7 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
             sweep = swept()
         if sweep is not None and sweep.directory.is_dir():
             state["code"] = worst((state["code"], multirun.print_failures(
-                sweep.directory, before=sweep.before)))
+                sweep.directory, before=sweep.before, this=sweep.id)))
     except (HydraException, OmegaConfBaseException) as e:
         raise usage_error(e, [a for a in argv if not a.startswith("-")], config,
                           sweeping=bool(SWEEP & set(argv))) from None

@@ -7,7 +7,9 @@ writes its exit code and its last `dspark:` lines to `JOB_FILE` in its own outpu
 and the command reads them all from the sweep directory when the sweep ends: only the jobs of
 this sweep (a directory reused from an earlier sweep keeps that sweep's jobs, which are not this
 one's to blame), each outcome read back through the one reader (a truncated or planted file is
-a job that left no readable outcome, never an internal error).
+a job that left no readable outcome, never an internal error). Each outcome names the sweep
+that launched its job (an id of its own, in the jobs' Hydra config): a job of another sweep that
+ends while this one runs (a queued Slurm job of an earlier sweep) is not this sweep's either.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import io
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +39,7 @@ from dspark_cli.untrusted import (
     write_atomic,
 )
 
-_OUTCOME = {"code": INT, "lines": LIST, "lines.*": TEXT, "directory": TEXT}
+_OUTCOME = {"code": INT, "lines": LIST, "lines.*": TEXT, "directory": TEXT, "sweep": TEXT}
 _OUTCOME_BYTES = 64 << 10
 
 JOB_FILE = ".dspark-job.json"
@@ -50,6 +53,7 @@ class JobOutcome:
     directory: str
     code: int | None  # None: the job left no outcome (it died, or never started)
     lines: tuple[str, ...] = ()
+    sweep: str | None = None  # the id of the sweep that launched it (`SweepWatch.sweep`)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -85,6 +89,17 @@ def in_multirun_job() -> Path | None:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
+def sweep_id() -> str | None:
+    """The id of the sweep that launched this job (`watched`), None where none was given."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    watch = (HydraConfig.get().callbacks or {}).get(_CALLBACK) or {}
+    found = watch.get("sweep")
+    return found if isinstance(found, str) else None
+
+
 @contextlib.contextmanager
 def recorded(directory: Path | None) -> Iterator[list[int]]:
     """Around a job's task: its stderr kept, and its code (appended to the yielded list by the
@@ -98,7 +113,8 @@ def recorded(directory: Path | None) -> Iterator[list[int]]:
         try:
             yield code
         finally:
-            outcome = JobOutcome(str(directory), code[-1] if code else None, tuple(tee.kept))
+            outcome = JobOutcome(str(directory), code[-1] if code else None, tuple(tee.kept),
+                                 sweep_id())
             directory.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(UsageError):  # a job that cannot write it left none
                 write_atomic(directory / JOB_FILE, json.dumps(outcome.to_dict()))
@@ -131,12 +147,17 @@ def stamps(sweep: Path) -> dict[str, Stamp]:
             for job in _jobs(sweep)}
 
 
+_CALLBACK = "dspark_sweep"  # its name under `hydra.callbacks`
+
+
 class SweepWatch(Callback):
     """A Hydra callback (`hydra.callbacks`): when a multirun starts, in the process that
     launches the jobs (Hydra sets no HydraConfig there), writes its sweep directory and the
-    stamps of the jobs already there to `note`, a file of the caller's (`watched`)."""
+    stamps of the jobs already there to `note`, a file of the caller's (`watched`). `sweep`
+    is the sweep's id, which each of its jobs writes into its outcome (`sweep_id`)."""
 
-    def __init__(self, note: str) -> None:
+    def __init__(self, note: str, sweep: str = "") -> None:
+        del sweep  # each job reads it from its own Hydra config (`sweep_id`)
         self.note = Path(note)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
@@ -146,10 +167,11 @@ class SweepWatch(Callback):
 
 @dataclass(frozen=True)
 class Sweep:
-    """The sweep a multirun ran in, and its jobs' stamps from before it started."""
+    """The sweep a multirun ran in, its jobs' stamps from before it started, and its id."""
 
     directory: Path
     before: dict[str, Stamp]
+    id: str | None = None
 
 
 @contextlib.contextmanager
@@ -167,6 +189,7 @@ def watched(sweeps: bool) -> Iterator[tuple[list[str], Callable[[], Sweep | None
 
     scratch = Path(tempfile.mkdtemp(prefix="dspark-sweep-"))
     note = scratch / "sweep.json"
+    this = uuid.uuid4().hex
 
     def read() -> Sweep | None:
         try:
@@ -178,11 +201,12 @@ def watched(sweeps: bool) -> Iterator[tuple[list[str], Callable[[], Sweep | None
             return None if pair is None else (int(pair[0]), int(pair[1]))
 
         return Sweep(Path(data["sweep"]), {name: (stamp(a), stamp(b))
-                                           for name, (a, b) in data["stamps"].items()})
+                                           for name, (a, b) in data["stamps"].items()}, this)
 
     try:
-        yield [f"+hydra.callbacks.dspark_sweep._target_={__name__}.SweepWatch",
-               f"+hydra.callbacks.dspark_sweep.note={hydra_value(str(note))}"], read
+        yield [f"+hydra.callbacks.{_CALLBACK}._target_={__name__}.SweepWatch",
+               f"+hydra.callbacks.{_CALLBACK}.note={hydra_value(str(note))}",
+               f"+hydra.callbacks.{_CALLBACK}.sweep={this}"], read
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -194,15 +218,17 @@ def _read(job: Path, record: Path) -> JobOutcome:
         check(data, record, _OUTCOME, ("code",))
     except UsageError as e:
         return JobOutcome(str(job), None, (f"its outcome file is unreadable: {e.message}",))
-    return JobOutcome(str(job), data["code"], tuple(data.get("lines") or ()))
+    return JobOutcome(str(job), data["code"], tuple(data.get("lines") or ()), data.get("sweep"))
 
 
-def outcomes(sweep: Path, before: dict[str, Stamp] | None = None) -> list[JobOutcome]:
+def outcomes(sweep: Path, before: dict[str, Stamp] | None = None,
+             this: str | None = None) -> list[JobOutcome]:
     """Every job of the sweep, by its directory: the ones that wrote an outcome, and the ones
     whose directory holds Hydra's record but no outcome (they died). With `before` (`stamps`
     when this sweep started), a job's outcome or record left unchanged since then is an
     earlier sweep's in the same directory: its job is left out, or (its record rewritten, its
-    outcome not) this sweep's job died."""
+    outcome not) this sweep's job died. With `this` (the sweep's id), an outcome that names
+    another sweep is that sweep's job, left out however fresh it is."""
     found = []
     for job in _jobs(sweep):
         record = job / JOB_FILE
@@ -213,19 +239,21 @@ def outcomes(sweep: Path, before: dict[str, Stamp] | None = None) -> list[JobOut
             before is None or old_start is None
             or _stat(job / ".hydra" / "config.yaml") != old_start)
         if fresh_outcome:
-            found.append(_read(job, record))
+            outcome = _read(job, record)
+            if this is None or outcome.sweep in (None, this):
+                found.append(outcome)
         elif started:
             found.append(JobOutcome(str(job), None))
     return found
 
 
 def print_failures(sweep: Path, echo: TextIO | None = None,
-                   before: dict[str, Stamp] | None = None) -> int:
-    """One paragraph per failed job of this sweep (`before`: `outcomes`) on `echo` (stderr as
-    it is at the call, so through the secret filter); the worst exit code (1 for a job that
-    left no readable outcome)."""
+                   before: dict[str, Stamp] | None = None, this: str | None = None) -> int:
+    """One paragraph per failed job of this sweep (`before`, `this`: `outcomes`) on `echo`
+    (stderr as it is at the call, so through the secret filter); the worst exit code (1 for a
+    job that left no readable outcome)."""
     echo = echo or sys.stderr
-    jobs = outcomes(sweep, before)
+    jobs = outcomes(sweep, before, this)
     failed = [j for j in jobs if j.code != 0]
     for job in failed:
         what = (f"exited with code {job.code}" if job.code is not None

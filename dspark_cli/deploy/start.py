@@ -3,8 +3,8 @@ the registry of deploy targets it starts on (`deploy_target`: the one place `dep
 looked up; `target.py` says what an entry is).
 
 `ready()` does what every start needs once, before anything boots: the deploy target's entry, a
-command of its own refused where it cannot run, the port checked, the preflight (on this
-machine, or the rules that need none when the cluster's machine runs it), the model (the tiny
+command of its own refused where it cannot run, the preflight (on this machine, or the rules
+that need none when the cluster's machine runs it), then the port checked, the model (the tiny
 one built when the profile names it), vLLM's own validation by one policy (`vllm_check`), the
 argv that really runs and its environment, and the run record. The `Ready` it returns makes a
 fresh `Deployment` per start (`serve` and `smoke` one, `bench` one per cell). A dry run's
@@ -146,17 +146,19 @@ def ready(cfg: LaunchConf, plan: LaunchPlan, record_dir: Path, *,
           verdicts: Verdicts | None = None) -> Ready:
     """Check `plan` for where `deploy.target` runs it and write its run record into
     `record_dir`; CheckFailed/UsageError/ServerError before anything starts. `check_port`:
-    refuse a busy port before anything is written; `asked`/`beside`: see `vllm_check`;
-    `verdicts`: vLLM's answers the command already has (None: asked afresh)."""
+    refuse a busy port after the preflight (which needs none) and before anything is written;
+    `asked`/`beside`: see `vllm_check`; `verdicts`: vLLM's answers the command already has
+    (None: asked afresh)."""
     layout = plan.layout
     target = deploy_target(cfg)
     target.require()  # before anything is written
     _refuse_custom(cfg, target, layout.nodes)
     machine = None
     if target.here:
+        # The preflight first: on the wrong machine that is the answer, whatever holds the port.
+        machine, found = machine_checks(cfg, plan)
         if check_port:
             ensure_port_free(plan.client_host, plan.port)
-        machine, found = machine_checks(cfg, plan)
     else:
         found = (*checks.check(cfg, plan, machine=None), *target.findings(cfg))
         checks.print_findings(found)

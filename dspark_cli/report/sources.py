@@ -243,11 +243,15 @@ def _model(config: Mapping[str, Any]) -> str | None:
 
 def _belong_together(smoke: SmokeRecords | None, bench: BenchRecords | None) -> None:
     """UsageError when the smoke and the bench ran different models: one report would claim
-    both of one deployment."""
+    both of one deployment. Each side's models are its own launch records': the smoke's
+    config, each cell's launch (what was measured, whether or not `arms/` is there) and each
+    arm's config."""
+    cells, arms = (bench.cells, bench.arm_configs.values()) if bench else ((), ())
     models = {m for m in ([_model(smoke.config)] if smoke else []) +
-              [_model(c) for c in (bench.arm_configs.values() if bench else ())] if m}
+              [lookup(c, "launch", "plan", "model_path") for c in cells] +
+              [_model(c) for c in arms] if isinstance(m, str) and m}
     if len(models) > 1:
-        raise UsageError(f"the given records do not belong together: they ran different "
+        raise UsageError(f"the given records do not belong together: different "
                          f"models ({', '.join(sorted(models))}); a report covers one "
                          "deployment.", hint="pass the run directories of one deployment")
 
