@@ -26,7 +26,6 @@ from dspark_cli.commands.hydra_app import (
     redact_hydra_files,
     run_hydra_app,
     scratch_sweep,
-    settle_run_dir,
     shell_completion,
     split_run_dir,
 )
@@ -228,9 +227,10 @@ def complete(command: Command, parser: argparse.ArgumentParser, argv: list[str])
 
 def hide_secrets(overrides: list[str], flags: list[str]) -> list[str]:
     """Secrets out of the overrides before Hydra writes them (launch/secrets.py)."""
-    from dspark_cli.launch.secrets import hide
+    from dspark_cli.launch.secrets import hide, secret_reads
 
     overrides, hidden = hide(overrides)
+    hidden = hidden or any(secret_reads(o) for o in overrides)
     if hidden and "--resolve" in flags:
         raise UsageError("--resolve would print the secrets these overrides carry; leave it out "
                          "(the config shows them as ${oc.env:...} references).")
@@ -274,9 +274,11 @@ def run_command(name: str, argv: list[str]) -> int:
 
     check_override_keys(plain)
 
+    from omegaconf import OmegaConf
+
     from dspark_cli.config.strict import check_known_keys, check_ranges
     from dspark_cli.config.typed import to_typed, values_of
-    from dspark_cli.launch.secrets import learn
+    from dspark_cli.launch.secrets import learn, learn_reads
 
     settings = hydra_settings(name, opts)
     dry_run = bool(getattr(opts, "dry_run", False))
@@ -285,6 +287,7 @@ def run_command(name: str, argv: list[str]) -> int:
         try:
             if dry_run:
                 opts.planned_run_dir = planned_run_dir(run_dir)
+            learn_reads(OmegaConf.to_container(cfg, resolve=False))
             learn(values_of(cfg))  # its secrets are scrubbed from everything printed from here on
             redact_hydra_files(cfg)
             check_known_keys(cfg)
@@ -293,7 +296,6 @@ def run_command(name: str, argv: list[str]) -> int:
             code = command.run_with(to_typed(cfg), opts)
         except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
             code = exit_code_for(e, opts.debug)
-        settle_run_dir(code)
         return code
 
     check_syntax([*plain, *_bare_words(flags)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from dspark_cli.server import session as probe
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.metrics import ScrapeError, scrape
 from dspark_cli.server.session import AttachedServer, ServerSession
-from tests.conftest import run_dspark_process
+from tests.conftest import run_dspark, run_dspark_process
 
 DRIP_S = 0.5  # the hostile server's pause between two bytes
 
@@ -211,3 +212,109 @@ def test_an_attached_smoke_against_a_dripping_health_ends_with_exit_3(
     assert "/health did not answer 200 within 3 s" in report["verdict"]["summary"]
     assert report["timings"]["total_s"] < 15
     assert "Traceback" not in done.stderr
+
+
+# -- point 1: a refused run removes only what it made -----------------------------------------
+REFUSED = ("smoke", "+hw=cpu", "server.url=http://127.0.0.1:9", "serving.args.max_num_seqs=-1")
+
+
+def tree(root: Path) -> dict[str, str | None]:
+    """Every path under `root` -> a file's text, None for a folder."""
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_text()
+            for p in sorted(root.rglob("*"))}
+
+
+def test_a_refused_run_keeps_a_directory_that_existed_before_it(tmp_path: Path) -> None:
+    run = tmp_path / "D"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "notes.txt").write_text("x\n")
+    (run / "mine.txt").write_text("the user's\n")
+    before = tree(tmp_path)
+    done = run_dspark(*REFUSED, f"hydra.run.dir={run}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "max_num_seqs=-1` is out of range" in done.stderr
+    assert tree(tmp_path) == before  # Hydra's three files gone, the user's all there
+
+
+def test_a_refused_run_removes_the_folders_it_made_and_no_other(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()  # there before the run, empty: stays
+    done = run_dspark(*REFUSED, f"hydra.run.dir={tmp_path / 'runs' / 'a' / 'b'}",
+                      cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert tree(tmp_path) == {"runs": None}
+
+
+# -- point 5 and 6: a run directory Hydra must not write into ----------------------------------
+def test_a_hydra_folder_that_is_a_link_is_refused_before_anything_is_written(
+        tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "D").mkdir()
+    (tmp_path / "D" / ".hydra").symlink_to(elsewhere)
+    done = run_dspark("smoke", "+hw=cpu", "server.url=http://127.0.0.1:9",
+                      f"hydra.run.dir={tmp_path / 'D'}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert ".hydra is a link" in done.stderr and "Traceback" not in done.stderr
+    assert list(elsewhere.iterdir()) == [] and os.listdir(tmp_path / "D") == [".hydra"]
+
+
+def test_a_job_folder_of_a_reused_sweep_with_a_linked_hydra_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    (tmp_path / "S" / "0").mkdir(parents=True)
+    elsewhere.mkdir()
+    (tmp_path / "S" / "0" / ".hydra").symlink_to(elsewhere)
+    done = run_dspark(REFUSED[0], "-m", *REFUSED[1:], f"hydra.sweep.dir={tmp_path / 'S'}",
+                      cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert ".hydra is a link" in done.stderr
+    assert list(elsewhere.iterdir()) == [] and os.listdir(tmp_path / "S") == ["0"]
+
+
+@pytest.mark.parametrize("under", ["", "/x"])
+def test_a_run_directory_that_names_a_file_is_a_usage_error(tmp_path: Path, under: str) -> None:
+    (tmp_path / "F").write_text("a file\n")
+    done = run_dspark("smoke", "+hw=cpu", "server.url=http://127.0.0.1:9",
+                      f"hydra.run.dir={tmp_path / 'F'}{under}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "not a directory" in done.stderr and "unexpected" not in done.stderr
+    assert (tmp_path / "F").read_text() == "a file\n"
+
+
+# -- point 3 (and 46.6): a value read from a secret-named variable is a secret -----------------
+READ = "+hw.env.MY_VAR=${oc.env:H_API_TOKEN}"
+
+
+def test_a_value_read_from_a_secret_variable_is_exported_by_reference() -> None:
+    done = run_dspark("serve", "+hw=cpu", READ, "--dry-run", env={"H_API_TOKEN": "tok"})
+    assert done.returncode == 0, done.stderr
+    assert 'export MY_VAR="${MY_VAR:?' in done.stdout
+    assert "MY_VAR=tok" not in done.stdout and "MY_VAR='tok'" not in done.stdout
+    as_json = run_dspark("serve", "+hw=cpu", READ, "--dry-run", "--json",
+                         env={"H_API_TOKEN": "tok"})
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["env"]["MY_VAR"] == "<redacted>"
+
+
+def test_resolve_does_not_print_a_value_read_from_a_secret_variable() -> None:
+    done = run_dspark("serve", "+hw=cpu", READ, "--cfg", "job", "--resolve",
+                      env={"H_API_TOKEN": "tok"})
+    assert done.returncode == 2, done.stdout
+    assert "MY_VAR: tok" not in done.stdout and "--resolve would print" in done.stderr
+
+
+def test_a_run_record_holds_no_value_read_from_a_secret_variable(tmp_path: Path) -> None:
+    from dspark_cli.server.process import free_port
+    from tests.smoke_support import smoke_args
+
+    secret = "readtok-5a6b7c8d9e"
+    done = run_dspark_process(*smoke_args(free_port(), ["--scenario", "healthy", "--k", "3"],
+                                          READ), cwd=tmp_path, env={"H_API_TOKEN": secret},
+                              timeout=180)
+    assert done.returncode == 0, done.stderr
+    written = {p: p.read_text(errors="replace") for p in (tmp_path / "runs").rglob("*")
+               if p.is_file()}
+    assert {p.name for p in written} >= {"config.yaml", "launch.sh", "provenance.json"}
+    assert [str(p) for p, text in written.items() if secret in text] == []
+    assert secret not in done.stdout + done.stderr
+    launch = next(text for p, text in written.items() if p.name == "launch.sh")
+    assert 'export MY_VAR="${MY_VAR:?' in launch
