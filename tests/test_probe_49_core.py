@@ -12,6 +12,7 @@ import contextlib
 import http.server
 import json
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from dspark_cli.server import session as probe
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.metrics import ScrapeError, scrape
 from dspark_cli.server.session import AttachedServer, ServerSession
-from tests.conftest import run_dspark, run_dspark_process
+from tests.conftest import dspark_argv, dspark_env, run_dspark, run_dspark_process
 
 DRIP_S = 0.5  # the hostile server's pause between two bytes
 
@@ -318,3 +319,39 @@ def test_a_run_record_holds_no_value_read_from_a_secret_variable(tmp_path: Path)
     assert secret not in done.stdout + done.stderr
     launch = next(text for p, text in written.items() if p.name == "launch.sh")
     assert 'export MY_VAR="${MY_VAR:?' in launch
+
+
+# -- point 6: a sentence and exit 2, never exit 70 ---------------------------------------------
+@pytest.mark.parametrize(("value", "said"), [
+    ("${oc.env:DSPARK_TEST_SURELY_UNSET}", "DSPARK_TEST_SURELY_UNSET' not found"),
+    ("${no.such.key}", "'no.such.key' not found"),
+])
+def test_an_interpolation_that_does_not_resolve_is_a_usage_error(value: str, said: str) -> None:
+    done = run_dspark("serve", "+hw=cpu", f"+hw.env.A={value}", "--dry-run")
+    assert done.returncode == 2, done.stderr
+    assert "`hw.env.A` cannot be resolved" in done.stderr and said in done.stderr
+    assert "unexpected" not in done.stderr
+
+
+def test_a_300_character_variable_name_is_a_usage_error() -> None:
+    done = run_dspark("serve", "+hw=cpu", f"+hw.env.{'A' * 300}=1", "--dry-run")
+    assert done.returncode == 2, done.stderr
+    assert "a key of 307 bytes is longer" in done.stderr and "unexpected" not in done.stderr
+
+
+@pytest.mark.parametrize("argv", [("serve", "-sc"), ("env", "--shell-completion"),
+                                  ("smoke", "-sc", "install=bash", "query=bash")])
+def test_shell_completion_without_one_subcommand_is_a_usage_error(argv: tuple[str, ...]) -> None:
+    done = run_dspark(*argv)
+    assert done.returncode == 2, done.stderr
+    assert "takes one of install=SHELL, uninstall=SHELL or query=SHELL" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["serve", "env"])
+def test_a_completion_query_without_comp_line_is_a_usage_error(name: str) -> None:
+    env = dspark_env()
+    env.pop("COMP_LINE", None)  # as a person typing it has it: unset
+    done = subprocess.run(dspark_argv(name, "-sc", "query=bash"), env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "COMP_LINE, which is not set" in done.stderr and "Traceback" not in done.stderr

@@ -124,11 +124,14 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
         from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
 
         saved = HydraConfig.instance().cfg
         HydraConfig.instance().set_config(config)  # `${hydra:...}` in the directory resolves
         try:
             directory = str(OmegaConf.select(config, "hydra.run.dir"))
+        except OmegaConfBaseException:
+            return  # Hydra resolves it next and raises, which dspark turns into a usage error
         finally:
             HydraConfig.instance().cfg = saved
         subdir = config.hydra.output_subdir
