@@ -26,7 +26,6 @@ from dspark_cli.commands.hydra_app import (
     redact_hydra_files,
     run_hydra_app,
     scratch_sweep,
-    settle_run_dir,
     shell_completion,
     split_run_dir,
 )
@@ -215,6 +214,15 @@ def complete(command: Command, parser: argparse.ArgumentParser, argv: list[str])
     words = [a for a in argv if a in COMPLETION
              or a.partition("=")[0] in ("query", "install", "uninstall")]
     plain = [w for w in words if "=" in w]
+    name = command.name
+    if len(plain) != 1:
+        raise UsageError(f"`-sc` (--shell-completion) takes one of install=SHELL, "
+                         f"uninstall=SHELL or query=SHELL (SHELL: bash, zsh or fish); "
+                         f'`eval "$(dspark {name} -sc install=bash)"` installs it.')
+    if plain[0].startswith("query=") and "COMP_LINE" not in os.environ:
+        raise UsageError("`-sc query=...` is what the installed completion calls, with the "
+                         "line being completed in COMP_LINE, which is not set here; "
+                         f'`eval "$(dspark {name} -sc install=bash)"` installs the completion.')
     line = os.environ.get("COMP_LINE", "")
     current = "" if line.endswith(" ") else (line.split() or [""])[-1]
     if any(w.startswith("query=") for w in plain) and (command.config is None
@@ -228,9 +236,10 @@ def complete(command: Command, parser: argparse.ArgumentParser, argv: list[str])
 
 def hide_secrets(overrides: list[str], flags: list[str]) -> list[str]:
     """Secrets out of the overrides before Hydra writes them (launch/secrets.py)."""
-    from dspark_cli.launch.secrets import hide
+    from dspark_cli.launch.secrets import hide, secret_reads
 
     overrides, hidden = hide(overrides)
+    hidden = hidden or any(secret_reads(o) for o in overrides)
     if hidden and "--resolve" in flags:
         raise UsageError("--resolve would print the secrets these overrides carry; leave it out "
                          "(the config shows them as ${oc.env:...} references).")
@@ -274,9 +283,13 @@ def run_command(name: str, argv: list[str]) -> int:
 
     check_override_keys(plain)
 
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
+    from dspark_cli.config.mistakes import unresolved
     from dspark_cli.config.strict import check_known_keys, check_ranges
     from dspark_cli.config.typed import to_typed, values_of
-    from dspark_cli.launch.secrets import learn
+    from dspark_cli.launch.secrets import learn, learn_reads
 
     settings = hydra_settings(name, opts)
     dry_run = bool(getattr(opts, "dry_run", False))
@@ -285,15 +298,17 @@ def run_command(name: str, argv: list[str]) -> int:
         try:
             if dry_run:
                 opts.planned_run_dir = planned_run_dir(run_dir)
+            learn_reads(OmegaConf.to_container(cfg, resolve=False))
             learn(values_of(cfg))  # its secrets are scrubbed from everything printed from here on
             redact_hydra_files(cfg)
             check_known_keys(cfg)
             check_ranges(cfg)
             # The edge: below here a config is the schema's dataclasses, not OmegaConf.
             code = command.run_with(to_typed(cfg), opts)
+        except InterpolationResolutionError as e:  # `${oc.env:UNSET}`, `${no.such.key}`
+            code = exit_code_for(unresolved(e), opts.debug)
         except Exception as e:  # Hydra would print it and exit 1, as if a check had failed
             code = exit_code_for(e, opts.debug)
-        settle_run_dir(code)
         return code
 
     check_syntax([*plain, *_bare_words(flags)])

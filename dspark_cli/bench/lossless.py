@@ -31,6 +31,7 @@ import httpx
 
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
+from dspark_cli.server.http import exchange
 
 Output = Sequence[int] | str  # token ids, or text compared by character
 
@@ -263,8 +264,8 @@ def answer(client: httpx.Client, base_url: str, model: str, prompts: PromptSet,
         body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens,
                 "temperature": 0.0, "top_p": 1.0, "seed": 0, "return_token_ids": True}
         try:
-            response = watched(partial(client.post, f"{base_url}/v1/completions", json=body,
-                                       timeout=timeout_s), stop)
+            response = watched(partial(exchange, client, "POST", f"{base_url}/v1/completions",
+                                       json=body, deadline_s=timeout_s), stop)
             if isinstance(response, Stopped):
                 errors.append(" ".join(f"prompt {i}: {response.reason}".split()))
                 break

@@ -57,6 +57,7 @@ from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
 from dspark_cli.machine.gpu_sampler import record as gpu_record
 from dspark_cli.server.deployment import Deployment, Watch
+from dspark_cli.server.http import exchange
 from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.logscan import Pattern, degraded_lines, read_cold_start, seen_params
 from dspark_cli.server.metrics import (
@@ -399,7 +400,7 @@ def _one(client: httpx.Client, url: str, body: dict[str, Any],
          timeout_s: float) -> RequestSteps | str | None:
     """One answer's steps (None: it carried none), or why it could not be read."""
     try:
-        response = client.post(url, json=body, timeout=timeout_s)
+        response = exchange(client, "POST", url, json=body, deadline_s=timeout_s)
         response.raise_for_status()
         return request_steps(response.json())
     except httpx.HTTPStatusError as exc:

@@ -79,17 +79,19 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
     from omegaconf.errors import OmegaConfBaseException
 
     from dspark_cli.commands import multirun
+    from dspark_cli.commands.run_dir import Refusal
     from dspark_cli.config.mistakes import usage_error
     from dspark_cli.paths import conf_dir
 
     state: dict[str, Any] = {"ran": False, "code": 0}
 
     @hydra.main(config_path=str(conf_dir()), config_name=config, version_base="1.3")
-    def app(cfg: Any) -> None:
+    def app(cfg: Any) -> int:
         state["ran"] = True
         with _environ(_RAISE, None), multirun.recorded(multirun.in_multirun_job()) as code:
             code.append(task(cfg))  # the job's own processes never see Hydra's switch
         state["code"] = worst((state["code"], code[-1]))
+        return code[-1]  # the job's return value: what RunDirGuard settles the run with
 
     saved = sys.argv
     try:
@@ -101,6 +103,8 @@ def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list
         if sweep is not None and sweep.directory.is_dir():
             state["code"] = worst((state["code"], multirun.print_failures(
                 sweep.directory, before=sweep.before, this=sweep.id)))
+    except Refusal as e:  # a run directory refused before Hydra wrote into it
+        raise e.error from None
     except (HydraException, OmegaConfBaseException) as e:
         raise usage_error(e, [a for a in argv if not a.startswith("-")], config,
                           sweeping=bool(SWEEP & set(argv))) from None
@@ -150,13 +154,15 @@ _QUIET_HYDRA = ["hydra/job_logging=none", "hydra/hydra_logging=dspark"]
 
 def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     """dspark's Hydra defaults, placed before the user's overrides so those win: runs under
-    runs/<command>/, no Hydra log file, and a dry run without a run directory."""
+    runs/<command>/ (refused when it cannot be one, settled after a failure: run_dir.py), no
+    Hydra log file, and a dry run without a run directory."""
     # `read_only`: a command that never writes (verify-checkpoint) gets no run directory either.
     if getattr(opts, "dry_run", False) or getattr(opts, "read_only", False):
         return [*_QUIET_HYDRA, "hydra.output_subdir=null", "hydra.run.dir=."]
     stamp = "${now:%Y%m%d-%H%M%S}"
     return [*_QUIET_HYDRA, f"hydra.run.dir=runs/{name}/{stamp}",
-            f"hydra.sweep.dir=runs/{name}/multirun-{stamp}"]
+            f"hydra.sweep.dir=runs/{name}/multirun-{stamp}",
+            "+hydra.callbacks.dspark_run_dir._target_=dspark_cli.commands.run_dir.RunDirGuard"]
 
 
 COMPLETION = {"-sc", "--shell-completion"}
@@ -212,40 +218,3 @@ def redact_hydra_files(cfg: Any) -> None:
         if path.is_file():
             saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
             path.write_text(OmegaConf.to_yaml(secrets.redact(saved)))
-
-
-def settle_run_dir(code: int) -> None:
-    """After a failed run: its run directory removed when it holds only what Hydra wrote there
-    before the command ran (`.hydra/`: a preflight refused, a config was wrong), so no empty run
-    is left behind; otherwise its path said once, ready to paste."""
-    if code == ExitCode.OK:
-        return
-    import shlex
-    import shutil
-
-    from hydra.core.hydra_config import HydraConfig
-
-    from dspark_cli.console import progress
-
-    if not HydraConfig.initialized():
-        return
-    hydra = HydraConfig.get()
-    directory = Path(hydra.runtime.output_dir)
-    if str(hydra.mode) == "RunMode.MULTIRUN" or directory.resolve() == Path.cwd().resolve():
-        return  # a sweep's jobs are summed up by multirun.py; `.` is no run directory
-    try:
-        entries = list(directory.iterdir())
-    except OSError:
-        return
-    own = hydra.output_subdir
-    if own is not None and [e.name for e in entries] == [own] and not entries[0].is_symlink():
-        inside = list((directory / own).iterdir())
-        if all(f.is_file() and not f.is_symlink() for f in inside):
-            shutil.rmtree(directory)
-            here = Path.cwd().resolve()
-            for parent in directory.resolve().parents:  # runs/<command>/ left empty here
-                if parent == here or not parent.is_relative_to(here) or any(parent.iterdir()):
-                    break
-                parent.rmdir()
-            return
-    progress(f"run directory {shlex.quote(str(directory))}")  # quiet once a terminal is gone

@@ -138,6 +138,16 @@ def usage_error(error: Exception, overrides: Sequence[str], command: str,
     return UsageError(_plain(str(error)) + _NOTHING)
 
 
+def unresolved(error: Exception) -> UsageError:
+    """The paragraph for an interpolation that does not resolve (`${oc.env:UNSET}`,
+    `${no.such.key}`), naming the key that holds it."""
+    key = str(getattr(error, "full_key", "") or "a setting")
+    why = _plain(str(error)).removeprefix("KeyError raised while resolving interpolation: ")
+    return UsageError(f"`{key}` cannot be resolved: {why}.{_NOTHING}",
+                      hint="set the variable it reads, give it a default "
+                      "(`${oc.env:NAME,default}`), or read a key that exists")
+
+
 def _sweep(overrides: Sequence[str]) -> str | None:
     """The first override that is a sweep (`a=1,2`), as Hydra's grammar reads it."""
     from hydra.core.override_parser.overrides_parser import OverridesParser

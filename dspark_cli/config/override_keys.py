@@ -67,10 +67,25 @@ def suggestion(key: str, value: str | None, close: Iterable[str]) -> str:
     return f"; did you mean {' or '.join(f'`{m}`' for m in meant)}?" if meant else ""
 
 
+# Hydra looks a key up as a file name (is `hw.env.X` a config group?), which a filesystem caps
+# at 255 bytes: a longer key would end in OSError, not in an answer.
+MAX_KEY_BYTES = 240
+
+
+def _check_length(key: str) -> None:
+    name = key.lstrip("+~").partition("@")[0]
+    longest = max((len(part.encode()) for part in name.split("/")), default=0)
+    if longest > MAX_KEY_BYTES:
+        raise UsageError(f"`{name[:40]}...`: a key of {longest} bytes is longer than any "
+                         f"setting or variable name dspark takes ({MAX_KEY_BYTES} at most, "
+                         "dots included). Nothing was started.")
+
+
 def check_override_keys(overrides: Iterable[str]) -> None:
     """UsageError naming the setting meant by a dotted key the schema lacks."""
     for line in overrides:
         key, sep, value = line.partition("=")
+        _check_length(key)
         if key == "runtime.expected" and value.strip() == "{}":
             # Hydra merges a map into the pins: `{}` would leave every pin as it is.
             raise UsageError("`runtime.expected={}` would change no pin (a map is merged into "

@@ -38,8 +38,13 @@ REDACTED = "<redacted>"
 MIN_SCRUBBED = 4  # shorter values are not searched for in free text (too many false hits)
 
 
+# Variables of `env` maps whose values read a secret (`MY_VAR: ${oc.env:HF_TOKEN}`), learnt from
+# this process's config (`learn_reads`): secrets by where their value comes from, not by name.
+READS_SECRET: set[str] = set()
+
+
 def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(str(name)))
+    return bool(SECRET_NAME.search(str(name))) or str(name) in READS_SECRET
 
 
 @dataclass(frozen=True)
@@ -287,11 +292,41 @@ def scrubbed_output() -> Iterator[None]:
     finally:
         sys.stdout, sys.stderr = saved
         SCRUB.values.clear()
+        READS_SECRET.clear()
 
 
 def learn(data: Any) -> None:
     """Add the secrets in a config's values (dicts, lists, scalars) to `SCRUB`."""
     SCRUB.add(values_in(data))
+
+
+# `${oc.env:NAME` (and `${oc.env:NAME,default}`, nested): the variable an interpolation reads.
+_ENV_READ = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
+
+
+def secret_reads(text: str) -> list[str]:
+    """The secret-named variables `text` reads through `${oc.env:...}` (dspark's own
+    `DSPARK_SECRET_*` references, made by `hide`, are not counted: they stand for a secret
+    that is already handled where it sits)."""
+    return [name for name in _ENV_READ.findall(str(text))
+            if SECRET_NAME.search(name) and not name.startswith(PREFIX)]
+
+
+def learn_reads(raw: Any, parent: Any = None, key: Any = None) -> None:
+    """A value that reads a secret-named variable (`+hw.env.MY_VAR=${oc.env:H_API_TOKEN}`) is a
+    secret wherever it lands: in the unresolved config `raw`, each such variable's value goes
+    to `SCRUB`, and a variable of an `env` map that holds one becomes secret by name
+    (`READS_SECRET`: exported by reference, redacted in records, a Kubernetes Secret's key)."""
+    if isinstance(raw, dict):
+        for k, value in raw.items():
+            learn_reads(value, key, k)
+    elif isinstance(raw, list | tuple):
+        for item in raw:
+            learn_reads(item, parent, key)
+    elif isinstance(raw, str) and (names := secret_reads(raw)):
+        SCRUB.add(os.environ[name] for name in names if name in os.environ)
+        if parent == "env" and key is not None:
+            READS_SECRET.add(str(key))
 
 
 # -- secrets out of Hydra's overrides -------------------------------------------------------

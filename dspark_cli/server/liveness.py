@@ -82,8 +82,11 @@ def fetch(client: httpx.Client, base_url: str,
     """`/metrics` now, per engine, through `client`; None when it cannot be read or parsed."""
     import httpx
 
+    from dspark_cli.server.http import exchange
+
     try:
-        response = client.get(base_url.rstrip("/") + "/metrics", timeout=timeout_s)
+        response = exchange(client, "GET", base_url.rstrip("/") + "/metrics",
+                            deadline_s=timeout_s)
         response.raise_for_status()
         return read_sample(response.text)
     except (httpx.HTTPError, ValueError):

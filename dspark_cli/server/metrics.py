@@ -151,6 +151,7 @@ def parse(text: str) -> Scrape:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name.endswith(_TOTAL):
+                    _check_counter(sample.name, sample.labels, sample.value)
                     key = (sample.name, frozenset(sample.labels.items()))
                     samples[key] = samples.get(key, 0.0) + sample.value
     except ValueError as exc:
@@ -158,14 +159,27 @@ def parse(text: str) -> Scrape:
     return Scrape(samples)
 
 
+def _check_counter(name: str, labels: Mapping[str, str], value: float) -> None:
+    """A counter sample that no count can be read from: a value that is not finite, or a
+    per-position sample whose `position` is not a plain number."""
+    if not math.isfinite(value):
+        raise ScrapeError(f"/metrics: {name} is {value}, not a count")
+    position = labels.get("position")
+    if name == SPEC_ACCEPTED_PER_POS + _TOTAL and position is not None and not (
+            position.isascii() and position.isdigit()):
+        raise ScrapeError(f"/metrics: {name} has position={position[:40]!r}, not a number")
+
+
 def scrape(client: httpx.Client, base_url: str, timeout_s: float = 5.0) -> Scrape:
     """GET `<base_url>/metrics` through `client` and parse it; ScrapeError on any HTTP or
     parse failure."""
     import httpx
 
+    from dspark_cli.server.http import exchange
+
     url = base_url.rstrip("/") + "/metrics"
     try:
-        response = client.get(url, timeout=timeout_s)
+        response = exchange(client, "GET", url, deadline_s=timeout_s)
         response.raise_for_status()
     except httpx.HTTPError as exc:
         raise ScrapeError(f"could not read {url}: {exc}") from exc

@@ -41,6 +41,7 @@ import httpx
 from dspark_cli.console import progress
 from dspark_cli.errors import ExitCode, ServerError, UsageError
 from dspark_cli.server.deployment import Deployment, Watch
+from dspark_cli.server.http import SMALL_BODY, exchange
 from dspark_cli.server.liveness import Stall, StallWatch
 from dspark_cli.server.logscan import LogSnapshot, LogWatcher
 from dspark_cli.server.metrics import GENERATION_TOKENS, Scrape, scrape
@@ -213,10 +214,10 @@ class ServerSession:
                 if note != said or now - said_at >= PROGRESS_EVERY_S:
                     progress(f"{note} ({now - self.started_at:.0f} s)")
                     said, said_at = note, now
-            elif (status in (REFUSED, 404) and not d.managed
+            elif (not_vllm(status) and not d.managed
                   and time.monotonic() - self.started_at > self.watch.attach_refused_s):
                 what = ("nothing listens at" if status == REFUSED
-                        else "no vLLM server (/health: 404) at")
+                        else f"no vLLM server (/health: {status}) at")
                 raise self._failure(f"{what} {d.planned_url} for "
                                     f"{self.watch.attach_refused_s:g} s; start the server, or "
                                     "fix server.url")
@@ -279,11 +280,18 @@ def health(client: httpx.Client, base_url: str) -> int | None:
     """`/health`'s status code now; REFUSED when no connection could be made, None when a
     connection was made but gave no answer in time."""
     try:
-        return client.get(base_url + "/health", timeout=PROBE_TIMEOUT_S).status_code
+        return exchange(client, "GET", base_url + "/health", deadline_s=PROBE_TIMEOUT_S,
+                        max_bytes=SMALL_BODY).status_code
     except (httpx.ConnectError, httpx.ConnectTimeout):
         return REFUSED
     except httpx.HTTPError:
         return None
+
+
+def not_vllm(status: int | None) -> bool:
+    """Whether `/health`'s status says no vLLM server answers there: nothing listens, no such
+    path, or a redirect elsewhere (vLLM's /health never redirects; dspark does not follow)."""
+    return status is not None and (status in (REFUSED, 404) or 300 <= status < 400)
 
 
 def url_problem(url: str) -> str | None:
@@ -300,7 +308,9 @@ def url_problem(url: str) -> str | None:
 def version(client: httpx.Client, base_url: str) -> str | None:
     """The server's `/version`, or None when it does not say."""
     try:
-        return str(client.get(base_url + "/version", timeout=PROBE_TIMEOUT_S).json()["version"])
+        answer = exchange(client, "GET", base_url + "/version", deadline_s=PROBE_TIMEOUT_S,
+                          max_bytes=SMALL_BODY)
+        return str(answer.json()["version"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
 

@@ -22,6 +22,7 @@ import httpx
 
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
+from dspark_cli.server.http import exchange
 from dspark_cli.server.logscan import LogSnapshot
 from dspark_cli.server.metrics import Scrape, ScrapeError, request_steps
 from dspark_cli.server.process import Teardown
@@ -135,8 +136,8 @@ def complete(client: httpx.Client, base_url: str, model: str, prompt: str, max_t
             "ignore_eos": True}
     start = time.monotonic()
     try:
-        r = client.post(base_url + "/v1/completions", json=body,
-                        timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT_S))
+        r = exchange(client, "POST", base_url + "/v1/completions", json=body,
+                     deadline_s=timeout, connect_s=CONNECT_TIMEOUT_S)
     except httpx.TimeoutException:
         return RequestOutcome(RequestState.timeout, detail="no response")
     except httpx.HTTPError as exc:
