@@ -6,6 +6,11 @@ on a cluster engine: `arm_launch`), wait for health, run the warmup phases, read
 down. The session watches the log the whole time; a fatal line or a dead server ends the cell
 early instead of waiting out a hung phase. A finished valid cell is skipped on a re-run.
 
+The phases of every cell of an arm run in one load generator (`loadgen.LoadGenerator`), started
+before the arm's first boot so that its import of vLLM overlaps it, and kept while the next cell
+is the same arm's; a phase that stalls or times out ends it, and the next cell starts another.
+Each cell records which process ran its phases (`load_generator`).
+
 An arm is made startable where its deploy target runs it (`arm_launch`) through the one start
 step (`deploy/start.py`): the checks, the model and the arm's run record happen once, before the
 first boot; each cell then gets a fresh deployment whose files (log, job script) go into the
@@ -46,7 +51,7 @@ from dspark_cli.bench.cell import (
     build,
 )
 from dspark_cli.bench.dataset import VerifiedDataset, describe
-from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
+from dspark_cli.bench.loadgen import LoadGenerator, PhaseRun, phase_argv
 from dspark_cli.bench.lossless import PromptSet, Stopped, answer, compare, reference_record, watched
 from dspark_cli.bench.protocol import Cell, Protocol, Sampling
 from dspark_cli.console import progress
@@ -137,8 +142,10 @@ def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
 class _CellRun:
     """One cell's side effects, in order, gathered into `Observed`."""
 
-    def __init__(self, cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> None:
+    def __init__(self, cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext,
+                 loadgen: LoadGenerator) -> None:
         self.cell, self.arm, self.launch, self.ctx = cell, arm, launch, ctx
+        self.loadgen = loadgen
         self.dir = records.cell_dir(ctx.run_dir, cell.id)
         self.errors: list[str] = []
         self.phases: list[PhaseRun] = []
@@ -211,6 +218,7 @@ class _CellRun:
             "server_log": str(session.log_path), "stall": stall,
             "request_set": describe(self.ctx.dataset, self.measured_argv),
             "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(fallbacks),
+            "load_generator": self.loadgen.describe(),
             "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance),
             "cold_start": self._cold_start(session.log_path)})
 
@@ -232,8 +240,8 @@ class _CellRun:
             progress(f"{self.cell.id}: {phase.name}: {phase.num_prompts} requests at "
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
             began = self.sampler.now()
-            result = run_phase(argv, phase, self.dir, self.launch.env,
-                               self.ctx.protocol.phase_timeout_s, session.stop_reason)
+            result = self.loadgen.run(argv, phase, self.dir, self.ctx.protocol.phase_timeout_s,
+                                      session.stop_reason)
             if phase.measured:
                 self.window = (began, self.sampler.now())
             self.phases.append(result)
@@ -343,12 +351,24 @@ def _quiet(read: Callable[[], Scrape]) -> Scrape | None:
         return None
 
 
-def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> CellRecord:
-    """Run one cell and write its cell.json; an earlier unfinished attempt is moved aside."""
+LOADGEN_DIR = "loadgen"  # the load generators' own logs, one per process, in the run directory
+
+
+def start_loadgen(ctx: CellContext, cell: Cell, launch: ArmLaunch) -> LoadGenerator:
+    """A load generator for `cell`'s arm, its log named after the cell it starts for."""
+    logs = ctx.run_dir / LOADGEN_DIR
+    logs.mkdir(parents=True, exist_ok=True)
+    return LoadGenerator(launch.env, logs / f"{cell.id}.log")
+
+
+def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext,
+             loadgen: LoadGenerator) -> CellRecord:
+    """Run one cell with `loadgen` and write its cell.json; an earlier unfinished attempt is
+    moved aside."""
     moved = records.set_aside(ctx.run_dir, cell.id)
     if moved is not None:
         progress(f"{cell.id}: earlier attempt kept in {moved}")
-    record = _CellRun(cell, arm, launch, ctx).run()
+    record = _CellRun(cell, arm, launch, ctx, loadgen).run()
     path = records.cell_dir(ctx.run_dir, cell.id) / records.CELL_JSON
     write_atomic(path, SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
@@ -368,23 +388,36 @@ def run_cells(cells: Sequence[Cell], arms: dict[str, Arm],
             progress(f"{cell.id}: finished and valid in an earlier run; skipped")
     prepared = prepare([arms[name] for name in dict.fromkeys(c.variant for c in pending)])
     done = []
-    for i, cell in enumerate(pending, start=1):
-        tag = f"[{i}/{len(pending)}] {cell.id}"
-        progress(f"{tag}: booting a cold server")
-        record = run_cell(cell, arms[cell.variant], prepared[cell.variant], ctx)
-        done.append(record)
-        if record.valid:
-            progress(f"{tag}: valid, {record.output_throughput:.1f} output tok/s")
-        else:
-            progress(f"{tag}: INVALID: {'; '.join(record.reasons)}")
-            if stop_on_failure:
-                progress("stopping at the first invalid cell (--stop-on-failure)")
-                break
-        if record.teardown is not None and not record.teardown.clean:
-            raise ServerError(
-                f"{cell.id}: the server's teardown left processes or the port busy, so later "
-                "cells cannot boot cleanly; stopping.",
-                hint=f"Check for leftover vLLM processes; the cell's log is in {ctx.run_dir}.")
+    loadgen: LoadGenerator | None = None  # the current arm's, kept from cell to cell
+    loadgen_arm = ""
+    try:
+        for i, cell in enumerate(pending, start=1):
+            tag = f"[{i}/{len(pending)}] {cell.id}"
+            if loadgen is None or not loadgen.usable or loadgen_arm != cell.variant:
+                if loadgen is not None:
+                    loadgen.close()
+                loadgen = start_loadgen(ctx, cell, prepared[cell.variant])
+                loadgen_arm = cell.variant
+                progress(f"{tag}: load generator started (pid {loadgen.pid}) for {cell.variant}")
+            progress(f"{tag}: booting a cold server")
+            record = run_cell(cell, arms[cell.variant], prepared[cell.variant], ctx, loadgen)
+            done.append(record)
+            if record.valid:
+                progress(f"{tag}: valid, {record.output_throughput:.1f} output tok/s")
+            else:
+                progress(f"{tag}: INVALID: {'; '.join(record.reasons)}")
+                if stop_on_failure:
+                    progress("stopping at the first invalid cell (--stop-on-failure)")
+                    break
+            if record.teardown is not None and not record.teardown.clean:
+                raise ServerError(
+                    f"{cell.id}: the server's teardown left processes or the port busy, so "
+                    "later cells cannot boot cleanly; stopping.",
+                    hint=f"Check for leftover vLLM processes; the cell's log is in "
+                    f"{ctx.run_dir}.")
+    finally:
+        if loadgen is not None:
+            loadgen.close()
     return done
 
 
