@@ -141,7 +141,7 @@ class PhaseRun:
             return f"{self.phase.name}: load generator timed out after {self.duration_s:.0f} s"
         if self.returncode != 0:
             return (
-                f"{self.phase.name}: load generator exited with {self.returncode} "
+                f"{self.phase.name}: vllm bench serve ended with {self.returncode} "
                 f"(log: {self.log})"
             )
         if self.result is None:
