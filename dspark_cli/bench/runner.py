@@ -6,10 +6,11 @@ on a cluster engine: `arm_launch`), wait for health, run the warmup phases, read
 down. The session watches the log the whole time; a fatal line or a dead server ends the cell
 early instead of waiting out a hung phase. A finished valid cell is skipped on a re-run.
 
-The phases of every cell of an arm run in one load generator (`loadgen.LoadGenerator`), started
-before the arm's first boot so that its import of vLLM overlaps it, and kept while the next cell
-is the same arm's; a phase that stalls or times out ends it, and the next cell starts another.
-Each cell records which process ran its phases (`load_generator`).
+The phases of every cell run in one load generator (`loadgen.LoadGenerator`), started before the
+first boot so that its import of vLLM overlaps it, and kept while the next cell's arm gives the
+load generator the same environment (at most one per arm); a phase that stalls or times out ends
+it, and the next cell starts another. Each cell records which process ran its phases
+(`load_generator`: pid, log, phases run so far).
 
 An arm is made startable where its deploy target runs it (`arm_launch`) through the one start
 step (`deploy/start.py`): the checks, the model and the arm's run record happen once, before the
@@ -388,17 +389,16 @@ def run_cells(cells: Sequence[Cell], arms: dict[str, Arm],
             progress(f"{cell.id}: finished and valid in an earlier run; skipped")
     prepared = prepare([arms[name] for name in dict.fromkeys(c.variant for c in pending)])
     done = []
-    loadgen: LoadGenerator | None = None  # the current arm's, kept from cell to cell
-    loadgen_arm = ""
+    loadgen: LoadGenerator | None = None  # kept from cell to cell while the env is the same
     try:
         for i, cell in enumerate(pending, start=1):
             tag = f"[{i}/{len(pending)}] {cell.id}"
-            if loadgen is None or not loadgen.usable or loadgen_arm != cell.variant:
+            env = prepared[cell.variant].env
+            if loadgen is None or not loadgen.usable or loadgen.env != env:
                 if loadgen is not None:
                     loadgen.close()
                 loadgen = start_loadgen(ctx, cell, prepared[cell.variant])
-                loadgen_arm = cell.variant
-                progress(f"{tag}: load generator started (pid {loadgen.pid}) for {cell.variant}")
+                progress(f"{tag}: load generator started (pid {loadgen.pid})")
             progress(f"{tag}: booting a cold server")
             record = run_cell(cell, arms[cell.variant], prepared[cell.variant], ctx, loadgen)
             done.append(record)
