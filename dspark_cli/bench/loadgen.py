@@ -183,7 +183,6 @@ class LoadGenerator:
     def __init__(self, env: Mapping[str, str], log: Path,
                  command: Sequence[str] = WORKER) -> None:
         require_engine()
-        self.env = dict(env)
         self.log = log
         self.started_at = time.monotonic()
         self.import_s: float | None = None  # the worker's own import of vLLM's bench code

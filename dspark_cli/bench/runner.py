@@ -6,11 +6,11 @@ on a cluster engine: `arm_launch`), wait for health, run the warmup phases, read
 down. The session watches the log the whole time; a fatal line or a dead server ends the cell
 early instead of waiting out a hung phase. A finished valid cell is skipped on a re-run.
 
-The phases of every cell run in one load generator (`loadgen.LoadGenerator`), started before the
-first boot so that its import of vLLM overlaps it, and kept while the next cell's arm gives the
-load generator the same environment (at most one per arm); a phase that stalls or times out ends
-it, and the next cell starts another. Each cell records which process ran its phases
-(`load_generator`: pid, log, phases run so far).
+The phases of every cell run in a load generator (`loadgen.LoadGenerator`) kept for the whole
+run, one per load environment (at most one per arm: the arms alternate), started before the
+first boot that needs it so that its import of vLLM overlaps the boot; a phase that stalls or
+times out ends it, and the next cell that needs it starts another. Each cell records which
+process ran its phases (`load_generator`: pid, log, phases run so far).
 
 An arm is made startable where its deploy target runs it (`arm_launch`) through the one start
 step (`deploy/start.py`): the checks, the model and the arm's run record happen once, before the
@@ -389,15 +389,17 @@ def run_cells(cells: Sequence[Cell], arms: dict[str, Arm],
             progress(f"{cell.id}: finished and valid in an earlier run; skipped")
     prepared = prepare([arms[name] for name in dict.fromkeys(c.variant for c in pending)])
     done = []
-    loadgen: LoadGenerator | None = None  # kept from cell to cell while the env is the same
+    # One per load environment (at most one per arm), kept from cell to cell: arms alternate.
+    loadgens: dict[frozenset[tuple[str, str]], LoadGenerator] = {}
     try:
         for i, cell in enumerate(pending, start=1):
             tag = f"[{i}/{len(pending)}] {cell.id}"
-            env = prepared[cell.variant].env
-            if loadgen is None or not loadgen.usable or loadgen.env != env:
+            key = frozenset(prepared[cell.variant].env.items())
+            loadgen = loadgens.get(key)
+            if loadgen is None or not loadgen.usable:
                 if loadgen is not None:
                     loadgen.close()
-                loadgen = start_loadgen(ctx, cell, prepared[cell.variant])
+                loadgen = loadgens[key] = start_loadgen(ctx, cell, prepared[cell.variant])
                 progress(f"{tag}: load generator started (pid {loadgen.pid})")
             progress(f"{tag}: booting a cold server")
             record = run_cell(cell, arms[cell.variant], prepared[cell.variant], ctx, loadgen)
@@ -416,7 +418,7 @@ def run_cells(cells: Sequence[Cell], arms: dict[str, Arm],
                     hint=f"Check for leftover vLLM processes; the cell's log is in "
                     f"{ctx.run_dir}.")
     finally:
-        if loadgen is not None:
+        for loadgen in loadgens.values():
             loadgen.close()
     return done
 

@@ -1,0 +1,111 @@
+"""Which of a boot's caches hit, from the server log's lines (pure), and where they live.
+
+A cold boot in a bench is a fresh server, not a fresh cache: vLLM's torch.compile artefacts,
+FlashInfer's autotune results and adaptive verification's step-cost profile decide minutes of
+every boot (docs/bench.md, "Caches"). Per boot phase: the seconds vLLM reported and whether its
+cache hit (`hit`), missed (`miss`: computed afresh and saved), or the log said neither (None:
+the phase did not run, e.g. no compilation on an eager launch, or this vLLM says nothing).
+
+`cache_env`: what a boot's environment gets for `bench.warm_caches` (true: the user's caches,
+with the adaptive profile cache switched on where the installed vLLM has the variable; false:
+fresh private directories under the boot's own directory, for a truly cold measurement).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROFILE_CACHE_VAR = "VLLM_ENABLE_ADAPTIVE_VERIFICATION_PROFILE_CACHE"
+# Every cache directory variable a boot's caches follow (vLLM, torch Inductor, Triton,
+# FlashInfer, AITER), pointed at fresh directories for a cold measurement.
+CACHE_DIRS = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "TRITON_CACHE_DIR": "triton",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "AITER_JIT_DIR": "aiter-jit",
+    "XDG_CACHE_HOME": "xdg",
+}
+
+
+@dataclass(frozen=True)
+class CacheRule:
+    """A boot phase's lines: its reported seconds (`took`, summed), a cache hit, a miss."""
+
+    name: str
+    took: re.Pattern[str] | None
+    hit: re.Pattern[str] | None
+    miss: re.Pattern[str] | None
+
+
+RULES = (
+    CacheRule("weights", re.compile(r"Loading weights took (?P<s>[\d.]+) seconds"), None, None),
+    CacheRule("torch_compile", re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total"),
+              re.compile(r"Directly load the compiled graph\(s\)|Directly load AOT compilation"),
+              re.compile(r"Compiling a graph for .* takes [\d.]+ s")),
+    CacheRule("flashinfer_autotune", None,
+              re.compile(r"Using FlashInfer autotune cache file"),
+              re.compile(r"No FlashInfer autotune cache entries found")),
+    CacheRule("graph_capture", re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs"),
+              None, None),
+    CacheRule("adaptive_profile",
+              re.compile(r"(?i)adaptive verification.*profil\w*.* (?:took|in) (?P<s>[\d.]+) ?s"),
+              re.compile(r"(?i)(?:profile|cost table)s?\b.*\b(?:loaded|read) from (?:the )?cache"),
+              re.compile(r"(?i)(?:profile|cost table)s?\b.*\b(?:saved|written) to (?:the )?cache")),
+)
+
+
+def boot_caches(lines: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """{phase: {"took_s": seconds or None, "cache": "hit" | "miss" | None}} for every rule.
+    A hit wins over a miss only where nothing missed: one graph compiled afresh is a miss."""
+    took: dict[str, float] = {}
+    hits: set[str] = set()
+    misses: set[str] = set()
+    for line in lines:
+        for rule in RULES:
+            if rule.took is not None and (m := rule.took.search(line)):
+                took[rule.name] = took.get(rule.name, 0.0) + float(m.group("s"))
+            if rule.miss is not None and rule.miss.search(line):
+                misses.add(rule.name)
+            elif rule.hit is not None and rule.hit.search(line):
+                hits.add(rule.name)
+    return {r.name: {"took_s": round(took[r.name], 2) if r.name in took else None,
+                     "cache": "miss" if r.name in misses else "hit" if r.name in hits else None}
+            for r in RULES}
+
+
+def read_boot_caches(path: Path, limit_bytes: int = 64 << 20) -> dict[str, dict[str, Any]] | None:
+    """`boot_caches` of a log file's first `limit_bytes` (a boot is at its start); None when it
+    cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(limit_bytes).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return boot_caches(text.splitlines())
+
+
+def vllm_has(variable: str) -> bool:
+    """Whether the installed vLLM knows `variable` (its envs.py names it); read, not imported."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return False
+    try:
+        return variable in (Path(spec.origin).parent / "envs.py").read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def cache_env(warm: bool, boot_dir: Path, profile_cache: bool) -> dict[str, str]:
+    """The variables a boot's environment gets: warm, the adaptive profile cache switched on
+    (`profile_cache`: the installed vLLM has the switch); cold, every cache directory fresh
+    under `boot_dir` and the profile cache off."""
+    if warm:
+        return {PROFILE_CACHE_VAR: "1"} if profile_cache else {}
+    out = {var: str(boot_dir / name) for var, name in CACHE_DIRS.items()}
+    return {**out, PROFILE_CACHE_VAR: "0"} if profile_cache else out
