@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +63,7 @@ from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
 from dspark_cli.machine.gpu_sampler import record as gpu_record
+from dspark_cli.server.bootcache import PROFILE_CACHE_VAR, cache_env, read_boot_caches, vllm_has
 from dspark_cli.server.deployment import Deployment, Watch
 from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.logscan import Pattern, degraded_lines, read_cold_start, seen_params
@@ -82,13 +84,13 @@ from dspark_cli.vllm.accepts import Verdicts
 
 @dataclass(frozen=True)
 class ArmLaunch:
-    """What every cell of an arm starts: `deployment(cell_dir)`; `argv` is the head's command
-    for the record, `env` the load generator's environment, `ready_timeout_s` and
-    `metrics_settle_s` the arm's (server.*)."""
+    """What every cell of an arm starts: `deployment(cell_dir, env)` (`env` over the launch's);
+    `argv` is the head's command for the record, `env` the load generator's environment,
+    `ready_timeout_s` and `metrics_settle_s` the arm's (server.*)."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
-    deployment: Callable[[Path], Deployment]
+    deployment: Callable[[Path, Mapping[str, str]], Deployment]
     ready_timeout_s: float
     metrics_settle_s: float
 
@@ -105,6 +107,7 @@ def arm_launch(arm: Arm, record_dir: Path, verdicts: Verdicts | None = None) -> 
 
 
 GPU_SAMPLES = "gpus.json"  # a cell's every GPU sample, beside its cell.json
+COLD_CACHES = "caches"  # a cold boot's private cache directories (bench.warm_caches=false)
 
 
 def _now() -> str:
@@ -168,7 +171,9 @@ class _CellRun:
                        *((draft.pattern,) if draft else ())),
                       metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
                       metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
-        session = ServerSession(self.launch.deployment(self.dir), watch)
+        caches = cache_env(self.ctx.protocol.warm_caches, self.dir / COLD_CACHES,
+                           vllm_has(PROFILE_CACHE_VAR))
+        session = ServerSession(self.launch.deployment(self.dir, caches), watch)
         local = not session.deployment.queued  # a cluster's nodes have GPUs of their own
         if local:
             self.sampler.start()
@@ -200,6 +205,7 @@ class _CellRun:
             self.errors.append(exc.reason)
         finally:
             samples = self.sampler.stop()
+            shutil.rmtree(self.dir / COLD_CACHES, ignore_errors=True)  # a cold boot's, used
         gpus = self._gpus(samples) if local else None
         asked = EffectiveLaunch.of(self.arm.plan).adaptive
         self.errors.extend(adaptive_reasons(asked, fallbacks, params))
@@ -221,7 +227,10 @@ class _CellRun:
             "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(fallbacks),
             "load_generator": self.loadgen.describe(),
             "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance),
-            "cold_start": self._cold_start(session.log_path)})
+            "cold_start": self._cold_start(session.log_path),
+            "caches": {"warm": self.ctx.protocol.warm_caches, "env": caches,
+                       "boot": None if session.log_path is None
+                       else read_boot_caches(session.log_path)}})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:

@@ -1,0 +1,59 @@
+"""A boot's caches from its log: the H200 evidence's cold and warm boots of the same launch
+(vLLM 0.26: torch.compile compiled afresh, then loaded from the cache), and what a bench boot's
+environment gets for `bench.warm_caches`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dspark_cli.server.bootcache import (
+    CACHE_DIRS,
+    PROFILE_CACHE_VAR,
+    boot_caches,
+    cache_env,
+    read_boot_caches,
+    vllm_has,
+)
+
+EVIDENCE = Path(__file__).resolve().parents[1] / "evidence/h200-vllm-0.26"
+
+
+def test_a_cold_boot_compiles_and_the_next_loads_from_the_cache() -> None:
+    cold = read_boot_caches(EVIDENCE / "smoke-cold/server.log")
+    warm = read_boot_caches(EVIDENCE / "smoke-warm/server.log")
+    assert cold is not None and warm is not None
+    # two compiled models (the target's backbone and the DSpark head): their totals summed
+    assert cold["torch_compile"] == {"took_s": 25.32, "cache": "miss"}
+    assert warm["torch_compile"] == {"took_s": 2.05, "cache": "hit"}
+    # FlashInfer's autotune cache file was there, with no entry for this model: a miss both times
+    assert cold["flashinfer_autotune"]["cache"] == warm["flashinfer_autotune"]["cache"] == "miss"
+    assert cold["graph_capture"] == {"took_s": 1.0, "cache": None}
+    assert cold["weights"]["took_s"] == 0.01 and cold["weights"]["cache"] is None
+    assert cold["adaptive_profile"] == {"took_s": None, "cache": None}  # 0.26 says nothing
+
+
+def test_one_graph_compiled_afresh_is_a_miss_and_silence_is_unknown() -> None:
+    lines = ["INFO [backends.py:292] Directly load the compiled graph(s) for compile range "
+             "(1, 16384) from the cache, took 0.475 s",
+             "INFO [backends.py:393] Compiling a graph for compile range (1, 8) takes 3.10 s"]
+    assert boot_caches(lines)["torch_compile"]["cache"] == "miss"
+    assert boot_caches(lines[:1])["torch_compile"]["cache"] == "hit"
+    assert boot_caches([])["torch_compile"] == {"took_s": None, "cache": None}
+    assert read_boot_caches(Path("/nonexistent/server.log")) is None
+
+
+def test_warm_boots_keep_the_users_caches_cold_ones_get_fresh_private_ones(
+        tmp_path: Path) -> None:
+    assert cache_env(True, tmp_path, profile_cache=False) == {}
+    assert cache_env(True, tmp_path, profile_cache=True) == {PROFILE_CACHE_VAR: "1"}
+    cold = cache_env(False, tmp_path / "caches", profile_cache=True)
+    assert cold.pop(PROFILE_CACHE_VAR) == "0"
+    assert set(cold) == set(CACHE_DIRS) and {"VLLM_CACHE_ROOT", "TRITON_CACHE_DIR",
+                                             "TORCHINDUCTOR_CACHE_DIR"} <= set(cold)
+    assert all(Path(d).parent == tmp_path / "caches" for d in cold.values())
+    assert len(set(cold.values())) == len(cold)
+
+
+def test_the_installed_vllms_variables_are_read_not_guessed() -> None:
+    assert vllm_has("VLLM_CACHE_ROOT")
+    assert not vllm_has("VLLM_NO_SUCH_VARIABLE_FOR_DSPARK")
