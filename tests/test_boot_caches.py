@@ -57,3 +57,23 @@ def test_warm_boots_keep_the_users_caches_cold_ones_get_fresh_private_ones(
 def test_the_installed_vllms_variables_are_read_not_guessed() -> None:
     assert vllm_has("VLLM_CACHE_ROOT")
     assert not vllm_has("VLLM_NO_SUCH_VARIABLE_FOR_DSPARK")
+
+
+def test_the_report_shows_each_arms_boot_breakdown_and_its_load_generators() -> None:
+    from dspark_cli.report.evidence import watches
+
+    def cell(cell_id: str, arm: str, pid: int, compile_cache: str | None) -> dict[str, object]:
+        return {"cell_id": cell_id, "arm": arm, "concurrency": 2, "load_generator": {"pid": pid},
+                "caches": {"warm": True, "env": {}, "boot": {
+                    "weights": {"took_s": 2.0, "cache": None},
+                    "torch_compile": {"took_s": 20.0 if compile_cache == "miss" else 2.0,
+                                      "cache": compile_cache}}}}
+
+    text = "\n".join(watches([cell("a-c2", "a", 7, "miss"), cell("b-c2", "b", 8, "hit"),
+                              cell("a-c4", "a", 7, "hit"), cell("b-c4", "b", 8, "hit")]))
+    assert "Boot caches per arm" in text
+    rows = {line.split("|")[1].strip(): [x.strip() for x in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| a ") or line.startswith("| b ")}
+    # arm, cells, caches, weights, torch.compile, autotune, graphs, profile, load generators
+    assert rows["a"] == ["2", "warm", "2.0 s", "11.0 s 1/2 hit", "-", "-", "-", "1"]
+    assert rows["b"] == ["2", "warm", "2.0 s", "2.0 s 2/2 hit", "-", "-", "-", "1"]

@@ -86,6 +86,11 @@ FIELDS |= {  # the watches' sections, read by report/evidence.py
     "gpus.flags.*": TEXT, "gpus.measured": LIST, "gpus.measured.*": MAP,
     "gpus.measured.*.means": MAP, "gpus.measured.*.means.*": NUMBER,
 }
+FIELDS |= {  # the boot's caches and the load generator (report/evidence.py)
+    "caches": MAP, "caches.warm": BOOL, "caches.boot": MAP, "caches.boot.*": MAP,
+    "caches.boot.*.took_s": AMOUNT, "caches.boot.*.cache": TEXT, "load_generator": MAP,
+    "load_generator.pid": INT, "load_generator.phases": COUNT,
+}
 REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protocol.arms",
             "protocol.arms.*", "protocol.baseline", "protocol.concurrencies",
             "protocol.concurrencies.*")
