@@ -136,6 +136,12 @@ class CellContext:  # what every cell of one run shares
     gpu_idle_below: float = 10.0  # `watch.gpu_idle_below`
 
 
+def profiles_of(cfg: Any) -> dict[str, str]:
+    """The config groups the cell ran under, by name (a later dry run's estimate finds it)."""
+    return {group: str(getattr(cfg, group).name)
+            for group in ("hw", "model", "speculative", "compilation", "serving")}
+
+
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
     spec = dataset.spec
     return {"kind": spec.kind, "file": None if spec.request_file is None
@@ -225,7 +231,7 @@ class _CellRun:
             "server_log": str(session.log_path), "stall": stall,
             "request_set": describe(self.ctx.dataset, self.measured_argv),
             "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(fallbacks),
-            "load_generator": self.loadgen.describe(),
+            "load_generator": self.loadgen.describe(), "profiles": profiles_of(self.arm.cfg),
             "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance),
             "cold_start": self._cold_start(session.log_path),
             "caches": {"warm": self.ctx.protocol.warm_caches, "env": caches,
