@@ -77,3 +77,12 @@ def test_the_report_shows_each_arms_boot_breakdown_and_its_load_generators() -> 
     # arm, cells, caches, weights, torch.compile, autotune, graphs, profile, load generators
     assert rows["a"] == ["2", "warm", "2.0 s", "11.0 s 1/2 hit", "-", "-", "-", "1"]
     assert rows["b"] == ["2", "warm", "2.0 s", "2.0 s 2/2 hit", "-", "-", "-", "1"]
+
+
+def test_vllm_cpus_aot_compilation_saved_is_a_miss_loaded_a_hit() -> None:
+    saved = ("(Worker pid=21002) INFO 12-07 00:08:58 [decorators.py:743] [backbone] saved AOT "
+             "compiled function to /h/.cache/vllm/torch_compile_cache/torch_aot_compile/7a/r0")
+    loaded = ("(Worker pid=4313) INFO 12-04 16:32:19 [decorators.py:311] Directly load AOT "
+              "compilation from path /h/.cache/vllm/torch_compile_cache/torch_aot_compile/b0")
+    assert boot_caches([saved])["torch_compile"]["cache"] == "miss"
+    assert boot_caches([loaded])["torch_compile"]["cache"] == "hit"

@@ -47,7 +47,7 @@ RULES = (
     CacheRule("weights", re.compile(r"Loading weights took (?P<s>[\d.]+) seconds"), None, None),
     CacheRule("torch_compile", re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total"),
               re.compile(r"Directly load the compiled graph\(s\)|Directly load AOT compilation"),
-              re.compile(r"Compiling a graph for .* takes [\d.]+ s")),
+              re.compile(r"Compiling a graph for .* takes [\d.]+ s|saved AOT compiled function")),
     CacheRule("flashinfer_autotune", None,
               re.compile(r"Using FlashInfer autotune cache file"),
               re.compile(r"No FlashInfer autotune cache entries found")),
