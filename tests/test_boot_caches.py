@@ -10,8 +10,11 @@ from dspark_cli.server.bootcache import (
     CACHE_DIRS,
     PROFILE_CACHE_VAR,
     boot_caches,
+    cache_dirs,
     cache_env,
+    compared,
     read_boot_caches,
+    snapshot,
     vllm_has,
 )
 
@@ -64,7 +67,8 @@ def test_the_report_shows_each_arms_boot_breakdown_and_its_load_generators() -> 
 
     def cell(cell_id: str, arm: str, pid: int, compile_cache: str | None) -> dict[str, object]:
         return {"cell_id": cell_id, "arm": arm, "concurrency": 2, "load_generator": {"pid": pid},
-                "caches": {"warm": True, "env": {}, "boot": {
+                "caches": {"warm": True, "env": {}, "dirs": {"TORCHINDUCTOR_CACHE_DIR": {
+                    "path": "/i", "cache": compile_cache}}, "boot": {
                     "weights": {"took_s": 2.0, "cache": None},
                     "torch_compile": {"took_s": 20.0 if compile_cache == "miss" else 2.0,
                                       "cache": compile_cache}}}}
@@ -74,9 +78,12 @@ def test_the_report_shows_each_arms_boot_breakdown_and_its_load_generators() -> 
     assert "Boot caches per arm" in text
     rows = {line.split("|")[1].strip(): [x.strip() for x in line.split("|")[2:-1]]
             for line in text.splitlines() if line.startswith("| a ") or line.startswith("| b ")}
-    # arm, cells, caches, weights, torch.compile, autotune, graphs, profile, load generators
-    assert rows["a"] == ["2", "warm", "2.0 s", "11.0 s 1/2 hit", "-", "-", "-", "1"]
-    assert rows["b"] == ["2", "warm", "2.0 s", "2.0 s 2/2 hit", "-", "-", "-", "1"]
+    # arm, cells, caches, weights, torch.compile, autotune, graphs, profile, directories,
+    # load generators
+    assert rows["a"] == ["2", "warm", "2.0 s", "11.0 s 1/2 hit", "-", "-", "-",
+                         "TORCHINDUCTOR_CACHE_DIR 1/2 hit", "1"]
+    assert rows["b"] == ["2", "warm", "2.0 s", "2.0 s 2/2 hit", "-", "-", "-",
+                         "TORCHINDUCTOR_CACHE_DIR 2/2 hit", "1"]
 
 
 def test_vllm_cpus_aot_compilation_saved_is_a_miss_loaded_a_hit() -> None:
@@ -86,3 +93,20 @@ def test_vllm_cpus_aot_compilation_saved_is_a_miss_loaded_a_hit() -> None:
               "compilation from path /h/.cache/vllm/torch_compile_cache/torch_aot_compile/b0")
     assert boot_caches([saved])["torch_compile"]["cache"] == "miss"
     assert boot_caches([loaded])["torch_compile"]["cache"] == "hit"
+
+
+def test_a_cache_directory_that_gains_files_missed_one_that_held_them_hit(tmp_path: Path) -> None:
+    dirs = cache_dirs({"HOME": str(tmp_path / "home"),
+                       "TRITON_CACHE_DIR": str(tmp_path / "triton")}, str(tmp_path / "ind"))
+    assert dirs["VLLM_CACHE_ROOT"] == tmp_path / "home/.cache/vllm"
+    assert dirs["TORCHINDUCTOR_CACHE_DIR"] == tmp_path / "ind" and "AITER_JIT_DIR" not in dirs
+    (tmp_path / "ind" / "fx").mkdir(parents=True)
+    (tmp_path / "ind" / "fx" / "graph").write_text("compiled")
+    before = snapshot(dirs)
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "triton" / "kernel").write_text("jit")  # this boot's
+    seen = compared(dirs, before, snapshot(dirs))
+    assert {var: d["cache"] for var, d in seen.items()} == {
+        "VLLM_CACHE_ROOT": None, "TRITON_CACHE_DIR": "miss", "FLASHINFER_WORKSPACE_BASE": None,
+        "TORCHINDUCTOR_CACHE_DIR": "hit"}
+    assert seen["TRITON_CACHE_DIR"]["files_after"] == 1

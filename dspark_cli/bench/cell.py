@@ -89,6 +89,7 @@ FIELDS |= {  # the watches' sections, read by report/evidence.py
 FIELDS |= {  # the boot's caches and the load generator (report/evidence.py)
     "caches": MAP, "caches.warm": BOOL, "caches.boot": MAP, "caches.boot.*": MAP,
     "caches.boot.*.took_s": AMOUNT, "caches.boot.*.cache": TEXT, "load_generator": MAP,
+    "caches.dirs": MAP, "caches.dirs.*": MAP, "caches.dirs.*.cache": TEXT,
     "load_generator.pid": INT, "load_generator.phases": COUNT, "profiles": MAP,
     "profiles.*": TEXT,
 }

@@ -63,8 +63,16 @@ from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
 from dspark_cli.machine.gpu_sampler import record as gpu_record
-from dspark_cli.server.bootcache import PROFILE_CACHE_VAR, cache_env, read_boot_caches, vllm_has
-from dspark_cli.server.deployment import Deployment, Watch
+from dspark_cli.server import bootcache
+from dspark_cli.server.bootcache import (
+    PROFILE_CACHE_VAR,
+    cache_dirs,
+    cache_env,
+    compared,
+    read_boot_caches,
+    vllm_has,
+)
+from dspark_cli.server.deployment import Deployment, Watch, inductor_cache_dir
 from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.logscan import Pattern, degraded_lines, read_cold_start, seen_params
 from dspark_cli.server.metrics import (
@@ -167,6 +175,9 @@ class _CellRun:
         self.measured_argv: list[str] = []  # the measured phase's load generator command
         self.sampler = GpuSampler(ctx.gpu_interval_s, ctx.gpu_tool)
         self.window: tuple[float, float] | None = None  # the measured phase, sampler's clock
+        self.cache_dirs: dict[str, Path] = {}  # the boot's cache directories, by variable
+        self.dirs_before: dict[str, int] = {}
+        self.dirs_after: dict[str, int] | None = None  # once healthy (None: never)
 
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
@@ -179,6 +190,9 @@ class _CellRun:
                       metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
         caches = cache_env(self.ctx.protocol.warm_caches, self.dir / COLD_CACHES,
                            vllm_has(PROFILE_CACHE_VAR))
+        boot_env = {**self.launch.env, **caches}
+        self.cache_dirs = cache_dirs(boot_env, inductor_cache_dir(boot_env))
+        self.dirs_before = bootcache.snapshot(self.cache_dirs)
         session = ServerSession(self.launch.deployment(self.dir, caches), watch)
         local = not session.deployment.queued  # a cluster's nodes have GPUs of their own
         if local:
@@ -236,7 +250,9 @@ class _CellRun:
             "cold_start": self._cold_start(session.log_path),
             "caches": {"warm": self.ctx.protocol.warm_caches, "env": caches,
                        "boot": None if session.log_path is None
-                       else read_boot_caches(session.log_path)}})
+                       else read_boot_caches(session.log_path),
+                       "dirs": None if self.dirs_after is None else compared(
+                           self.cache_dirs, self.dirs_before, self.dirs_after)}})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:
@@ -245,6 +261,7 @@ class _CellRun:
             self.errors.append(f"boot: {exc.reason}")
             return
         progress(f"{self.cell.id}: healthy after {self.boot_s:.1f} s")
+        self.dirs_after = bootcache.snapshot(self.cache_dirs)  # what the boot itself compiled
         for phase in self.cell.phases:
             if phase.measured:
                 self.before = self._scrape(session.scrape, "before")

@@ -152,7 +152,7 @@ def _boot_caches(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = []
     for arm, group in arms.items():
         boots = [_section(_section(c, "caches"), "boot") for c in group]
-        if not any(boots):
+        if not any(boots) and not any(_section(_section(c, "caches"), "dirs") for c in group):
             continue
         cols = []
         for key, _ in CACHE_PHASES:
@@ -163,17 +163,24 @@ def _boot_caches(cells: Sequence[Mapping[str, Any]]) -> list[str]:
             hits = f"{said.count('hit')}/{len(said)} hit" if said else ""
             cols.append(" ".join(x for x in (_num(median(took)) + " s" if took else "", hits)
                                  if x) or "-")
+        dirs: dict[str, list[str]] = {}
+        for c in group:
+            for var, d in _section(_section(c, "caches"), "dirs").items():
+                if isinstance(d, Mapping) and d.get("cache") in ("hit", "miss"):
+                    dirs.setdefault(str(var), []).append(str(d.get("cache")))
+        on_disk = ", ".join(f"{text(var)} {said.count('hit')}/{len(said)} hit"
+                            for var, said in sorted(dirs.items())) or "-"
         warm = {_section(c, "caches").get("warm") for c in group} - {None}
         pids = {_section(c, "load_generator").get("pid") for c in group} - {None}
         rows.append((text(arm), str(len(group)),
                      "warm" if warm == {True} else "cold" if warm == {False} else "-", *cols,
-                     str(len(pids)) if pids else "-"))
+                     on_disk, str(len(pids)) if pids else "-"))
     if not rows:
         return []
     return ["Boot caches per arm (each phase's median seconds as vLLM reported them, and the "
             "boots whose log showed its cache hit; `bench.warm_caches`):", "",
             *md_table(("arm", "cells", "caches", *(h for _, h in CACHE_PHASES),
-                       "load generators"), rows), ""]
+                       "cache directories (no new files: hit)", "load generators"), rows), ""]
 
 
 def _gpus(cells: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -6,6 +6,11 @@ every boot (docs/bench.md, "Caches"). Per boot phase: the seconds vLLM reported 
 cache hit (`hit`), missed (`miss`: computed afresh and saved), or the log said neither (None:
 the phase did not run, e.g. no compilation on an eager launch, or this vLLM says nothing).
 
+The log does not say everything (vLLM 0.32 on CPU compiles through torch Inductor, whose cache
+logs nothing, and its AOT load can fail and compile again), so the cache directories themselves
+are compared too (`snapshot` before the boot, again once healthy): one that gained files was
+filled by this boot (`miss`), one that held files and gained none served it (`hit`).
+
 `cache_env`: what a boot's environment gets for `bench.warm_caches` (true: the user's caches,
 with the adaptive profile cache switched on where the installed vLLM has the variable; false:
 fresh private directories under the boot's own directory, for a truly cold measurement).
@@ -14,8 +19,9 @@ fresh private directories under the boot's own directory, for a truly cold measu
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +94,42 @@ def read_boot_caches(path: Path, limit_bytes: int = 64 << 20) -> dict[str, dict[
     except OSError:
         return None
     return boot_caches(text.splitlines())
+
+
+# Where each cache lives when its variable is unset (relative to HOME); Inductor's default follows
+# TMPDIR and is pinned by the deployment (`server/deployment.inductor_cache_dir`).
+DEFAULT_DIRS = {"VLLM_CACHE_ROOT": ".cache/vllm", "TRITON_CACHE_DIR": ".triton/cache",
+                "FLASHINFER_WORKSPACE_BASE": ".cache/flashinfer"}
+
+
+def cache_dirs(env: Mapping[str, str], inductor: str) -> dict[str, Path]:
+    """The cache directories a boot started with `env` uses, by variable."""
+    home = Path(env.get("HOME") or Path.home())
+    out = {var: Path(env[var]) if env.get(var) else home / rel
+           for var, rel in DEFAULT_DIRS.items()}
+    out["TORCHINDUCTOR_CACHE_DIR"] = Path(env.get("TORCHINDUCTOR_CACHE_DIR") or inductor)
+    if env.get("AITER_JIT_DIR"):
+        out["AITER_JIT_DIR"] = Path(env["AITER_JIT_DIR"])
+    return out
+
+
+def snapshot(dirs: Mapping[str, Path]) -> dict[str, int]:
+    """How many files each directory holds (0: none, or no such directory)."""
+    counts = {}
+    for var, path in dirs.items():
+        counts[var] = sum(len(files) for _, _, files in os.walk(path))
+    return counts
+
+
+def compared(dirs: Mapping[str, Path], before: Mapping[str, int],
+             after: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """Per directory: its path, files before and after the boot, and `hit` (held files, gained
+    none), `miss` (gained files) or None (empty: not used)."""
+    return {var: {"path": str(dirs[var]), "files_before": before[var],
+                  "files_after": after[var],
+                  "cache": "miss" if after[var] > before[var] else "hit" if before[var]
+                  else None}
+            for var in dirs if var in before and var in after}
 
 
 def vllm_has(variable: str) -> bool:
