@@ -65,16 +65,28 @@ def free_port() -> int:
 
 def dspark(checkout: Path, *args: str, timeout: float = 7200) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "dspark_cli.cli", *args]
-    return subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(checkout)})
+    return subprocess.run(
+        argv,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+    )
 
 
 def bench_args(engine: str, port: int, sets: Sequence[str]) -> list[str]:
     """`dspark bench`'s arguments: the fake server per cell, or the configured engine."""
     if engine == "fake":
         fake = ",".join([sys.executable, str(FAKE), "--port", str(port), "--k", "3"])
-        return ["bench", "bench=cpu", "+hw=cpu", *sets, f"server.port={port}",
-                f"server.command=[{fake}]"]
+        return [
+            "bench",
+            "bench=cpu",
+            "+hw=cpu",
+            *sets,
+            f"server.port={port}",
+            f"server.command=[{fake}]",
+        ]
     return ["bench", *sets, f"server.port={port}"]
 
 
@@ -84,8 +96,7 @@ def run_bench(checkout: Path, args: list[str], run_dir: Path) -> float:
     done = dspark(checkout, *args, f"hydra.run.dir={run_dir}", "--json")
     wall = time.monotonic() - start
     if done.returncode != 0:
-        sys.exit(f"dspark bench in {checkout} failed ({done.returncode}):\n"
-                 f"{done.stderr[-3000:]}")
+        sys.exit(f"dspark bench in {checkout} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return wall
 
 
@@ -111,8 +122,13 @@ def measure(checkout: Path, args: list[str]) -> dict[str, Any]:
                 pids.add(int(cell["load_generator"]["pid"]))
     if not starts:
         sys.exit(f"{checkout}: no phase results to read")
-    return {"starts": starts, "around": around, "loads": loads, "cells": len(around),
-            "loadgen_starts": len(pids) if pids else len(starts)}
+    return {
+        "starts": starts,
+        "around": around,
+        "loads": loads,
+        "cells": len(around),
+        "loadgen_starts": len(pids) if pids else len(starts),
+    }
 
 
 def planned_phases(args: list[str], url: str) -> list[list[str]]:
@@ -143,13 +159,13 @@ def by_hand(argvs: list[list[str]]) -> list[float]:
             argv[argv.index("--result-dir") + 1] = tmp
             argv[argv.index("--result-filename") + 1] = f"{i}.json"
             start = time.monotonic()
-            done = subprocess.run(vllm_command(argv), capture_output=True, text=True,
-                                  timeout=7200)
+            done = subprocess.run(vllm_command(argv), capture_output=True, text=True, timeout=7200)
             wall = time.monotonic() - start
             if done.returncode != 0:
                 sys.exit(f"by hand: {shlex.join(argv)} failed:\n{done.stdout[-3000:]}")
-            starts.append(wall - float(json.loads((Path(tmp) / f"{i}.json").read_text())
-                                       ["duration"]))
+            starts.append(
+                wall - float(json.loads((Path(tmp) / f"{i}.json").read_text())["duration"])
+            )
     return starts
 
 
@@ -169,12 +185,19 @@ def reference_server(engine: str, url: str | None, sets: Sequence[str]) -> Itera
         yield url.rstrip("/")
         return
     port = free_port()
-    argv = ([sys.executable, str(FAKE), "--port", str(port), "--k", "3"] if engine == "fake"
-            else [sys.executable, "-m", "dspark_cli.cli", "serve", *sets,
-                  f"server.port={port}"])
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    argv = (
+        [sys.executable, str(FAKE), "--port", str(port), "--k", "3"]
+        if engine == "fake"
+        else [sys.executable, "-m", "dspark_cli.cli", "serve", *sets, f"server.port={port}"]
+    )
+    proc = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
@@ -196,41 +219,60 @@ def line(name: str, seen: dict[str, Any]) -> str:
     overhead = fixed + phases * start
     shares = [overhead / (sum(GPU_WARMUPS_S) + m + overhead) for m in GPU_MEASURED_S]
     own = (sum(seen["starts"]) + sum(seen["around"])) / (
-        sum(seen["loads"]) + sum(seen["starts"]) + sum(seen["around"]))
-    return (f"{name}: start per phase {start:.2f} s (mean of {len(seen['starts'])}, max "
-            f"{max(seen['starts']):.2f}; {seen['loadgen_starts']} load-generator starts for "
-            f"{seen['cells']} cells); around the phases per cell {fixed:.2f} s\n"
-            f"  share of these cells' time after the boot: {own:.1%}; of a GPU cell of "
-            f"{phases} phases: overhead {overhead:.1f} s = "
-            + ", ".join(f"{s:.1%} with a measured phase of {m:.0f} s"
-                        for s, m in zip(shares, GPU_MEASURED_S, strict=True)))
+        sum(seen["loads"]) + sum(seen["starts"]) + sum(seen["around"])
+    )
+    return (
+        f"{name}: start per phase {start:.2f} s (mean of {len(seen['starts'])}, max "
+        f"{max(seen['starts']):.2f}; {seen['loadgen_starts']} load-generator starts for "
+        f"{seen['cells']} cells); around the phases per cell {fixed:.2f} s\n"
+        f"  share of these cells' time after the boot: {own:.1%}; of a GPU cell of "
+        f"{phases} phases: overhead {overhead:.1f} s = "
+        + ", ".join(
+            f"{s:.1%} with a measured phase of {m:.0f} s"
+            for s, m in zip(shares, GPU_MEASURED_S, strict=True)
+        )
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkouts", nargs="*", type=Path, default=[REPO])
     parser.add_argument("--engine", choices=("fake", "real"), default="fake")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Hydra override for dspark bench (and serve), repeatable")
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Hydra override for dspark bench (and serve), repeatable",
+    )
     parser.add_argument("--url", help="with --engine real: the reference's running server")
-    parser.add_argument("--target", type=float, default=5.0,
-                        help="the reference's start per phase over the checkout's, at least")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=5.0,
+        help="the reference's start per phase over the checkout's, at least",
+    )
     args = parser.parse_args()
     bench = bench_args(args.engine, free_port(), args.sets)
     print(f"dspark {shlex.join(bench)}")
     with reference_server(args.engine, args.url, args.sets) as url:
         reference = by_hand(planned_phases(bench, url))
     ref = statistics.mean(reference)
-    print(f"reference, each phase run by hand with `vllm bench serve` ({len(reference)} "
-          f"phases against {url}): start per phase {ref:.2f} s (max {max(reference):.2f})")
+    print(
+        f"reference, each phase run by hand with `vllm bench serve` ({len(reference)} "
+        f"phases against {url}): start per phase {ref:.2f} s (max {max(reference):.2f})"
+    )
     for checkout in args.checkouts:
         seen = measure(checkout.resolve(), bench_args(args.engine, free_port(), args.sets))
         print(line(str(checkout), seen))
         mine = statistics.mean(seen["starts"])
         ratio = ref / mine if mine > 0 else float("inf")
         verdict = "met" if ratio >= args.target else "NOT met"
-        print(f"  against the reference: {ratio:.1f}x less per phase (target "
-              f"{args.target:g}x: {verdict})")
+        print(
+            f"  against the reference: {ratio:.1f}x less per phase (target "
+            f"{args.target:g}x: {verdict})"
+        )
 
 
 if __name__ == "__main__":

@@ -21,18 +21,33 @@ pytestmark = pytest.mark.vllm
 
 def test_the_second_cold_boot_hits_the_compile_cache(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    caches = {"VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
-              "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    argv = dspark_argv("bench", "bench=cpu", "+hw=cpu", "compilation=full_decode_only",
-                       "bench.arms=[none]", "bench.concurrencies=[2]", "bench.repeats=2",
-                       "bench.warmups=[{num_prompts: 2, concurrency: null, output_tokens: 4}]",
-                       "bench.measured_prompts=4", "bench.lossless.enabled=false",
-                       f"server.port={free_port()}", f"hydra.run.dir={run}", "--json")
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=1500,
-                          env=dspark_env(caches))
+    caches = {
+        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    }
+    argv = dspark_argv(
+        "bench",
+        "bench=cpu",
+        "+hw=cpu",
+        "compilation=full_decode_only",
+        "bench.arms=[none]",
+        "bench.concurrencies=[2]",
+        "bench.repeats=2",
+        "bench.warmups=[{num_prompts: 2, concurrency: null, output_tokens: 4}]",
+        "bench.measured_prompts=4",
+        "bench.lossless.enabled=false",
+        f"server.port={free_port()}",
+        f"hydra.run.dir={run}",
+        "--json",
+    )
+    done = subprocess.run(
+        argv, cwd=tmp_path, capture_output=True, text=True, timeout=1500, env=dspark_env(caches)
+    )
     assert done.returncode == 0, done.stderr[-4000:]
-    cells = [json.loads((run / "cells" / c / "cell.json").read_text())
-             for c in ("none-c2-r1", "none-c2-r2")]
+    cells = [
+        json.loads((run / "cells" / c / "cell.json").read_text())
+        for c in ("none-c2-r1", "none-c2-r2")
+    ]
     assert [c["valid"] for c in cells] == [True, True]
     assert [c["caches"]["warm"] for c in cells] == [True, True]
     assert cells[0]["caches"]["boot"]["torch_compile"]["cache"] == "miss"
@@ -44,8 +59,14 @@ def test_the_second_cold_boot_hits_the_compile_cache(tmp_path: Path) -> None:
     gens = [c["load_generator"] for c in cells]
     assert gens[0]["pid"] == gens[1]["pid"] and [g["phases"] for g in gens] == [2, 4]
     assert len(list((run / "loadgen").glob("*.log"))) == 1
-    rendered = subprocess.run(dspark_argv("report", str(run)), cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300, env=dspark_env())
+    rendered = subprocess.run(
+        dspark_argv("report", str(run)),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dspark_env(),
+    )
     assert rendered.returncode in (0, 1), rendered.stderr[-3000:]  # 1: no smoke in the run
     report = (run / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| none "))

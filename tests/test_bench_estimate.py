@@ -17,13 +17,22 @@ CPU = ("bench", "bench=cpu", "+hw=cpu", "--dry-run", "--json")
 INFO = ProtocolInfo("cpu", ("none", "draft_model"), "none", (8, 2))
 
 
-def past_bench(root: Path, name: str, hw: str, boot_s: float, tps: float, c: int = 8,
-               age_s: float = 0.0) -> Path:
+def past_bench(
+    root: Path, name: str, hw: str, boot_s: float, tps: float, c: int = 8, age_s: float = 0.0
+) -> Path:
     """A finished bench run under root/runs/bench/NAME: one valid cell at concurrency `c`."""
     run = root / "runs" / "bench" / name
     rec = cell_record("none", c, 1, tps * c, INFO, "0" * 64).to_dict()
-    rec.update(boot_s=boot_s, profiles={"hw": hw, "model": "tiny", "speculative": "none",
-                                        "compilation": "eager", "serving": "cpu"})
+    rec.update(
+        boot_s=boot_s,
+        profiles={
+            "hw": hw,
+            "model": "tiny",
+            "speculative": "none",
+            "compilation": "eager",
+            "serving": "cpu",
+        },
+    )
     path = run / "cells" / f"none-c{c}" / "cell.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(rec))
@@ -53,8 +62,12 @@ def test_the_latest_run_on_the_same_profile_gives_the_figures(tmp_path: Path) ->
     (tmp_path / "runs" / "bench" / "broken" / "cells" / "x").mkdir(parents=True)
     (tmp_path / "runs" / "bench" / "broken" / "cells" / "x" / "cell.json").write_text("[1]")
     summary = plan(tmp_path)
-    assert summary["estimate_from"] == {"boot_s": 55.0, "tokens_per_s": 4.0,
-                                        "run": str(newest), "kind": "bench"}
+    assert summary["estimate_from"] == {
+        "boot_s": 55.0,
+        "tokens_per_s": 4.0,
+        "run": str(newest),
+        "kind": "bench",
+    }
     assert summary["estimate_assumes"] == {"boot_s": 55.0, "tokens_per_s": 4.0}
     assumed = plan(tmp_path / "runs")["estimate_s"]  # no runs/ below it: the assumption
     assert summary["estimate_s"] != assumed

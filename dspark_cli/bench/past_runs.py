@@ -24,10 +24,16 @@ from dspark_cli.untrusted import AMOUNT, COUNT, MAP, TEXT, RecordError, load_rec
 # The profile groups that decide a boot and an output speed (cell.json's and smoke.json's
 # `profiles`).
 SAME = ("hw", "model")
-SMOKE_FIELDS = {"profiles": MAP, "profiles.*": TEXT, "timings": MAP,
-                "timings.boot_to_health_s": AMOUNT, "timings.request_latency_s": AMOUNT,
-                "request": MAP, "request.completion_tokens": COUNT,
-                "request.latency_s": AMOUNT}
+SMOKE_FIELDS = {
+    "profiles": MAP,
+    "profiles.*": TEXT,
+    "timings": MAP,
+    "timings.boot_to_health_s": AMOUNT,
+    "timings.request_latency_s": AMOUNT,
+    "request": MAP,
+    "request.completion_tokens": COUNT,
+    "request.latency_s": AMOUNT,
+}
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,12 @@ class Evidence:
     kind: str  # "bench" or "smoke"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"boot_s": round(self.boot_s, 1), "tokens_per_s": round(self.tokens_per_s, 2),
-                "run": str(self.source), "kind": self.kind}
+        return {
+            "boot_s": round(self.boot_s, 1),
+            "tokens_per_s": round(self.tokens_per_s, 2),
+            "run": str(self.source),
+            "kind": self.kind,
+        }
 
 
 def _same(profiles: Any, wanted: Mapping[str, str]) -> bool:

@@ -51,18 +51,27 @@ class CacheRule:
 
 RULES = (
     CacheRule("weights", re.compile(r"Loading weights took (?P<s>[\d.]+) seconds"), None, None),
-    CacheRule("torch_compile", re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total"),
-              re.compile(r"Directly load the compiled graph\(s\)|Directly load AOT compilation"),
-              re.compile(r"Compiling a graph for .* takes [\d.]+ s|saved AOT compiled function")),
-    CacheRule("flashinfer_autotune", None,
-              re.compile(r"Using FlashInfer autotune cache file"),
-              re.compile(r"No FlashInfer autotune cache entries found")),
-    CacheRule("graph_capture", re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs"),
-              None, None),
-    CacheRule("adaptive_profile",
-              re.compile(r"(?i)adaptive verification.*profil\w*.* (?:took|in) (?P<s>[\d.]+) ?s"),
-              re.compile(r"(?i)(?:profile|cost table)s?\b.*\b(?:loaded|read) from (?:the )?cache"),
-              re.compile(r"(?i)(?:profile|cost table)s?\b.*\b(?:saved|written) to (?:the )?cache")),
+    CacheRule(
+        "torch_compile",
+        re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total"),
+        re.compile(r"Directly load the compiled graph\(s\)|Directly load AOT compilation"),
+        re.compile(r"Compiling a graph for .* takes [\d.]+ s|saved AOT compiled function"),
+    ),
+    CacheRule(
+        "flashinfer_autotune",
+        None,
+        re.compile(r"Using FlashInfer autotune cache file"),
+        re.compile(r"No FlashInfer autotune cache entries found"),
+    ),
+    CacheRule(
+        "graph_capture", re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs"), None, None
+    ),
+    CacheRule(
+        "adaptive_profile",
+        re.compile(r"(?i)adaptive verification.*profil\w*.* (?:took|in) (?P<s>[\d.]+) ?s"),
+        re.compile(r"(?i)(?:profile|cost table)s?\b.*\b(?:loaded|read) from (?:the )?cache"),
+        re.compile(r"(?i)(?:profile|cost table)s?\b.*\b(?:saved|written) to (?:the )?cache"),
+    ),
 )
 
 
@@ -80,9 +89,13 @@ def boot_caches(lines: Iterable[str]) -> dict[str, dict[str, Any]]:
                 misses.add(rule.name)
             elif rule.hit is not None and rule.hit.search(line):
                 hits.add(rule.name)
-    return {r.name: {"took_s": round(took[r.name], 2) if r.name in took else None,
-                     "cache": "miss" if r.name in misses else "hit" if r.name in hits else None}
-            for r in RULES}
+    return {
+        r.name: {
+            "took_s": round(took[r.name], 2) if r.name in took else None,
+            "cache": "miss" if r.name in misses else "hit" if r.name in hits else None,
+        }
+        for r in RULES
+    }
 
 
 def read_boot_caches(path: Path, limit_bytes: int = 64 << 20) -> dict[str, dict[str, Any]] | None:
@@ -98,15 +111,17 @@ def read_boot_caches(path: Path, limit_bytes: int = 64 << 20) -> dict[str, dict[
 
 # Where each cache lives when its variable is unset (relative to HOME); Inductor's default follows
 # TMPDIR and is pinned by the deployment (`server/deployment.inductor_cache_dir`).
-DEFAULT_DIRS = {"VLLM_CACHE_ROOT": ".cache/vllm", "TRITON_CACHE_DIR": ".triton/cache",
-                "FLASHINFER_WORKSPACE_BASE": ".cache/flashinfer"}
+DEFAULT_DIRS = {
+    "VLLM_CACHE_ROOT": ".cache/vllm",
+    "TRITON_CACHE_DIR": ".triton/cache",
+    "FLASHINFER_WORKSPACE_BASE": ".cache/flashinfer",
+}
 
 
 def cache_dirs(env: Mapping[str, str], inductor: str) -> dict[str, Path]:
     """The cache directories a boot started with `env` uses, by variable."""
     home = Path(env.get("HOME") or Path.home())
-    out = {var: Path(env[var]) if env.get(var) else home / rel
-           for var, rel in DEFAULT_DIRS.items()}
+    out = {var: Path(env[var]) if env.get(var) else home / rel for var, rel in DEFAULT_DIRS.items()}
     out["TORCHINDUCTOR_CACHE_DIR"] = Path(env.get("TORCHINDUCTOR_CACHE_DIR") or inductor)
     if env.get("AITER_JIT_DIR"):
         out["AITER_JIT_DIR"] = Path(env["AITER_JIT_DIR"])
@@ -121,15 +136,21 @@ def snapshot(dirs: Mapping[str, Path]) -> dict[str, int]:
     return counts
 
 
-def compared(dirs: Mapping[str, Path], before: Mapping[str, int],
-             after: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+def compared(
+    dirs: Mapping[str, Path], before: Mapping[str, int], after: Mapping[str, int]
+) -> dict[str, dict[str, Any]]:
     """Per directory: its path, files before and after the boot, and `hit` (held files, gained
     none), `miss` (gained files) or None (empty: not used)."""
-    return {var: {"path": str(dirs[var]), "files_before": before[var],
-                  "files_after": after[var],
-                  "cache": "miss" if after[var] > before[var] else "hit" if before[var]
-                  else None}
-            for var in dirs if var in before and var in after}
+    return {
+        var: {
+            "path": str(dirs[var]),
+            "files_before": before[var],
+            "files_after": after[var],
+            "cache": "miss" if after[var] > before[var] else "hit" if before[var] else None,
+        }
+        for var in dirs
+        if var in before and var in after
+    }
 
 
 def vllm_has(variable: str) -> bool:
