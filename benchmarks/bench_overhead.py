@@ -223,7 +223,7 @@ def line(name: str, seen: dict[str, Any]) -> str:
     )
     return (
         f"{name}: start per phase {start:.2f} s (mean of {len(seen['starts'])}, max "
-        f"{max(seen['starts']):.2f}; {seen['loadgen_starts']} load-generator starts for "
+        f"{max(seen['starts']):.2f}; {seen['loadgen_starts']} load-generator process(es) for "
         f"{seen['cells']} cells); around the phases per cell {fixed:.2f} s\n"
         f"  share of these cells' time after the boot: {own:.1%}; of a GPU cell of "
         f"{phases} phases: overhead {overhead:.1f} s = "
