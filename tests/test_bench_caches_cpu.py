@@ -74,3 +74,60 @@ def test_the_second_cold_boot_hits_the_compile_cache(tmp_path: Path) -> None:
     report = (run / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| none "))
     assert "VLLM_CACHE_ROOT 0/2 hit (1 partial)" in row and row.rstrip(" |").endswith("1")
+
+
+# The fake vLLM, started through a wrapper that first writes down the cache variables it got.
+WRAPPER = """
+import json, os, sys
+from tests.doubles.fake_vllm import main
+names = ("VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "AITER_JIT_DIR")
+with open(sys.argv[1], "a") as out:
+    out.write(json.dumps({n: os.environ.get(n) for n in names}) + "\\n")
+main(sys.argv[2:])
+"""
+
+
+def test_cold_caches_give_every_boot_fresh_private_directories(tmp_path: Path) -> None:
+    """bench.warm_caches=false: each boot's cache variables point into its own cell's
+    directory, removed after the cell; the cells record it."""
+    import sys
+
+    from tests.doubles.fake_vllm import SCRIPT
+
+    seen = tmp_path / "seen.jsonl"
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(WRAPPER)
+    port, run = free_port(), tmp_path / "run"
+    fake = ",".join([sys.executable, str(wrapper), str(seen), "--port", str(port), "--k", "3"])
+    argv = dspark_argv(
+        "bench",
+        "bench=cpu",
+        "+hw=cpu",
+        "bench.warm_caches=false",
+        "bench.concurrencies=[2]",
+        "bench.warmups=[]",
+        "bench.measured_prompts=2",
+        "bench.lossless.enabled=false",
+        f"server.port={port}",
+        f"server.command=[{fake}]",
+        f"hydra.run.dir={run}",
+        "--json",
+    )
+    done = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dspark_env({"PYTHONPATH": str(SCRIPT.parents[2])}),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    boots = [json.loads(line) for line in seen.read_text().splitlines()]
+    cells = [run / "cells" / c for c in ("none-c2", "draft_model-c2")]
+    assert len(boots) == 2
+    for boot, cell in zip(boots, cells, strict=True):
+        assert all(Path(d).parent == cell / "caches" for d in boot.values()), boot
+        assert not (cell / "caches").exists()  # removed after the cell
+        rec = json.loads((cell / "cell.json").read_text())
+        assert rec["caches"]["warm"] is False
+        assert rec["caches"]["env"]["VLLM_CACHE_ROOT"] == boot["VLLM_CACHE_ROOT"]
