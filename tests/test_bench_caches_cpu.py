@@ -53,10 +53,10 @@ def test_the_second_cold_boot_hits_the_compile_cache(tmp_path: Path) -> None:
     assert [c["caches"]["warm"] for c in cells] == [True, True]
     assert cells[0]["caches"]["boot"]["torch_compile"]["cache"] == "miss"
     # vLLM keeps torch Inductor's cache inside its own (VLLM_CACHE_ROOT)
-    dirs = [c["caches"]["dirs"]["VLLM_CACHE_ROOT"] for c in cells]
+    dirs = [c["caches"]["dirs"]["vllm"] for c in cells]
     # the second boot reuses the first's compiled kernels and adds an AOTAutograd entry
     assert [d["cache"] for d in dirs] == ["miss", "partial"], dirs
-    assert dirs[0]["path"] == caches["VLLM_CACHE_ROOT"]
+    assert dirs[0]["path"] == caches["VLLM_CACHE_ROOT"] + "/torch_compile_cache"
     assert dirs[1]["files_before"] == dirs[0]["files_after"] > 0
     # one load generator for both cells: started once, its phases counted on
     gens = [c["load_generator"] for c in cells]
@@ -73,7 +73,7 @@ def test_the_second_cold_boot_hits_the_compile_cache(tmp_path: Path) -> None:
     assert rendered.returncode in (0, 1), rendered.stderr[-3000:]  # 1: no smoke in the run
     report = (run / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| none "))
-    assert "VLLM_CACHE_ROOT 0/2 hit (1 partial)" in row and row.rstrip(" |").endswith("1")
+    assert "vllm 0/2 hit (1 partial)" in row and row.rstrip(" |").endswith("1")
 
 
 # The fake vLLM, started through a wrapper that first writes down the cache variables it got.

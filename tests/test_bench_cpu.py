@@ -99,4 +99,4 @@ def test_one_load_generator_per_arm_and_every_boots_caches(
     for rec in recs.values():
         assert rec["caches"]["warm"] is True
         assert set(rec["caches"]["boot"]) >= {"weights", "torch_compile", "graph_capture"}
-        assert rec["caches"]["dirs"]["TORCHINDUCTOR_CACHE_DIR"]["path"]
+        assert rec["caches"]["dirs"]["vllm"]["path"]

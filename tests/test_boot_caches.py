@@ -78,7 +78,7 @@ def test_the_report_shows_each_arms_boot_breakdown_and_its_load_generators() -> 
             "caches": {
                 "warm": True,
                 "env": {},
-                "dirs": {"TORCHINDUCTOR_CACHE_DIR": {"path": "/i", "cache": compile_cache}},
+                "dirs": {"inductor": {"path": "/i", "cache": compile_cache}},
                 "boot": {
                     "weights": {"took_s": 2.0, "cache": None},
                     "torch_compile": {
@@ -115,7 +115,7 @@ def test_the_report_shows_each_arms_boot_breakdown_and_its_load_generators() -> 
         "-",
         "-",
         "-",
-        "TORCHINDUCTOR_CACHE_DIR 1/2 hit",
+        "inductor 1/2 hit",
         "1",
     ]
     assert rows["b"] == [
@@ -126,7 +126,7 @@ def test_the_report_shows_each_arms_boot_breakdown_and_its_load_generators() -> 
         "-",
         "-",
         "-",
-        "TORCHINDUCTOR_CACHE_DIR 2/2 hit",
+        "inductor 2/2 hit",
         "1",
     ]
 
@@ -149,8 +149,8 @@ def test_a_cache_directory_that_gains_files_missed_one_that_held_them_hit(tmp_pa
         {"HOME": str(tmp_path / "home"), "TRITON_CACHE_DIR": str(tmp_path / "triton")},
         str(tmp_path / "ind"),
     )
-    assert dirs["VLLM_CACHE_ROOT"] == tmp_path / "home/.cache/vllm"
-    assert dirs["TORCHINDUCTOR_CACHE_DIR"] == tmp_path / "ind" and "AITER_JIT_DIR" not in dirs
+    assert dirs["vllm"] == tmp_path / "home/.cache/vllm/torch_compile_cache"
+    assert dirs["inductor"] == tmp_path / "ind" and "aiter-jit" not in dirs
     (tmp_path / "ind" / "fx").mkdir(parents=True)
     (tmp_path / "ind" / "fx" / "graph").write_text("compiled")
     before = snapshot(dirs)
@@ -158,12 +158,12 @@ def test_a_cache_directory_that_gains_files_missed_one_that_held_them_hit(tmp_pa
     (tmp_path / "triton" / "kernel").write_text("jit")  # this boot's
     seen = compared(dirs, before, snapshot(dirs))
     assert {var: d["cache"] for var, d in seen.items()} == {
-        "VLLM_CACHE_ROOT": None,
-        "TRITON_CACHE_DIR": "miss",
-        "FLASHINFER_WORKSPACE_BASE": None,
-        "TORCHINDUCTOR_CACHE_DIR": "hit",
+        "vllm": None,
+        "triton": "miss",
+        "flashinfer": None,
+        "inductor": "hit",
     }
-    assert seen["TRITON_CACHE_DIR"]["files_after"] == 1
+    assert seen["triton"]["files_after"] == 1
     again = snapshot(dirs)
     (tmp_path / "triton" / "another").write_text("jit")  # reused one kernel, made another
-    assert compared(dirs, again, snapshot(dirs))["TRITON_CACHE_DIR"]["cache"] == "partial"
+    assert compared(dirs, again, snapshot(dirs))["triton"]["cache"] == "partial"

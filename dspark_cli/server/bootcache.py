@@ -118,15 +118,23 @@ DEFAULT_DIRS = {
     "TRITON_CACHE_DIR": ".triton/cache",
     "FLASHINFER_WORKSPACE_BASE": ".cache/flashinfer",
 }
+# vLLM's compile artefacts (torch Inductor's own, for the graphs vLLM compiles, included) are a
+# folder of VLLM_CACHE_ROOT, which also holds files every vLLM import writes.
+VLLM_COMPILE = "torch_compile_cache"
 
 
 def cache_dirs(env: Mapping[str, str], inductor: str) -> dict[str, Path]:
-    """The cache directories a boot started with `env` uses, by variable."""
+    """The cache directories a boot started with `env` uses, by name (`CACHE_DIRS`)."""
     home = Path(env.get("HOME") or Path.home())
-    out = {var: Path(env[var]) if env.get(var) else home / rel for var, rel in DEFAULT_DIRS.items()}
-    out["TORCHINDUCTOR_CACHE_DIR"] = Path(env.get("TORCHINDUCTOR_CACHE_DIR") or inductor)
+    root = {v: Path(env[v]) if env.get(v) else home / rel for v, rel in DEFAULT_DIRS.items()}
+    out = {
+        "vllm": root["VLLM_CACHE_ROOT"] / VLLM_COMPILE,
+        "inductor": Path(env.get("TORCHINDUCTOR_CACHE_DIR") or inductor),
+        "triton": root["TRITON_CACHE_DIR"],
+        "flashinfer": root["FLASHINFER_WORKSPACE_BASE"],
+    }
     if env.get("AITER_JIT_DIR"):
-        out["AITER_JIT_DIR"] = Path(env["AITER_JIT_DIR"])
+        out["aiter-jit"] = Path(env["AITER_JIT_DIR"])
     return out
 
 
