@@ -83,3 +83,20 @@ def test_the_cpu_protocol_runs_for_real(cpu_validate_run: CpuValidateRun) -> Non
         assert table[arm]["identical"] == table[arm]["total"] == REPEATS * 8
         assert table[arm]["share"] == 1.0 and table[arm]["below"] == []
     assert table["none"]["below"] == []
+
+
+def test_one_load_generator_per_arm_and_every_boots_caches(
+        cpu_validate_run: CpuValidateRun) -> None:
+    """The phases of an arm's cells ran in one load-generator process (its import paid once),
+    and each cell says which of its boot's caches hit (warm: the user's caches)."""
+    bench = cpu_validate_run.run / "bench"
+    recs = {c: json.loads((bench / "cells" / c / "cell.json").read_text()) for c in CELLS}
+    pids = {arm: {r["load_generator"]["pid"] for r in recs.values() if r["arm"] == arm}
+            for arm in ARMS}
+    assert [len(p) for p in pids.values()] == [1] * len(ARMS)
+    started = set().union(*pids.values())
+    assert len(list((bench / "loadgen").glob("*.log"))) == len(started)
+    for rec in recs.values():
+        assert rec["caches"]["warm"] is True
+        assert set(rec["caches"]["boot"]) >= {"weights", "torch_compile", "graph_capture"}
+        assert rec["caches"]["dirs"]["vllm"]["path"]

@@ -260,7 +260,7 @@ class Scorer:
         """The arm's own server booted, scored, stopped."""
         arm_dir = self.directory / ARMS_DIR / arm.name
         arm_dir.mkdir(parents=True, exist_ok=True)
-        session = ServerSession(launch.deployment(arm_dir),
+        session = ServerSession(launch.deployment(arm_dir, {}),
                                 Watch(launch.ready_timeout_s, fatal_patterns(cfg.logs)))
         try:
             with session:

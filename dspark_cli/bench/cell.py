@@ -142,6 +142,13 @@ FIELDS |= {  # the sections the cell keeps as evidence, each field of its JSON t
     "cold_start.markers.*.at_s": AMOUNT, "cold_start.markers.*.took_s": AMOUNT,
     "cold_start.total_s": AMOUNT,
 }
+FIELDS |= {  # the boot's caches and the load generator (report/evidence.py)
+    "caches": MAP, "caches.warm": BOOL, "caches.boot": MAP, "caches.boot.*": MAP,
+    "caches.boot.*.took_s": AMOUNT, "caches.boot.*.cache": TEXT, "load_generator": MAP,
+    "caches.dirs": MAP, "caches.dirs.*": MAP, "caches.dirs.*.cache": TEXT,
+    "load_generator.pid": INT, "load_generator.phases": COUNT, "profiles": MAP,
+    "profiles.*": TEXT,
+}
 REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protocol.arms",
             "protocol.arms.*", "protocol.baseline", "protocol.concurrencies",
             "protocol.concurrencies.*")

@@ -17,6 +17,7 @@ from dspark_cli.bench import records
 from dspark_cli.bench.arms import Arm
 from dspark_cli.bench.dataset import DatasetSpec
 from dspark_cli.bench.loadgen import phase_argv
+from dspark_cli.bench.past_runs import Evidence
 from dspark_cli.bench.protocol import Cell, Protocol, on_off
 from dspark_cli.launch.render import command_lines
 from dspark_cli.launch.render import plan_dict as launch_dict
@@ -71,10 +72,23 @@ def _lossless_line(protocol: Protocol) -> str:
 
 @dataclass(frozen=True)
 class Estimate:
-    """What the wall-time estimate assumes (`bench.estimate`): not measured."""
+    """What the wall-time estimate uses: an earlier run's figures (`evidence`), else what
+    `bench.estimate` assumes."""
 
     boot_s: float
     tokens_per_s: float
+    evidence: Evidence | None = None
+
+    @property
+    def basis(self) -> str:
+        """Where the figures come from, in words."""
+        ev = self.evidence
+        if ev is None:
+            return (f"assumes a {self.boot_s:.0f} s boot and {self.tokens_per_s:g} output "
+                    "tokens/s per request, every answer at full length: bench.estimate.*")
+        return (f"a {self.boot_s:.0f} s boot and {self.tokens_per_s:.3g} output tokens/s per "
+                f"request as measured by the {ev.kind} run {ev.source} on this profile, every "
+                "answer at full length")
 
     def cell_s(self, cell: Cell, protocol: Protocol) -> float:
         """A cold boot, then each phase in waves of `concurrency` requests at full length,
@@ -86,8 +100,14 @@ class Estimate:
         return self.boot_s + (load + greedy) / self.tokens_per_s
 
 
-def estimate_of(cfg: Any) -> Estimate | None:
-    """`bench.estimate` as the dry run's assumption (None: not set)."""
+def estimate_of(cfg: Any, root: Path) -> Estimate | None:
+    """The latest bench or smoke run's figures under `root` on the same hardware and model
+    (`past_runs.latest`), else `bench.estimate` as an assumption (None: not set)."""
+    from dspark_cli.bench.past_runs import SAME, latest
+
+    found = latest(root, {group: str(getattr(cfg, group).name) for group in SAME})
+    if found is not None:
+        return Estimate(found.boot_s, found.tokens_per_s, found)
     conf = cfg.bench.estimate
     if conf is None:
         return None
@@ -127,10 +147,23 @@ def summary(protocol: Protocol, dataset: DatasetSpec, run_dir: Path,
                            "measured_requests": sum(c.measured.num_prompts for c in cells),
                            "run_dir": str(run_dir), "estimate_s": None}
     if estimate is not None:
-        out["estimate_s"] = round(sum(estimate.cell_s(c, protocol) for c in cells))
+        left = [c for c in cells if not _finished(run_dir, c)]
+        out["estimate_s"] = round(sum(estimate.cell_s(c, protocol) for c in left))
+        out["estimate_cells"] = len(left)
         out["estimate_assumes"] = {"boot_s": estimate.boot_s,
                                    "tokens_per_s": estimate.tokens_per_s}
+        out["estimate_from"] = None if estimate.evidence is None else estimate.evidence.to_dict()
     return out
+
+
+def _finished(run_dir: Path, cell: Cell) -> bool:
+    """A resumed run skips the cell (a finished valid record); an unreadable record is not."""
+    from dspark_cli.untrusted import RecordError
+
+    try:
+        return records.finished_valid(run_dir, cell.id) is not None
+    except RecordError:
+        return False
 
 
 def summary_text(protocol: Protocol, dataset: DatasetSpec, run_dir: Path,
@@ -148,10 +181,11 @@ def summary_text(protocol: Protocol, dataset: DatasetSpec, run_dir: Path,
         f"# lossless: {_lossless_line(protocol)}",
     ]
     if estimate is not None:
-        lines.append(
-            f"# estimated wall time: about {_duration(numbers['estimate_s'])} (assumes a "
-            f"{estimate.boot_s:.0f} s boot and {estimate.tokens_per_s:g} output tokens/s per "
-            "request, every answer at full length: bench.estimate.*)")
+        left = numbers["estimate_cells"]
+        what = ("" if left == numbers["cells"] else
+                f" for the {left} of {numbers['cells']} cells left to run")
+        lines.append(f"# estimated wall time: about {_duration(numbers['estimate_s'])}{what} "
+                     f"({estimate.basis})")
     lines += [f"# run directory: {run_dir}", "#"]
     lines += [f"#   cell {c.id}: {sum(p.num_prompts for p in c.phases)} requests, "
               f"{len(c.phases)} phases" for c in protocol.cells]

@@ -1,18 +1,24 @@
-"""vLLM's own `vllm bench serve` as the load generator: one process per phase.
+"""vLLM's own `vllm bench serve` as the load generator: one process for many phases.
 
 `phase_argv` is pure (phase + protocol + dataset + plan -> argv), so a dry run prints exactly
-what a real run executes. Every phase skips vLLM's initial test request
+what each phase runs: `LoadGenerator` hands that line's arguments to vLLM's own
+`vllm.benchmarks.serve` in a process that imported it once (`loadgen_worker.py`), the same
+requests and result file as `vllm bench serve` with that line, without paying vLLM's import
+(seconds) per phase. Every phase skips vLLM's initial test request
 (`--ready-check-timeout-sec 0`): the server is already healthy, and an extra request inside the
 measured phase would put tokens on the server's counters that the client does not report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +29,7 @@ from dspark_cli.bench.protocol import Phase, Sampling
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.server import watchdog
 from dspark_cli.server.watchdog import descendants, stop_group
-from dspark_cli.vllm.shim import vllm_command
+from dspark_cli.vllm.shim import require_engine
 
 # The latency metrics and percentiles asked of vLLM; its result file then holds
 # `p<percentile>_<metric>_ms` for each pair (e.g. p99_itl_ms).
@@ -135,7 +141,7 @@ class PhaseRun:
             return f"{self.phase.name}: load generator timed out after {self.duration_s:.0f} s"
         if self.returncode != 0:
             return (
-                f"{self.phase.name}: load generator exited with {self.returncode} "
+                f"{self.phase.name}: vllm bench serve ended with {self.returncode} "
                 f"(log: {self.log})"
             )
         if self.result is None:
@@ -160,54 +166,156 @@ def latency_ms(result: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
     return out
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """At once (no grace), with whatever it started: a phase cut short is discarded, not
-    asked to finish."""
-    stop_group(proc.pid, grace=0.0, also=descendants(proc.pid))
-    proc.wait()
+# The load-generator process (loadgen_worker.py) under the current interpreter.
+WORKER = (sys.executable, "-m", "dspark_cli.bench.loadgen_worker")
 
 
-def run_phase(
-    argv: list[str],
-    phase: Phase,
-    result_dir: Path,
-    env: dict[str, str],
-    timeout_s: float,
-    abort: Callable[[], str | None] = lambda: None,
-    poll_s: float = 0.2,
-) -> PhaseRun:
-    """Run one phase (`argv`: `vllm bench serve ...`) as a process of its own under the
-    watchdog, output to `<phase>.log`. Stops early (killing the load generator's process
-    group) when `abort()` names a reason, e.g. the server died or stalled: a hung phase would
-    otherwise wait out its timeout."""
-    log = result_dir / f"{phase.name}.log"
-    result_path = result_dir / result_filename(phase)
-    start = time.monotonic()
-    code: int | None = None
-    aborted = None
-    with log.open("wb") as out:
-        proc = watchdog.popen(vllm_command(argv), 0.0, stdout=out, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env={**os.environ, **env})
+class LoadGenerator:
+    """One load-generator process that runs phase after phase (`run`): vLLM's benchmark code
+    imported once, not once per phase. Started under the watchdog, at once (its import
+    overlaps the server's boot; the first phase waits for it); stdin closed at `close`.
+
+    A phase that stalls or times out kills the process and all it started (no grace: a phase
+    cut short is discarded, not asked to finish); every later `run` then fails at once, saying
+    so, and the caller starts a new one for the next cell. `command` is the process to start
+    (default: `WORKER`); its output outside phases goes to `log`."""
+
+    def __init__(self, env: Mapping[str, str], log: Path,
+                 command: Sequence[str] = WORKER) -> None:
+        require_engine()
+        self.log = log
+        self.started_at = time.monotonic()
+        self.import_s: float | None = None  # the worker's own import of vLLM's bench code
+        self.phases = 0
+        self.ended: str | None = None  # why no more phases run here
+        self._buffer = b""
+        with log.open("ab") as out:
+            self.proc = watchdog.popen(list(command), 0.0, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=out,
+                                       env={**os.environ, **env})
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def usable(self) -> bool:
+        return self.ended is None and self.proc.poll() is None
+
+    def describe(self) -> dict[str, Any]:
+        """For the cell's record: which process ran its phases."""
+        return {"pid": self.pid, "log": str(self.log), "import_s": self.import_s,
+                "phases": self.phases}
+
+    def run(self, argv: Sequence[str], phase: Phase, result_dir: Path, timeout_s: float,
+            abort: Callable[[], str | None] = lambda: None, poll_s: float = 0.2) -> PhaseRun:
+        """Run one phase (`argv`: `vllm bench serve ...`, the same line a phase of its own
+        would run), its output to `<phase>.log`, under `timeout_s` (waiting for the process's
+        import included). Stops early, killing the process, when `abort()` names a reason,
+        e.g. the server died or stalled: a hung phase would otherwise wait out its timeout."""
+        log = result_dir / f"{phase.name}.log"
+        result_path = result_dir / result_filename(phase)
+        start = time.monotonic()
+        if not self.usable:
+            why = self.ended or f"it exited with {self.proc.poll()}"
+            log.write_text(f"not run: the load generator is gone ({why})\n")
+            return PhaseRun(phase, None, 0.0, log, None, f"the load generator is gone ({why})")
+        self.phases += 1
         try:
-            while True:
-                try:
-                    code = proc.wait(poll_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                aborted = abort()
-                if aborted or time.monotonic() - start > timeout_s:
-                    _kill(proc)
-                    code = None
-                    break
+            answer = self._answer(start, timeout_s, abort, poll_s) if self.import_s is None \
+                else {}
+            if isinstance(answer, dict):
+                if self.import_s is None:  # its first answer: vLLM's bench code imported
+                    self.import_s = float(answer.get("import_s") or 0.0)
+                self._send({"argv": list(argv[3:]), "log": str(log)})
+                answer = self._answer(start, timeout_s, abort, poll_s)
         except BaseException:
-            _kill(proc)
+            self.kill("interrupted")
             raise
-    duration = time.monotonic() - start
-    result = None
-    if code == 0 and result_path.is_file():
+        code, aborted = answer if isinstance(answer, tuple) else (
+            answer["returncode"] if isinstance(answer.get("returncode"), int) else 1, None)
+        duration = time.monotonic() - start
+        if code is None and aborted is None:
+            self.kill(f"{phase.name} timed out")
+        elif aborted:
+            self.kill(f"{phase.name} stopped: {aborted}")
+        result = None
+        if code == 0 and result_path.is_file():
+            try:
+                result = json.loads(result_path.read_text())
+            except json.JSONDecodeError:
+                result = None
+        return PhaseRun(phase, code, duration, log, result, aborted)
+
+    def _send(self, spec: Mapping[str, Any]) -> None:
+        assert self.proc.stdin is not None
         try:
-            result = json.loads(result_path.read_text())
+            self.proc.stdin.write((json.dumps(spec) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # it ended; `_answer` reads its exit code
+            pass
+
+    def _answer(self, start: float, timeout_s: float, abort: Callable[[], str | None],
+                poll_s: float) -> dict[str, Any] | tuple[int | None, str | None]:
+        """The process's next answer line, or (exit code, None) when it ended without one,
+        (None, reason) when `abort()` named one, (None, None) at the timeout."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([fd], [], [], poll_s)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    code = self.proc.wait()
+                    self.ended = f"it exited with {code}"
+                    return code or 1, None
+                self._buffer += chunk
+                continue
+            if (aborted := abort()) is not None:
+                return None, aborted
+            if time.monotonic() - start > timeout_s:
+                return None, None
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            answer = json.loads(line)
         except json.JSONDecodeError:
-            result = None
-    return PhaseRun(phase, code, duration, log, result, aborted)
+            answer = None
+        if not isinstance(answer, dict):
+            self.ended = "it answered something other than JSON"
+            return 1, None
+        return answer
+
+    def kill(self, why: str) -> None:
+        """At once, with whatever it started."""
+        self.ended = self.ended or why
+        stop_group(self.proc.pid, grace=0.0, also=descendants(self.proc.pid))
+        self.proc.wait()
+        self._close_pipes()
+
+    def close(self) -> None:
+        """No more phases: stdin closed, the process ends (killed if it lingers)."""
+        self.ended = self.ended or "closed"
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(CLOSE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.kill("closed")
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+
+    def __enter__(self) -> LoadGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+CLOSE_WAIT_S = 10.0  # for a process whose stdin was closed to end

@@ -102,6 +102,7 @@ class Protocol:
     lossless: LosslessSpec | None = None  # None: no greedy check
     objectives: Objectives | None = None  # None: no latency objective, no goodput
     prefix_caching: tuple[bool, ...] = (True,)  # the axis: each arm with it on and/or off
+    warm_caches: bool = True  # False: every boot with fresh private caches (`bench.warm_caches`)
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -238,6 +239,7 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
         repeats=repeats,
         equivalence_margin=float(margin),
         lossless=lossless_spec(bench.get("lossless"), arms),
+        warm_caches=bench.get("warm_caches", True) is not False,
         objectives=objectives(bench.get("objectives")),
         prefix_caching=caching,
     )

@@ -6,6 +6,12 @@ on a cluster engine: `arm_launch`), wait for health, run the warmup phases, read
 down. The session watches the log the whole time; a fatal line or a dead server ends the cell
 early instead of waiting out a hung phase. A finished valid cell is skipped on a re-run.
 
+The phases of every cell run in a load generator (`loadgen.LoadGenerator`) kept for the whole
+run, one per load environment (at most one per arm: the arms alternate), started before the
+first boot that needs it so that its import of vLLM overlaps the boot; a phase that stalls or
+times out ends it, and the next cell that needs it starts another. Each cell records which
+process ran its phases (`load_generator`: pid, log, phases run so far).
+
 An arm is made startable where its deploy target runs it (`arm_launch`) through the one start
 step (`deploy/start.py`): the checks, the model and the arm's run record happen once, before the
 first boot; each cell then gets a fresh deployment whose files (log, job script) go into the
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +53,7 @@ from dspark_cli.bench.cell import (
     build,
 )
 from dspark_cli.bench.dataset import VerifiedDataset, describe
-from dspark_cli.bench.loadgen import PhaseRun, phase_argv, run_phase
+from dspark_cli.bench.loadgen import LoadGenerator, PhaseRun, phase_argv
 from dspark_cli.bench.lossless import PromptSet, Stopped, answer, compare, reference_record, watched
 from dspark_cli.bench.protocol import Cell, Protocol, Sampling
 from dspark_cli.console import progress
@@ -56,7 +63,16 @@ from dspark_cli.launch.render import plan_dict
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.machine.gpu_sampler import GpuSampler, Sample, samples_dict
 from dspark_cli.machine.gpu_sampler import record as gpu_record
-from dspark_cli.server.deployment import Deployment, Watch
+from dspark_cli.server import bootcache
+from dspark_cli.server.bootcache import (
+    PROFILE_CACHE_VAR,
+    cache_dirs,
+    cache_env,
+    compared,
+    read_boot_caches,
+    vllm_has,
+)
+from dspark_cli.server.deployment import Deployment, Watch, inductor_cache_dir
 from dspark_cli.server.http import exchange
 from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.logscan import Pattern, degraded_lines, read_cold_start, seen_params
@@ -77,13 +93,13 @@ from dspark_cli.vllm.accepts import Verdicts
 
 @dataclass(frozen=True)
 class ArmLaunch:
-    """What every cell of an arm starts: `deployment(cell_dir)`; `argv` is the head's command
-    for the record, `env` the load generator's environment, `ready_timeout_s` and
-    `metrics_settle_s` the arm's (server.*)."""
+    """What every cell of an arm starts: `deployment(cell_dir, env)` (`env` over the launch's);
+    `argv` is the head's command for the record, `env` the load generator's environment,
+    `ready_timeout_s` and `metrics_settle_s` the arm's (server.*)."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
-    deployment: Callable[[Path], Deployment]
+    deployment: Callable[[Path, Mapping[str, str]], Deployment]
     ready_timeout_s: float
     metrics_settle_s: float
 
@@ -100,6 +116,7 @@ def arm_launch(arm: Arm, record_dir: Path, verdicts: Verdicts | None = None) -> 
 
 
 GPU_SAMPLES = "gpus.json"  # a cell's every GPU sample, beside its cell.json
+COLD_CACHES = "caches"  # a cold boot's private cache directories (bench.warm_caches=false)
 
 
 def _now() -> str:
@@ -128,6 +145,12 @@ class CellContext:  # what every cell of one run shares
     gpu_idle_below: float = 10.0  # `watch.gpu_idle_below`
 
 
+def profiles_of(cfg: Any) -> dict[str, str]:
+    """The config groups the cell ran under, by name (a later dry run's estimate finds it)."""
+    return {group: str(getattr(cfg, group).name)
+            for group in ("hw", "model", "speculative", "compilation", "serving")}
+
+
 def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
     spec = dataset.spec
     return {"kind": spec.kind, "file": None if spec.request_file is None
@@ -138,8 +161,10 @@ def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
 class _CellRun:
     """One cell's side effects, in order, gathered into `Observed`."""
 
-    def __init__(self, cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> None:
+    def __init__(self, cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext,
+                 loadgen: LoadGenerator) -> None:
         self.cell, self.arm, self.launch, self.ctx = cell, arm, launch, ctx
+        self.loadgen = loadgen
         self.dir = records.cell_dir(ctx.run_dir, cell.id)
         self.errors: list[str] = []
         self.phases: list[PhaseRun] = []
@@ -151,6 +176,9 @@ class _CellRun:
         self.measured_argv: list[str] = []  # the measured phase's load generator command
         self.sampler = GpuSampler(ctx.gpu_interval_s, ctx.gpu_tool)
         self.window: tuple[float, float] | None = None  # the measured phase, sampler's clock
+        self.cache_dirs: dict[str, Path] = {}  # the boot's cache directories, by variable
+        self.dirs_before: dict[str, int] = {}
+        self.dirs_after: dict[str, int] | None = None  # once healthy (None: never)
 
     def run(self) -> CellRecord:
         self.dir.mkdir(parents=True)
@@ -161,7 +189,12 @@ class _CellRun:
                        *((draft.pattern,) if draft else ())),
                       metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
                       metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
-        session = ServerSession(self.launch.deployment(self.dir), watch)
+        caches = cache_env(self.ctx.protocol.warm_caches, self.dir / COLD_CACHES,
+                           vllm_has(PROFILE_CACHE_VAR))
+        boot_env = {**self.launch.env, **caches}
+        self.cache_dirs = cache_dirs(boot_env, inductor_cache_dir(boot_env))
+        self.dirs_before = bootcache.snapshot(self.cache_dirs)
+        session = ServerSession(self.launch.deployment(self.dir, caches), watch)
         local = not session.deployment.queued  # a cluster's nodes have GPUs of their own
         if local:
             self.sampler.start()
@@ -193,6 +226,7 @@ class _CellRun:
             self.errors.append(exc.reason)
         finally:
             samples = self.sampler.stop()
+            shutil.rmtree(self.dir / COLD_CACHES, ignore_errors=True)  # a cold boot's, used
         gpus = self._gpus(samples) if local else None
         asked = EffectiveLaunch.of(self.arm.plan).adaptive
         self.errors.extend(adaptive_reasons(asked, fallbacks, params))
@@ -212,8 +246,14 @@ class _CellRun:
             "server_log": str(session.log_path), "stall": stall,
             "request_set": describe(self.ctx.dataset, self.measured_argv),
             "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(fallbacks),
+            "load_generator": self.loadgen.describe(), "profiles": profiles_of(self.arm.cfg),
             "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance),
-            "cold_start": self._cold_start(session.log_path)})
+            "cold_start": self._cold_start(session.log_path),
+            "caches": {"warm": self.ctx.protocol.warm_caches, "env": caches,
+                       "boot": None if session.log_path is None
+                       else read_boot_caches(session.log_path),
+                       "dirs": None if self.dirs_after is None else compared(
+                           self.cache_dirs, self.dirs_before, self.dirs_after)}})
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:
@@ -222,6 +262,7 @@ class _CellRun:
             self.errors.append(f"boot: {exc.reason}")
             return
         progress(f"{self.cell.id}: healthy after {self.boot_s:.1f} s")
+        self.dirs_after = bootcache.snapshot(self.cache_dirs)  # what the boot itself compiled
         for phase in self.cell.phases:
             if phase.measured:
                 self.before = self._scrape(session.scrape, "before")
@@ -233,8 +274,8 @@ class _CellRun:
             progress(f"{self.cell.id}: {phase.name}: {phase.num_prompts} requests at "
                      f"concurrency {phase.concurrency}, up to {phase.output_tokens} tokens")
             began = self.sampler.now()
-            result = run_phase(argv, phase, self.dir, self.launch.env,
-                               self.ctx.protocol.phase_timeout_s, session.stop_reason)
+            result = self.loadgen.run(argv, phase, self.dir, self.ctx.protocol.phase_timeout_s,
+                                      session.stop_reason)
             if phase.measured:
                 self.window = (began, self.sampler.now())
             self.phases.append(result)
@@ -345,12 +386,24 @@ def _quiet(read: Callable[[], Scrape]) -> Scrape | None:
         return None
 
 
-def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext) -> CellRecord:
-    """Run one cell and write its cell.json; an earlier unfinished attempt is moved aside."""
+LOADGEN_DIR = "loadgen"  # the load generators' own logs, one per process, in the run directory
+
+
+def start_loadgen(ctx: CellContext, cell: Cell, launch: ArmLaunch) -> LoadGenerator:
+    """A load generator for `cell`'s arm, its log named after the cell it starts for."""
+    logs = ctx.run_dir / LOADGEN_DIR
+    logs.mkdir(parents=True, exist_ok=True)
+    return LoadGenerator(launch.env, logs / f"{cell.id}.log")
+
+
+def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext,
+             loadgen: LoadGenerator) -> CellRecord:
+    """Run one cell with `loadgen` and write its cell.json; an earlier unfinished attempt is
+    moved aside."""
     moved = records.set_aside(ctx.run_dir, cell.id)
     if moved is not None:
         progress(f"{cell.id}: earlier attempt kept in {moved}")
-    record = _CellRun(cell, arm, launch, ctx).run()
+    record = _CellRun(cell, arm, launch, ctx, loadgen).run()
     path = records.cell_dir(ctx.run_dir, cell.id) / records.CELL_JSON
     write_atomic(path, SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
     return record
@@ -370,23 +423,37 @@ def run_cells(cells: Sequence[Cell], arms: dict[str, Arm],
             progress(f"{cell.id}: finished and valid in an earlier run; skipped")
     prepared = prepare([arms[name] for name in dict.fromkeys(c.variant for c in pending)])
     done = []
-    for i, cell in enumerate(pending, start=1):
-        tag = f"[{i}/{len(pending)}] {cell.id}"
-        progress(f"{tag}: booting a cold server")
-        record = run_cell(cell, arms[cell.variant], prepared[cell.variant], ctx)
-        done.append(record)
-        if record.valid:
-            progress(f"{tag}: valid, {record.output_throughput:.1f} output tok/s")
-        else:
-            progress(f"{tag}: INVALID: {'; '.join(record.reasons)}")
-            if stop_on_failure:
-                progress("stopping at the first invalid cell (--stop-on-failure)")
-                break
-        if record.teardown is not None and not record.teardown.clean:
-            raise ServerError(
-                f"{cell.id}: the server's teardown left processes or the port busy, so later "
-                "cells cannot boot cleanly; stopping.",
-                hint=f"Check for leftover vLLM processes; the cell's log is in {ctx.run_dir}.")
+    # One per load environment (at most one per arm), kept from cell to cell: arms alternate.
+    loadgens: dict[frozenset[tuple[str, str]], LoadGenerator] = {}
+    try:
+        for i, cell in enumerate(pending, start=1):
+            tag = f"[{i}/{len(pending)}] {cell.id}"
+            key = frozenset(prepared[cell.variant].env.items())
+            loadgen = loadgens.get(key)
+            if loadgen is None or not loadgen.usable:
+                if loadgen is not None:
+                    loadgen.close()
+                loadgen = loadgens[key] = start_loadgen(ctx, cell, prepared[cell.variant])
+                progress(f"{tag}: load generator started (pid {loadgen.pid})")
+            progress(f"{tag}: booting a cold server")
+            record = run_cell(cell, arms[cell.variant], prepared[cell.variant], ctx, loadgen)
+            done.append(record)
+            if record.valid:
+                progress(f"{tag}: valid, {record.output_throughput:.1f} output tok/s")
+            else:
+                progress(f"{tag}: INVALID: {'; '.join(record.reasons)}")
+                if stop_on_failure:
+                    progress("stopping at the first invalid cell (--stop-on-failure)")
+                    break
+            if record.teardown is not None and not record.teardown.clean:
+                raise ServerError(
+                    f"{cell.id}: the server's teardown left processes or the port busy, so "
+                    "later cells cannot boot cleanly; stopping.",
+                    hint=f"Check for leftover vLLM processes; the cell's log is in "
+                    f"{ctx.run_dir}.")
+    finally:
+        for loadgen in loadgens.values():
+            loadgen.close()
     return done
 
 

@@ -72,7 +72,7 @@ def run(cfg: BenchPrimary, opts: argparse.Namespace) -> int:
 
         protocol, dataset = protocol_of(cfg)
         return _dry_run(protocol, dataset, compose_arms(cfg, protocol), _run_dir(opts), opts,
-                        estimate_of(cfg), _watches(cfg))
+                        estimate_of(cfg, Path.cwd()), _watches(cfg))
     return _render(bench_in(cfg, _run_dir(opts), opts.stop_on_failure), opts)
 
 

@@ -94,7 +94,7 @@ def _dry_run(cfg: ValidatePrimary, opts: argparse.Namespace) -> int:
             failed = [f for f in arm_found if f.failed]
             checks.print_findings(failed, label=name)
             findings += failed
-        estimate = estimate_of(cfg)
+        estimate = estimate_of(cfg, Path.cwd())
         bench = (bench_dict(protocol, dataset, arms, directory / "bench", found, estimate)
                  if opts.json else bench_text(protocol, dataset, arms, directory / "bench",
                                               estimate, commands=opts.commands))

@@ -108,6 +108,9 @@ class BenchConf:
     repeat: int | None = None
     phase_timeout_s: float = 7200.0
     metrics_timeout_s: float = 10.0
+    # Every boot uses the user's compile and JIT caches (false: fresh private ones per boot, for
+    # a truly cold measurement; docs/bench.md, "Caches").
+    warm_caches: bool = True
     estimate: EstimateConf = field(default_factory=EstimateConf)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -119,8 +119,11 @@ class Ready:
             return tuple(vllm_command(self.launch.plan.layout.head.resolved(LOCAL_HEAD)))
         return self.launch.argv
 
-    def deployment(self, directory: Path) -> Deployment:
-        return self.target.deployment(self.launch, directory)
+    def deployment(self, directory: Path, env: Mapping[str, str] | None = None) -> Deployment:
+        """A fresh start, its files in `directory`; `env` over the launch's (a bench boot's
+        cache directories)."""
+        launch = replace(self.launch, env={**self.launch.env, **env}) if env else self.launch
+        return self.target.deployment(launch, directory)
 
 
 def _refuse_custom(cfg: LaunchConf, target: DeployTarget, nodes: int) -> None:

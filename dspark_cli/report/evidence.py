@@ -4,7 +4,8 @@ sections out; each rendered here too, record strings through `markup`.
 The watches of every bench cell (`watches`: type-checked cell records in, Markdown lines out):
 per-position acceptance per arm and concurrency with the request set it came from (a warning for
 random tokens), arms that accept (almost) nothing, the cold start per arm in the phases its log
-shows, each cell's GPUs under load, and cells that stalled or fell back (docs/bench.md, "Watches").
+shows and which of the boot's caches hit (with the load-generator processes), each cell's GPUs
+under load, and cells that stalled or fell back (docs/bench.md, "Watches").
 
 The engagement per arm (`engagement_rows`), from the bench cells' records: whether vLLM's own
 per-request speculative-decoding metrics showed what the arm's launch expects (adaptive
@@ -137,6 +138,54 @@ def _cold_start(cells: Sequence[Mapping[str, Any]]) -> list[str]:
             ""]
 
 
+CACHE_PHASES = (("weights", "weights"), ("torch_compile", "torch.compile"),
+                ("flashinfer_autotune", "FlashInfer autotune"), ("graph_capture", "graph capture"),
+                ("adaptive_profile", "adaptive profile"))
+
+
+def _boot_caches(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per arm: each boot phase's median seconds and its cache hits over the boots whose log
+    said hit or miss, the caches' setting, and how many load-generator processes ran it."""
+    arms: dict[str, list[Mapping[str, Any]]] = {}
+    for c in cells:
+        arms.setdefault(_arm(c), []).append(c)
+    rows = []
+    for arm, group in arms.items():
+        boots = [_section(_section(c, "caches"), "boot") for c in group]
+        if not any(boots) and not any(_section(_section(c, "caches"), "dirs") for c in group):
+            continue
+        cols = []
+        for key, _ in CACHE_PHASES:
+            phases = [_section(b, key) for b in boots]
+            took = [t for p in phases if isinstance(t := p.get("took_s"), int | float)
+                    and not isinstance(t, bool)]
+            said = [p.get("cache") for p in phases if p.get("cache") in ("hit", "miss")]
+            hits = f"{said.count('hit')}/{len(said)} hit" if said else ""
+            cols.append(" ".join(x for x in (_num(median(took)) + " s" if took else "", hits)
+                                 if x) or "-")
+        dirs: dict[str, list[str]] = {}
+        for c in group:
+            for var, d in _section(_section(c, "caches"), "dirs").items():
+                if isinstance(d, Mapping) and d.get("cache") in ("hit", "partial", "miss"):
+                    dirs.setdefault(str(var), []).append(str(d.get("cache")))
+        on_disk = ", ".join(
+            f"{text(var)} {said.count('hit')}/{len(said)} hit"
+            + (f" ({said.count('partial')} partial)" if "partial" in said else "")
+            for var, said in sorted(dirs.items())) or "-"
+        warm = {_section(c, "caches").get("warm") for c in group} - {None}
+        pids = {_section(c, "load_generator").get("pid") for c in group} - {None}
+        rows.append((text(arm), str(len(group)),
+                     "warm" if warm == {True} else "cold" if warm == {False} else "-", *cols,
+                     on_disk, str(len(pids)) if pids else "-"))
+    if not rows:
+        return []
+    return ["Boot caches per arm (each phase's median seconds as vLLM reported them, and the "
+            "boots whose log showed its cache hit; `bench.warm_caches`):", "",
+            *md_table(("arm", "cells", "caches", *(h for _, h in CACHE_PHASES),
+                       "cache directories (no new files: hit; some: partial)",
+                       "load generators"), rows), ""]
+
+
 def _gpus(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     rows, flags = [], []
     for c in cells:
@@ -171,7 +220,7 @@ def watches(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     if not cells:
         return []
     return [WATCHES_TITLE, "", *_acceptance(cells), *_flags(cells), *_cold_start(cells),
-            *_gpus(cells)]
+            *_boot_caches(cells), *_gpus(cells)]
 
 
 EXPECTED = {"adaptive": "some steps below K (adaptive verification)",
