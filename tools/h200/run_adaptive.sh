@@ -78,13 +78,14 @@ step verify-draft-nohead 120 dspark verify-checkpoint model=qwen3_dspark_draft "
 step dry-run 120 dspark serve "${O[@]}" "$ADAPT" --dry-run --json
 step refused-nohead 120 dspark serve "${O[@]}" "$ADAPT" "$NOHEAD" --dry-run
 
+# The head-less live failure first: it ends at the draft's load, before any compile.
+step smoke-nohead-live 360 dspark smoke "${O[@]}" "$ADAPT" "$NOHEAD" \
+  checks.allow_missing_confidence_head=true "hydra.run.dir=$EV/smoke-nohead-live"
+
 pid=$(sample "$EV/nvidia-smi-smoke-cold.csv")
 step smoke-cold 480 dspark smoke "${O[@]}" "$ADAPT" +hw.env.VLLM_LOGGING_LEVEL=DEBUG \
   "hydra.run.dir=$EV/smoke-cold"
 kill "$pid"
-
-step smoke-nohead-live 360 dspark smoke "${O[@]}" "$ADAPT" "$NOHEAD" \
-  checks.allow_missing_confidence_head=true "hydra.run.dir=$EV/smoke-nohead-live"
 
 pid=$(sample "$EV/nvidia-smi-bench.csv")
 step bench 1500 dspark bench bench=h200_tiny_adaptive "${O[@]}" ${BENCH_ARGS:-} "hydra.run.dir=$EV/bench"
