@@ -107,10 +107,6 @@ class Ready:
     load_env: Mapping[str, str]  # the load generator's environment (bench)
 
     @property
-    def custom_command(self) -> bool:
-        return self.launch.cfg.server.command is not None
-
-    @property
     def head_argv(self) -> tuple[str, ...]:
         """The head's command as it runs, for the records."""
         if self.target.here and self.launch.plan.layout.nodes > 1:
