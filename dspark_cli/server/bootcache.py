@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dspark_cli.server.logscan import head_lines
+
 PROFILE_CACHE_VAR = "VLLM_ENABLE_ADAPTIVE_VERIFICATION_PROFILE_CACHE"
 # Every cache directory variable a boot's caches follow (vLLM, torch Inductor, Triton,
 # FlashInfer, AITER), pointed at fresh directories for a cold measurement.
@@ -100,15 +102,10 @@ def boot_caches(lines: Iterable[str]) -> dict[str, dict[str, Any]]:
     }
 
 
-def read_boot_caches(path: Path, limit_bytes: int = 64 << 20) -> dict[str, dict[str, Any]] | None:
-    """`boot_caches` of a log file's first `limit_bytes` (a boot is at its start); None when it
-    cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read(limit_bytes).decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    return boot_caches(text.splitlines())
+def read_boot_caches(path: Path) -> dict[str, dict[str, Any]] | None:
+    """`boot_caches` of a log file's boot; None when it cannot be read."""
+    lines = head_lines(path)
+    return None if lines is None else boot_caches(lines)
 
 
 # Where each cache lives when its variable is unset (relative to HOME); Inductor's default follows

@@ -400,15 +400,20 @@ def cold_start(lines: Iterable[str]) -> dict[str, Any] | None:
             "total_s": seen["api_ready"][0] if "api_ready" in seen else None}
 
 
-def read_cold_start(path: Any, limit_bytes: int = 64 << 20) -> dict[str, Any] | None:
-    """`cold_start` of a log file (its first `limit_bytes`: a boot is at its start); None when
-    it cannot be read."""
+def head_lines(path: Any, limit_bytes: int = 64 << 20) -> list[str] | None:
+    """The lines of a log file's first `limit_bytes` (a boot is at its start), undecodable bytes
+    replaced; None when it cannot be read."""
     try:
         with open(path, "rb") as f:
-            text = f.read(limit_bytes).decode("utf-8", errors="replace")
+            return f.read(limit_bytes).decode("utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return cold_start(text.splitlines())
+
+
+def read_cold_start(path: Any) -> dict[str, Any] | None:
+    """`cold_start` of a log file's boot; None when it cannot be read."""
+    lines = head_lines(path)
+    return None if lines is None else cold_start(lines)
 
 
 NAME = "draft_params"
