@@ -44,6 +44,10 @@ cd /root
 O=(+hw=h200 hw.num_gpus=1 model=tiny_qwen3 "model.path=$M/tiny-qwen3"
    "model.draft=$M/tiny-qwen3-dspark" serving.args.gpu_memory_utilization=0.3
    serving.args.max_num_seqs=16 compilation.max_cudagraph_capture_size=80)
+# The device tool may lend an H100 for an H200: the h200 profile then matches it by name, said.
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" in
+  *H100*) O+=("hw.detect=[H100]"); H100=1 ;;
+esac
 NOHEAD="model.draft=$M/tiny-qwen3-dspark-nohead"
 ADAPT=speculative=dspark_draft_adaptive
 log() { echo "== $(date -u +%T) $*" | tee -a "$EV/steps.log"; }
@@ -70,6 +74,7 @@ log "versions"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   dspark --version; } > "$EV/versions.txt" 2>&1
 cat "$EV/versions.txt" >> "$EV/steps.log"
+[ "${H100:-0}" = 1 ] && log "an H100, not an H200: +hw=h200 with hw.detect=[H100]"
 if ! grep -q '^torch 2.13' "$EV/versions.txt"; then log "torch 2.13 did not load: stop"; log done; exit 1; fi
 
 step verify-target 120 dspark verify-checkpoint model=local "model.path=$M/tiny-qwen3" --json
