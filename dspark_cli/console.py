@@ -4,6 +4,7 @@ how much a command says (`-v`); and rich tables that stay whole in a log."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,17 @@ _VERBOSE = [False]
 # Outside a terminal (a file, a pipe, CI) a table is as wide as its longest cell needs, up to
 # this: a code or key cut in two at 80 columns cannot be searched for in a log.
 LOG_WIDTH = 4096
+
+
+def json_text(data: object, sort_keys: bool = False) -> str:
+    """The one JSON form dspark prints (`--json`) and writes (records): two-space indent, a
+    final newline."""
+    return json.dumps(data, indent=2, sort_keys=sort_keys) + "\n"
+
+
+def print_json(data: object, sort_keys: bool = False) -> None:
+    """A command's `--json` answer on stdout."""
+    sys.stdout.write(json_text(data, sort_keys))
 
 
 def progress(message: str) -> None:

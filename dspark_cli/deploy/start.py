@@ -31,7 +31,7 @@ from dspark_cli.launch.checks import LOCAL_HEAD, ask_together, node_verdicts, pl
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.record import collect, write_record
 from dspark_cli.launch.render import layout_script
-from dspark_cli.launch.rules import layout_findings
+from dspark_cli.launch.rules import checked_plan, layout_findings
 from dspark_cli.machine.detect import Machine, detect
 from dspark_cli.paths import NODES_SH
 from dspark_cli.server.deployment import Deployment
@@ -55,6 +55,24 @@ def deploy_target(cfg: LaunchConf) -> DeployTarget:
         known = ", ".join(f"deploy={n}" for n in TARGETS)
         raise UsageError(f"deploy.target={name!r} is not a deploy target here; use {known}")
     return TARGETS[name]
+
+
+@dataclass(frozen=True)
+class DryLaunch:
+    """One launch planned for a dry run: the checked plan, the deploy target that would run it,
+    and what the preflight that needs no machine found."""
+
+    plan: LaunchPlan
+    target: DeployTarget
+    findings: tuple[Finding, ...]
+
+
+def dry_launch(cfg: LaunchConf, validate: bool = False) -> DryLaunch:
+    """The one dry-run sequence of serve, smoke, bench's arms and validate: the plan (its node
+    layout refused when broken), its deploy target, the preflight that needs no machine."""
+    plan = checked_plan(cfg)
+    target = deploy_target(cfg)
+    return DryLaunch(plan, target, dry_preflight(cfg, plan, target, validate))
 
 
 def dry_preflight(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,

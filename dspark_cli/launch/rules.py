@@ -24,10 +24,11 @@ from dspark_cli.config.choices import Platform
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.effective import EffectiveLaunch, coverage
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLaunch, NodeLayout
-from dspark_cli.launch.plan import LaunchPlan, Profile
+from dspark_cli.launch.plan import LaunchPlan, Profile, build_plan
 from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
+    from dspark_cli.config.schema import LaunchConf
     from dspark_cli.machine.detect import Machine
 
 ADAPTIVE_INCOMPATIBLE_ARGS = ("enable_return_routed_experts", "enable_batch_sharded_sampling")
@@ -525,6 +526,14 @@ def layout_findings(plan: LaunchPlan, layout: NodeLayout | None = None) -> tuple
         findings.append(Finding(rule.id, Status.failed if problem else Status.passed,
                                 problem or rule.summary, key))
     return tuple(findings)
+
+
+def checked_plan(cfg: LaunchConf) -> LaunchPlan:
+    """The config's launch plan, refused (UsageError) when its node layout breaks a rule: what
+    every command plans before it prints or starts anything."""
+    plan = build_plan(cfg)
+    checked_layout(plan)
+    return plan
 
 
 def checked_layout(plan: LaunchPlan) -> NodeLayout:
