@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from dspark_cli import __version__
-from dspark_cli.cli import COMMANDS, command_of, main
+from dspark_cli.cli import main
+from dspark_cli.cli.registry import COMMANDS, command_of
 from tests.conftest import REPO
 
 CONF = REPO / "conf"
@@ -49,7 +50,8 @@ def test_each_listed_module_holds_that_commands_contract(name: str) -> None:
 
 def test_listing_the_commands_imports_none_of_them() -> None:
     """`dspark --help` starts fast: a command's module is imported when that command runs."""
-    code = ("import sys\nfrom dspark_cli.cli import COMMANDS, main\nmain(['--help'])\n"
+    code = ("import sys\nfrom dspark_cli.cli import main\n"
+            "from dspark_cli.cli.registry import COMMANDS\nmain(['--help'])\n"
             "print(*[c.module for c in COMMANDS.values() if c.module in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, check=True, timeout=60)

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
 from dspark_cli.errors import ExitCode
 
 
@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "flagged, in [0, 10] (default 0.25); a flag, never a gate failure")
 
 
-def run(opts: argparse.Namespace) -> int:
+def run(cfg: None, opts: argparse.Namespace) -> int:
+    """`cfg` is None: the command composes no config."""
     from dspark_cli.compare import (
         DEFAULT_BOOT_MARGIN,
         DEFAULT_MARGIN,

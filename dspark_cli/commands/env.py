@@ -13,7 +13,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
 from dspark_cli.errors import DsparkError, ExitCode
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
 
 DEFAULT_DIR = Path("data/speed_bench")  # conf/bench/speed_bench_throughput_1k.yaml's path
 
@@ -33,9 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def run(opts: argparse.Namespace) -> int:
+def run(cfg: None, opts: argparse.Namespace) -> int:
+    """`cfg` is None: the command composes no config."""
     from dspark_cli.bench.dataset import prepare
-    from dspark_cli.config.overrides import hydra_literal
+    from dspark_cli.cli.overrides import hydra_literal
 
     out = opts.out.expanduser() / f"{opts.subset}.jsonl"
     done = prepare(opts.source.expanduser(), opts.subset, out, opts.drop_placeholders)

@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import REPORT_MD
 
@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print report.json instead of report.md on stdout")
 
 
-def run(opts: argparse.Namespace) -> int:
+def run(cfg: None, opts: argparse.Namespace) -> int:
+    """`cfg` is None: the command composes no config."""
     from dspark_cli.report.markdown import write_report
 
     if not opts.run_dirs:

@@ -9,7 +9,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
 from dspark_cli.deploy.target import DeployTarget
 from dspark_cli.launch import checks
 from dspark_cli.launch.plan import LaunchPlan, build_plan

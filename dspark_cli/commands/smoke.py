@@ -15,7 +15,7 @@ import json
 import shlex
 from typing import TYPE_CHECKING
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
 from dspark_cli.paths import SMOKE_JSON
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
 from dspark_cli.errors import DsparkError, ExitCode, worst
 from dspark_cli.paths import REPORT_MD, VALIDATE_JSON
 from dspark_cli.untrusted import write_atomic

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
 from dspark_cli.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
-"""What a `dspark <command>` module gives the dispatcher (cli.py): one `COMMAND = Command(...)`
-at its bottom, read by the dispatcher, the help (command_help.py) and Hydra's app
-(hydra_app.py). The one-line summary `dspark --help` lists stays in cli.py's registry, so that
-listing the commands imports none of them."""
+"""What a `dspark <command>` module gives the command line: one `COMMAND = Command(...)` at its
+bottom, read by the steps before it runs (pipeline.py), the help (help.py) and Hydra's app
+(hydra_app.py). The one-line summary `dspark --help` lists stays in the registry (registry.py),
+so that listing the commands imports none of them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import Any
 
 def store_launch_schema() -> None:
     """The shared launch schema in Hydra's ConfigStore: what serve, env and verify-checkpoint
-    compose (imported here, when a command runs: building schema nodes costs start-up)."""
+    compose (imported here, when a command composes: the schema imports omegaconf, and
+    building schema nodes costs start-up)."""
     from dspark_cli.config import schema
 
     schema.register()
@@ -23,16 +24,16 @@ def store_launch_schema() -> None:
 class Command:
     """One command's contract with the dispatcher.
 
-    `run` takes the composed config as the schema's dataclasses and the parsed flags, and
-    returns the exit code; a command with no `config` composes nothing (no Hydra) and its `run`
-    takes the flags alone. `needs_machine` says whether, given no `+hw`, the hardware profile
+    `run(cfg, opts)` takes the composed config as the schema's dataclasses and the parsed
+    flags, and returns the exit code; a command with no `config` composes nothing (no Hydra):
+    its `cfg` is None. `needs_machine` says whether, given no `+hw`, the hardware profile
     is detected on this machine: a plain answer, or one that depends on the flags (`bench
     --report` merges files and needs no hardware)."""
 
     name: str
     examples: tuple[tuple[str, str], ...]  # (command line, why), the seed's job first
     add_arguments: Callable[[argparse.ArgumentParser], None]  # the command's own flags
-    run: Callable[..., int]
+    run: Callable[[Any, argparse.Namespace], int]
     config: str | None = None  # the primary config it composes (conf/<config>.yaml)
     needs_machine: bool | Callable[[argparse.Namespace], bool] = False
     # Stores the one primary schema `config` composes: only that one, since every composition
@@ -47,6 +48,3 @@ class Command:
             return bool(self.needs_machine(opts))
         return self.needs_machine
 
-    def run_with(self, cfg: Any, opts: argparse.Namespace) -> int:
-        """The command's exit code: `run(cfg, opts)`, or `run(opts)` when it composes nothing."""
-        return int(self.run(opts) if self.config is None else self.run(cfg, opts))

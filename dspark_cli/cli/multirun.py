@@ -18,7 +18,9 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -27,6 +29,7 @@ from typing import Any, TextIO
 
 from hydra.experimental.callback import Callback
 
+from dspark_cli.cli.overrides import hydra_value
 from dspark_cli.errors import ExitCode, UsageError, worst
 from dspark_cli.untrusted import (
     INT,
@@ -182,11 +185,6 @@ def watched(sweeps: bool) -> Iterator[tuple[list[str], Callable[[], Sweep | None
     if not sweeps:
         yield [], lambda: None
         return
-    import shutil
-    import tempfile
-
-    from dspark_cli.config.overrides import hydra_value
-
     scratch = Path(tempfile.mkdtemp(prefix="dspark-sweep-"))
     note = scratch / "sweep.json"
     this = uuid.uuid4().hex

@@ -8,15 +8,22 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.cli.args import own_flags
+from dspark_cli.cli.help import COMPLETION, HYDRA_FLAGS
+from dspark_cli.cli.overrides import hydra_value
 from dspark_cli.errors import ExitCode, UsageError, worst
+from dspark_cli.launch import secrets
+from dspark_cli.paths import conf_dir
 
 if TYPE_CHECKING:
-    from dspark_cli.commands.command import Command
+    from dspark_cli.cli.command import Command
 
 
 RUN_DIR = ("hydra.run.dir", "++hydra.run.dir")
@@ -73,35 +80,35 @@ def _setenv(name: str, value: str | None) -> None:
 
 def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
     """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --info, completion); the worst
-    exit code of its jobs. A config Hydra rejects is a UsageError (config/mistakes.py)."""
+    exit code of its jobs. A config Hydra rejects is a UsageError (cli/mistakes.py)."""
+    # Lazy, as Hydra is: the callbacks' modules and the mistakes' schema import it or omegaconf.
     import hydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from dspark_cli.commands import multirun
-    from dspark_cli.commands.run_dir import Refusal
-    from dspark_cli.config.mistakes import usage_error
-    from dspark_cli.paths import conf_dir
+    from dspark_cli.cli.mistakes import usage_error
+    from dspark_cli.cli.multirun import in_multirun_job, print_failures, recorded, watched
+    from dspark_cli.cli.run_dir import Refusal
 
     state: dict[str, Any] = {"ran": False, "code": 0}
 
     @hydra.main(config_path=str(conf_dir()), config_name=config, version_base="1.3")
     def app(cfg: Any) -> int:
         state["ran"] = True
-        with _environ(_RAISE, None), multirun.recorded(multirun.in_multirun_job()) as code:
+        with _environ(_RAISE, None), recorded(in_multirun_job()) as code:
             code.append(task(cfg))  # the job's own processes never see Hydra's switch
         state["code"] = worst((state["code"], code[-1]))
         return code[-1]  # the job's return value: what RunDirGuard settles the run with
 
     saved = sys.argv
     try:
-        with multirun.watched(_sweeps(argv)) as (watch, swept), _environ(_RAISE, "1"):
+        with watched(_sweeps(argv)) as (watch, swept), _environ(_RAISE, "1"):
             sys.argv = [prog, *watch, *argv]
             app()
             # Jobs in other processes (submitit) report only through their outcome files.
             sweep = swept()
         if sweep is not None and sweep.directory.is_dir():
-            state["code"] = worst((state["code"], multirun.print_failures(
+            state["code"] = worst((state["code"], print_failures(
                 sweep.directory, before=sweep.before, this=sweep.id)))
     except Refusal as e:  # a run directory refused before Hydra wrote into it
         raise e.error from None
@@ -130,11 +137,6 @@ def scratch_sweep(dry_run: bool) -> Iterator[list[str]]:
     if not dry_run:
         yield []
         return
-    import shutil
-    import tempfile
-
-    from dspark_cli.config.overrides import hydra_value
-
     scratch = tempfile.mkdtemp(prefix="dspark-dry-run-")
     try:
         yield [f"hydra.sweep.dir={hydra_value(scratch)}"]
@@ -162,10 +164,34 @@ def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     stamp = "${now:%Y%m%d-%H%M%S}"
     return [*_QUIET_HYDRA, f"hydra.run.dir=runs/{name}/{stamp}",
             f"hydra.sweep.dir=runs/{name}/multirun-{stamp}",
-            "+hydra.callbacks.dspark_run_dir._target_=dspark_cli.commands.run_dir.RunDirGuard"]
+            "+hydra.callbacks.dspark_run_dir._target_=dspark_cli.cli.run_dir.RunDirGuard"]
 
 
-COMPLETION = {"-sc", "--shell-completion"}
+def complete(command: Command, parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    """Shell completion: a flag being typed (or any word of a command without config) gets the
+    command's own flags; the rest is Hydra's completion of groups, options and keys. Nothing
+    goes to stderr, which the shell would print onto the command line."""
+    words = [a for a in argv if a in COMPLETION
+             or a.partition("=")[0] in ("query", "install", "uninstall")]
+    plain = [w for w in words if "=" in w]
+    name = command.name
+    if len(plain) != 1:
+        raise UsageError(f"`-sc` (--shell-completion) takes one of install=SHELL, "
+                         f"uninstall=SHELL or query=SHELL (SHELL: bash, zsh or fish); "
+                         f'`eval "$(dspark {name} -sc install=bash)"` installs it.')
+    if plain[0].startswith("query=") and "COMP_LINE" not in os.environ:
+        raise UsageError("`-sc query=...` is what the installed completion calls, with the "
+                         "line being completed in COMP_LINE, which is not set here; "
+                         f'`eval "$(dspark {name} -sc install=bash)"` installs the completion.')
+    line = os.environ.get("COMP_LINE", "")
+    current = "" if line.endswith(" ") else (line.split() or [""])[-1]
+    if any(w.startswith("query=") for w in plain) and (command.config is None
+                                                       or current.startswith("-")):
+        hydra = list(HYDRA_FLAGS) if command.config is not None else []
+        print(" ".join([*own_flags(parser), *hydra]))
+        return 0
+    flags = [w for w in words if w not in plain]
+    return shell_completion(command, plain, flags)
 # Hydra's bash script calls back `<program> -sc query=bash`; dspark's program needs the command
 # word the user typed, which the script has at hand as ${words[1]}.
 _QUERY_CALL = "$helper -sc query=bash"
@@ -200,8 +226,6 @@ def redact_hydra_files(cfg: Any) -> None:
     (launch/secrets.py); one typed into a config file is rewritten there as redacted."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
-
-    from dspark_cli.launch import secrets
 
     if not HydraConfig.initialized():
         return
