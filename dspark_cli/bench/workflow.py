@@ -51,6 +51,7 @@ def claimed_ports(cfg: Primary) -> Iterator[Primary]:
     from dspark_cli.server.process import claimed_port
 
     host = client_host(cfg.server.host)
+    assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     nodes = int(cfg.hw.nodes) if deploy_target(cfg).here else 1
     claimed = copy.deepcopy(cfg)
     with contextlib.ExitStack() as claims:
