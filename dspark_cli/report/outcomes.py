@@ -82,7 +82,7 @@ def _check_status(c: Mapping[str, Any]) -> str:
     """A smoke check's status, recomputed where its data holds the counts it was judged by
     (the DSpark draft's parameters against their pin); else as recorded."""
     status = str(c.get("status"))
-    data = c.get("data") if isinstance(c.get("data"), Mapping) else {}
+    data = c["data"] if isinstance(c.get("data"), Mapping) else {}
     if c.get("name") == "draft_params" and status != "skipped":
         seen, pin = data.get("params"), data.get("expected")
         if isinstance(pin, int) and not isinstance(pin, bool):
@@ -189,7 +189,8 @@ def _counters(smoke: Mapping[str, Any]) -> Counters | None:
     spec = lookup(smoke, "counters", "spec_decode")
     if not spec:
         return None
-    check = next((c for c in smoke.get("checks", []) if c.get("name") == "spec_decode"), {})
+    check: Mapping[str, Any] = next(
+        (c for c in smoke.get("checks", []) if c.get("name") == "spec_decode"), {})
     k = lookup(check, "data", "k")
     drafts, tokens = int(spec["drafts"]), int(spec["draft_tokens"])
     if k is None:

@@ -126,7 +126,7 @@ class SpecDecode:
         """1 + accepted / drafts (vLLM's definition: the bonus token counts); NaN before any."""
         return 1 + self.accepted / self.drafts if self.drafts else math.nan
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         """Plain values for a JSON report (NaN becomes None)."""
 
         def finite(x: float) -> float | None:

