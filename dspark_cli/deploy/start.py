@@ -34,9 +34,8 @@ from dspark_cli.launch.render import layout_script
 from dspark_cli.launch.rules import checked_plan, layout_findings
 from dspark_cli.machine.detect import Machine, detect
 from dspark_cli.paths import NODES_SH
-from dspark_cli.server.deployment import Deployment
+from dspark_cli.server.deployment import AttachedServer, Deployment
 from dspark_cli.server.process import ensure_port_free
-from dspark_cli.server.session import AttachedServer
 from dspark_cli.status import Finding
 from dspark_cli.vllm.accepts import Verdicts
 
