@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dspark_cli.accuracy.records import SCORED, AccuracyRecord
+from dspark_cli.accuracy.records import SCORED, AccuracyRecord, AccuracyVerdict, words
 from dspark_cli.paths import LINT_JSON, SMOKE_JSON, SOURCE_JSON
 from dspark_cli.report.markup import NOT_RUN, UNKNOWN, block, code, one_line, table, text
 from dspark_cli.report.sources import SmokeRecords, Sources, lookup
@@ -117,8 +117,6 @@ def _bench_stage(src: Sources) -> tuple[str, str]:
 
 
 def _accuracy_stage(record: AccuracyRecord) -> tuple[str, str]:
-    from dspark_cli.accuracy.records import AccuracyVerdict, words
-
     failed = [a.arm for a in record.arms if a.status != SCORED]
     compared = record.comparisons()
     detail = "; ".join([*(f"{a} failed" for a in failed),

