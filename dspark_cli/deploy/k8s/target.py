@@ -20,9 +20,11 @@ from dspark_cli.deploy.k8s.manifests import (
     secret_keys,
     to_yaml,
 )
+from dspark_cli.deploy.k8s.run import kubernetes_run
 from dspark_cli.deploy.k8s.validation import require_valid_manifests
 from dspark_cli.deploy.target import DeployTarget, Launch
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.record import write_config
 from dspark_cli.paths import MANIFESTS_YAML
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding, Status
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 def k8s_spec(cfg: LaunchConf) -> K8sSpec:
     """`deploy.k8s`, the CPU and memory requests defaulting to the profile's node."""
     k = plain(cfg.deploy.k8s)
+    assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     node_cpus, node_memory = cfg.hw.node_cpus, cfg.hw.node_memory
     k["cpu"] = k["cpu"] or (None if node_cpus is None else str(node_cpus))
     k["memory"] = k["memory"] or (None if node_memory is None else str(node_memory))
@@ -87,8 +90,6 @@ def render_json(cfg: LaunchConf, plan: LaunchPlan, found: tuple[Finding, ...]) -
 
 def hand_off(cfg: LaunchConf, plan: LaunchPlan, directory: Path) -> int:
     """The manifests written into `directory` with the lines that apply them on stdout."""
-    from dspark_cli.launch.record import write_config
-
     text = render(cfg, plan)  # refused before anything is written
     secret = secret_line(cfg, plan)
     write_config(directory, cfg)
@@ -103,8 +104,6 @@ def hand_off(cfg: LaunchConf, plan: LaunchPlan, directory: Path) -> int:
 
 
 def deployment(launch: Launch, directory: Path) -> Deployment:
-    from dspark_cli.deploy.k8s.run import kubernetes_run
-
     return kubernetes_run(launch.plan, k8s_spec(launch.cfg), directory,
                           stop_timeout_s=float(launch.cfg.server.stop_grace_s))
 
