@@ -11,15 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def store_launch_schema() -> None:
-    """The shared launch schema in Hydra's ConfigStore: what serve, env and verify-checkpoint
-    compose (imported here, when a command composes: the schema imports omegaconf, and
-    building schema nodes costs start-up)."""
-    from dspark_cli.config import schema
-
-    schema.register()
-
-
 @dataclass(frozen=True)
 class Command:
     """One command's contract with the dispatcher.
@@ -36,9 +27,9 @@ class Command:
     run: Callable[[Any, argparse.Namespace], int]
     config: str | None = None  # the primary config it composes (conf/<config>.yaml)
     needs_machine: bool | Callable[[argparse.Namespace], bool] = False
-    # Stores the one primary schema `config` composes: only that one, since every composition
-    # deep-copies the whole ConfigStore.
-    store_schema: Callable[[], None] = store_launch_schema
+    # Stores the one primary schema `config` composes when it has its own (None: the shared
+    # launch schema, which serve, env and verify-checkpoint compose): compose.store_schema.
+    store_schema: Callable[[], None] | None = None
     # The config groups its help lists when it reads only these (None: every group composed).
     groups: tuple[str, ...] | None = None
 

@@ -1,6 +1,6 @@
 """Running one dspark command as Hydra: the `@hydra.main` app (every run, dry or not, composed
 the same way), dspark's Hydra settings, and shell completion that calls back the right
-command."""
+command. Loaded only where Hydra runs (compose.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.cli.args import own_flags
-from dspark_cli.cli.help import COMPLETION, HYDRA_FLAGS
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dspark_cli.cli.help import COMPLETION
+from dspark_cli.cli.mistakes import usage_error
+from dspark_cli.cli.multirun import in_multirun_job, print_failures, recorded, watched
 from dspark_cli.cli.overrides import hydra_value
+from dspark_cli.cli.run_dir import Refusal
 from dspark_cli.errors import ExitCode, UsageError, worst
 from dspark_cli.launch import secrets
 from dspark_cli.paths import conf_dir
@@ -43,10 +52,6 @@ def planned_run_dir(override: str | None) -> Path | None:
     `${hydra:...}`); None without one. A value that does not resolve is a usage error."""
     if override is None:
         return None
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     value = OverridesParser.create().parse_override(override).value()
     try:
         resolved = str(OmegaConf.create({"dir": value}).dir)
@@ -81,15 +86,6 @@ def _setenv(name: str, value: str | None) -> None:
 def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
     """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --info, completion); the worst
     exit code of its jobs. A config Hydra rejects is a UsageError (cli/mistakes.py)."""
-    # Lazy, as Hydra is: the callbacks' modules and the mistakes' schema import it or omegaconf.
-    import hydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from dspark_cli.cli.mistakes import usage_error
-    from dspark_cli.cli.multirun import in_multirun_job, print_failures, recorded, watched
-    from dspark_cli.cli.run_dir import Refusal
-
     state: dict[str, Any] = {"ran": False, "code": 0}
 
     @hydra.main(config_path=str(conf_dir()), config_name=config, version_base="1.3")
@@ -167,31 +163,6 @@ def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
             "+hydra.callbacks.dspark_run_dir._target_=dspark_cli.cli.run_dir.RunDirGuard"]
 
 
-def complete(command: Command, parser: argparse.ArgumentParser, argv: list[str]) -> int:
-    """Shell completion: a flag being typed (or any word of a command without config) gets the
-    command's own flags; the rest is Hydra's completion of groups, options and keys. Nothing
-    goes to stderr, which the shell would print onto the command line."""
-    words = [a for a in argv if a in COMPLETION
-             or a.partition("=")[0] in ("query", "install", "uninstall")]
-    plain = [w for w in words if "=" in w]
-    name = command.name
-    if len(plain) != 1:
-        raise UsageError(f"`-sc` (--shell-completion) takes one of install=SHELL, "
-                         f"uninstall=SHELL or query=SHELL (SHELL: bash, zsh or fish); "
-                         f'`eval "$(dspark {name} -sc install=bash)"` installs it.')
-    if plain[0].startswith("query=") and "COMP_LINE" not in os.environ:
-        raise UsageError("`-sc query=...` is what the installed completion calls, with the "
-                         "line being completed in COMP_LINE, which is not set here; "
-                         f'`eval "$(dspark {name} -sc install=bash)"` installs the completion.')
-    line = os.environ.get("COMP_LINE", "")
-    current = "" if line.endswith(" ") else (line.split() or [""])[-1]
-    if any(w.startswith("query=") for w in plain) and (command.config is None
-                                                       or current.startswith("-")):
-        hydra = list(HYDRA_FLAGS) if command.config is not None else []
-        print(" ".join([*own_flags(parser), *hydra]))
-        return 0
-    flags = [w for w in words if w not in plain]
-    return shell_completion(command, plain, flags)
 # Hydra's bash script calls back `<program> -sc query=bash`; dspark's program needs the command
 # word the user typed, which the script has at hand as ${words[1]}.
 _QUERY_CALL = "$helper -sc query=bash"
@@ -200,8 +171,8 @@ _QUERY_CALL = "$helper -sc query=bash"
 def shell_completion(command: Command, plain: list[str], flags: list[str]) -> int:
     """Hydra's shell completion for one command: the installed script calls back
     `dspark <command> -sc query=...`, and a query sees the line without dspark's own words
-    (a command composing no config completes against the shared `launch` one)."""
-    command.store_schema()
+    (a command composing no config completes against the shared `launch` one); its schema
+    is stored (compose.py)."""
     if any(o.startswith("query=") for o in plain) and "COMP_LINE" in os.environ:
         os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])
     out = io.StringIO()
@@ -224,9 +195,6 @@ def redact_hydra_files(cfg: Any) -> None:
     """Hydra saves the job's config (`.hydra/config.yaml`, and a multirun's `multirun.yaml`)
     before the job runs, unresolved. Secrets given as overrides are references by then
     (launch/secrets.py); one typed into a config file is rewritten there as redacted."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
     if not HydraConfig.initialized():
         return
     hydra = HydraConfig.get()

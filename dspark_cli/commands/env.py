@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from dspark_cli.cli.command import Command
+from dspark_cli.config.typed import plain
 from dspark_cli.console import print_json
 from dspark_cli.errors import DsparkError, ExitCode
 from dspark_cli.hostenv import Choice, collect, option_table, render
@@ -48,8 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
-    from dspark_cli.config.typed import plain
-
     machine = detect()
     try:
         detected: str | None = match_profile(machine, profile_patterns())
@@ -74,8 +73,6 @@ def _preflight(cfg: LaunchConf, machine: Machine, ready: bool,
                profile: str | None) -> tuple[list[Finding], list[str]]:
     """The preflight a real run does on this machine (no vLLM verdict), when the option table is
     at hand; else only the runtime pins, and a line saying what was not checked."""
-    from dspark_cli.config.typed import plain
-
     pins = runtime.finding(plain(cfg.runtime.expected), dry_run=False,
                            reference=cfg.runtime.reference)
     if profile is None:

@@ -13,17 +13,15 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from typing import TYPE_CHECKING
 
 from dspark_cli.cli.command import Command
+from dspark_cli.config.smoke import SmokePrimary
+from dspark_cli.config.smoke import register as register_smoke_schema
 from dspark_cli.console import output, print_json, progress
 from dspark_cli.deploy.start import dry_launch
 from dspark_cli.launch import checks
 from dspark_cli.launch.record import run_dir
 from dspark_cli.paths import SMOKE_JSON
-
-if TYPE_CHECKING:
-    from dspark_cli.config.smoke import SmokePrimary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,14 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the JSON report to stdout instead of the table")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="say why for each preflight rule not checked here")
-
-
-def _store_schema() -> None:
-    """The smoke primary: the launch schema plus `smoke` (imported when the command composes:
-    the schema imports omegaconf, which `dspark smoke --help` never needs)."""
-    from dspark_cli.config.smoke import register as register_schema
-
-    register_schema()
 
 
 def run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
@@ -92,5 +82,5 @@ COMMAND = Command(
     add_arguments=add_arguments,
     run=run,
     needs_machine=True,  # plans (or attaches to) a launch here: no +hw, it is detected
-    store_schema=_store_schema,
+    store_schema=register_smoke_schema,  # the smoke primary: the launch schema plus `smoke`
 )

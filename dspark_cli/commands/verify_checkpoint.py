@@ -16,6 +16,7 @@ from dspark_cli.checkpoint.content import format_manifest, write_manifest
 from dspark_cli.checkpoint.result import render
 from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
 from dspark_cli.cli.command import Command
+from dspark_cli.config.typed import plain
 from dspark_cli.console import print_json
 from dspark_cli.errors import ExitCode, UsageError
 
@@ -40,8 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
-    from dspark_cli.config.typed import plain
-
     root = checkpoint_root(cfg.model.path)
     content = content_request(root, hash_blobs=opts.hash, manifest=opts.manifest,
                               write_manifest=opts.write_manifest, workers=opts.workers)
