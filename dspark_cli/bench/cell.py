@@ -195,7 +195,8 @@ class ProtocolInfo:
         before objectives, none; before the prefix-caching axis, on only."""
         return cls(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
                    tuple(int(c) for c in p["concurrencies"]), int(p.get("repeats", 1)),
-                   float(p.get("equivalence_margin", 0.05)), gp.objectives(p.get("objectives")),
+                   float(p.get("equivalence_margin", 0.05)),
+                   gp.Objectives.from_dict(p.get("objectives")),
                    tuple(p.get("prefix_caching") or (True,)))
 
 

@@ -10,13 +10,16 @@ also runs with vLLM's prefix caching off: the same cells again, each variant its
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench.goodput import Objectives, objectives
 from dspark_cli.bench.lossless import LosslessSpec, lossless_spec
 from dspark_cli.errors import UsageError
+
+if TYPE_CHECKING:  # the records' readers (report) need no schema
+    from dspark_cli.config.bench import BenchConf
 
 # vLLM's `--max-num-seqs` when neither the serving profile nor the hardware sets it.
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
@@ -120,69 +123,42 @@ class Protocol:
                      == (arm, concurrency, repeat, prefix_caching)), None)
 
 
-def _positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{what} must be a positive integer, got {value!r}.")
-    return value
-
-
 def _unique(items: Sequence[Any], what: str) -> None:
     seen = [x for i, x in enumerate(items) if x in items[:i]]
     if seen:
         raise UsageError(f"{what} lists {seen[0]!r} twice.", hint=f"Give each of {what} once.")
 
 
-def phases_for(bench: Mapping[str, Any], concurrency: int) -> tuple[Phase, ...]:
+def phases_for(bench: BenchConf, concurrency: int) -> tuple[Phase, ...]:
     """Warmups in config order (a null warmup concurrency is the cell's), then the measured."""
-    sampling = bench["sampling"]
-    max_out = _positive_int(sampling["max_output_tokens"], "bench.sampling.max_output_tokens")
-    phases = []
-    for i, warmup in enumerate(bench.get("warmups") or (), start=1):
-        where = f"bench.warmups[{i - 1}]"
-        warm_c = warmup.get("concurrency")
-        phases.append(
-            Phase(
-                name=f"warmup{i}",
-                num_prompts=_positive_int(warmup["num_prompts"], f"{where}.num_prompts"),
-                concurrency=concurrency
-                if warm_c is None
-                else _positive_int(warm_c, f"{where}.concurrency"),
-                output_tokens=_positive_int(warmup["output_tokens"], f"{where}.output_tokens"),
-                measured=False,
-            )
-        )
-    phases.append(
-        Phase(
-            name="measured",
-            num_prompts=_positive_int(bench["measured_prompts"], "bench.measured_prompts"),
-            concurrency=concurrency,
-            output_tokens=max_out,
-            measured=True,
-        )
-    )
-    return tuple(phases)
+    warmups = tuple(
+        Phase(name=f"warmup{i}", num_prompts=w.num_prompts,
+              concurrency=concurrency if w.concurrency is None else w.concurrency,
+              output_tokens=w.output_tokens, measured=False)
+        for i, w in enumerate(bench.warmups, start=1))
+    return (*warmups, Phase(name="measured", num_prompts=bench.measured_prompts,
+                            concurrency=concurrency,
+                            output_tokens=bench.sampling.max_output_tokens, measured=True))
 
 
-def build_protocol(bench: Mapping[str, Any]) -> Protocol:
-    """Validate a `bench` config (plain values) and lay out its cells; UsageError if it is wrong."""
-    arms = tuple(str(a) for a in bench["arms"])
+def build_protocol(bench: BenchConf) -> Protocol:
+    """Lay out the cells of a `bench` config; UsageError where its parts disagree (the schema
+    has checked each value's type and range)."""
+    arms = tuple(bench.arms)
     if not arms:
         raise UsageError("bench.arms is empty: a protocol needs at least one arm.")
     _unique(arms, "bench.arms")
-    baseline = str(bench["baseline"])
-    if baseline not in arms:
+    if bench.baseline not in arms:
         raise UsageError(
-            f"bench.baseline {baseline!r} is not one of bench.arms {list(arms)}.",
+            f"bench.baseline {bench.baseline!r} is not one of bench.arms {list(arms)}.",
             hint="Set bench.baseline to one of the arms.",
         )
-    concurrencies = tuple(
-        _positive_int(c, "each of bench.concurrencies") for c in bench["concurrencies"]
-    )
+    concurrencies = tuple(bench.concurrencies)
     if not concurrencies:
         raise UsageError("bench.concurrencies is empty: a protocol needs at least one.")
     _unique(concurrencies, "bench.concurrencies")
 
-    only_arm, only_c = bench.get("arm"), bench.get("concurrency")
+    only_arm, only_c, only_r = bench.arm, bench.concurrency, bench.repeat
     if only_arm is not None and only_arm not in arms:
         raise UsageError(
             f"bench.arm={only_arm} is not one of bench.arms {list(arms)}.",
@@ -193,21 +169,13 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
             f"bench.concurrency={only_c} is not one of bench.concurrencies {list(concurrencies)}.",
             hint="Pick one of the protocol's concurrencies, or leave bench.concurrency unset.",
         )
-    repeats = _positive_int(bench.get("repeats", 1), "bench.repeats")
-    only_r = bench.get("repeat")
+    repeats = bench.repeats
     if only_r is not None and only_r not in range(1, repeats + 1):
         raise UsageError(
             f"bench.repeat={only_r} is not one of the repeats 1..{repeats} (bench.repeats).",
             hint="Pick a repeat from 1 to bench.repeats, or leave bench.repeat unset.",
         )
-    margin = bench.get("equivalence_margin", 0.05)
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin < 1:
-        raise UsageError(
-            f"bench.equivalence_margin must be a fraction in [0, 1), got {margin!r}.",
-            hint="0.05: comparable means the speedup's 90% interval lies within 0.95-1.05.",
-        )
-    sampling = bench["sampling"]
-    caching = prefix_caching_axis(bench.get("prefix_caching", [True]))
+    caching = prefix_caching_axis(bench.prefix_caching)
     launches = [(arm, pc) for arm in arms for pc in caching]
     # Concurrency-major, and within a concurrency one pass over the arms (each under every
     # prefix-caching setting) per repeat, the passes in alternating order (A/B, then B/A):
@@ -222,35 +190,32 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
         for arm, pc in (launches if r % 2 else launches[::-1])
         if only_arm in (None, arm)
     )
+    sampling = bench.sampling
     return Protocol(
-        name=str(bench["name"]),
+        name=bench.name,
         arms=arms,
-        baseline=baseline,
+        baseline=bench.baseline,
         concurrencies=concurrencies,
-        sampling=Sampling(
-            temperature=float(sampling["temperature"]),
-            top_p=float(sampling["top_p"]),
-            max_output_tokens=int(sampling["max_output_tokens"]),
-            ignore_eos=bool(sampling["ignore_eos"]),
-        ),
+        sampling=Sampling(temperature=sampling.temperature, top_p=sampling.top_p,
+                          max_output_tokens=sampling.max_output_tokens,
+                          ignore_eos=sampling.ignore_eos),
         cells=cells,
-        phase_timeout_s=float(bench["phase_timeout_s"]),
-        metrics_timeout_s=float(bench["metrics_timeout_s"]),
+        phase_timeout_s=bench.phase_timeout_s,
+        metrics_timeout_s=bench.metrics_timeout_s,
         repeats=repeats,
-        equivalence_margin=float(margin),
-        lossless=lossless_spec(bench.get("lossless"), arms),
-        warm_caches=bench.get("warm_caches", True) is not False,
-        objectives=objectives(bench.get("objectives")),
+        equivalence_margin=bench.equivalence_margin,
+        lossless=lossless_spec(bench.lossless, arms),
+        warm_caches=bench.warm_caches,
+        objectives=objectives(bench.objectives),
         prefix_caching=caching,
     )
 
 
-def prefix_caching_axis(values: Any) -> tuple[bool, ...]:
+def prefix_caching_axis(values: Sequence[bool]) -> tuple[bool, ...]:
     """`bench.prefix_caching` ([on] by default: the launch as configured, no extra cell;
-    [on, off]: every arm twice) as booleans, in order."""
-    if not isinstance(values, list | tuple) or not values or not all(
-            isinstance(v, bool) for v in values):
-        raise UsageError(f"bench.prefix_caching must be a list of on/off, got {values!r}.",
+    [on, off]: every arm twice), in order."""
+    if not values:
+        raise UsageError("bench.prefix_caching is empty: it needs on, off or both.",
                          hint="bench.prefix_caching=[on] (the default) or [on,off].")
     _unique(list(values), "bench.prefix_caching")
     return tuple(values)

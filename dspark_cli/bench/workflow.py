@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
 from dspark_cli.bench.protocol import Protocol, build_protocol
-from dspark_cli.config.typed import plain
 from dspark_cli.paths import ARMS_DIR
 from dspark_cli.vllm.accepts import Verdicts
 
@@ -26,7 +25,7 @@ if TYPE_CHECKING:  # the runner's machinery is imported when cells run
 def protocol_of(cfg: BenchPrimary) -> tuple[Protocol, DatasetSpec]:
     """The protocol and request set `cfg.bench` describes (pure; the dataset is verified when
     the run starts)."""
-    return build_protocol(plain(cfg.bench)), dataset_spec(plain(cfg.bench.dataset), Path.cwd())
+    return build_protocol(cfg.bench), dataset_spec(cfg.bench.dataset, Path.cwd())
 
 
 @contextlib.contextmanager
