@@ -61,6 +61,13 @@ def split_variant(name: str) -> tuple[str, bool]:
     return name, True
 
 
+def cell_id(arm: str, prefix_caching: bool, concurrency: int, repeat: int, repeats: int) -> str:
+    """A cell's id, planned or read back: directory-safe, unique within a protocol, sortable by
+    eye; a single-repeat protocol keeps the short id."""
+    base = f"{variant(arm, prefix_caching)}-c{concurrency}"
+    return base if repeats == 1 else f"{base}-r{repeat}"
+
+
 def on_off(prefix_caching: bool) -> str:
     return "on" if prefix_caching else "off"
 
@@ -81,9 +88,8 @@ class Cell:
 
     @property
     def id(self) -> str:
-        """Directory-safe, unique within a protocol, sortable by eye."""
-        base = f"{self.variant}-c{self.concurrency}"
-        return base if self.repeats == 1 else f"{base}-r{self.repeat}"
+        return cell_id(self.arm, self.prefix_caching, self.concurrency, self.repeat,
+                       self.repeats)
 
     @property
     def measured(self) -> Phase:
