@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 
 from dspark_cli.bench.protocol import (
     VLLM_DEFAULT_MAX_NUM_SEQS,
+    Protocol,
     build_protocol,
     check_max_num_seqs,
 )
@@ -205,3 +207,17 @@ def test_the_schema_reads_on_and_off_from_yaml_and_the_command_line() -> None:
     cfg = compose_config(["+hw=cpu", "bench.prefix_caching=[on,off]"], config="bench")
     assert list(cfg.bench.prefix_caching) == [True, False]
     assert list(compose_config(["+hw=cpu"], config="bench").bench.prefix_caching) == [True]
+
+
+def test_a_cell_records_the_protocols_identity_and_reads_back_a_protocol_that_plans_nothing(
+        ) -> None:
+    """One Protocol: what every cell.json records of it is what identifies it; read back, it
+    has the same arms, variants and baseline and no plan (no cells, no sampling)."""
+    planned = build_protocol(bench(repeats=2, prefix_caching=[True, False]))
+    back = Protocol.from_dict(json.loads(json.dumps(planned.to_dict())))
+    assert back.to_dict() == planned.to_dict()
+    assert (back.variants, back.baseline_variant) == (planned.variants, planned.baseline_variant)
+    assert planned.requests.max_output_tokens == 2048 and planned.cells
+    assert (back.cells, back.sampling) == ((), None)
+    with pytest.raises(ValueError, match="plans no request"):
+        back.requests  # noqa: B018

@@ -53,7 +53,7 @@ def _dataset_line(dataset: DatasetSpec) -> str:
 def _loads(cell: Cell, protocol: Protocol, dataset: DatasetSpec, arm: Arm, run_dir: Path):
     out_dir = records.cell_dir(run_dir, cell.id)
     return [
-        (phase, phase_argv(phase, protocol.sampling, dataset, arm.plan, out_dir,
+        (phase, phase_argv(phase, protocol.requests, dataset, arm.plan, out_dir,
                            objectives=protocol.objectives))
         for phase in cell.phases
     ]
@@ -205,7 +205,7 @@ def plan_text(
 ) -> str:
     if not commands:
         return summary_text(protocol, dataset, run_dir, estimate)
-    cells = protocol.cells
+    cells, sampling = protocol.cells, protocol.requests
     lines = [
         f"# dspark bench: protocol {protocol.name}, {len(cells)} cells, baseline "
         f"{protocol.baseline}",
@@ -213,9 +213,8 @@ def plan_text(
         f"{', '.join(map(str, protocol.concurrencies))}; repeats: {protocol.repeats} (each a "
         f"cold boot); equivalence margin: {protocol.equivalence_margin:.0%}",
         _prefix_caching_line(protocol),
-        f"# sampling: temperature {protocol.sampling.temperature}, top-p "
-        f"{protocol.sampling.top_p}, max output {protocol.sampling.max_output_tokens}"
-        + (", ignore_eos" if protocol.sampling.ignore_eos else ""),
+        f"# sampling: temperature {sampling.temperature}, top-p {sampling.top_p}, max output "
+        f"{sampling.max_output_tokens}" + (", ignore_eos" if sampling.ignore_eos else ""),
         f"# request set: {_dataset_line(dataset)}",
         f"# lossless: {_lossless_line(protocol)}",
         f"# run directory: {run_dir}",
@@ -260,7 +259,7 @@ def plan_dict(
             "repeats": protocol.repeats,
             "prefix_caching": [on_off(pc) for pc in protocol.prefix_caching],
             "equivalence_margin": protocol.equivalence_margin,
-            "sampling": vars(protocol.sampling),
+            "sampling": vars(protocol.requests),
             "lossless": None if protocol.lossless is None else {
                 **vars(protocol.lossless), "prompts": str(protocol.lossless.prompts)},
         },

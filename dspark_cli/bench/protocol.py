@@ -10,7 +10,7 @@ also runs with vLLM's prefix caching off: the same cells again, each variant its
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -98,19 +98,24 @@ class Cell:
 
 @dataclass(frozen=True)
 class Protocol:
+    """A benchmark protocol. What identifies it comes first: every cell.json records it
+    (`to_dict`), and records of different protocols never mix. The rest is what a run of it
+    plans (`build_protocol`); a protocol read back from a record (`from_dict`) plans nothing:
+    no cells, no sampling."""
+
     name: str
     arms: tuple[str, ...]
     baseline: str
     concurrencies: tuple[int, ...]
-    sampling: Sampling
-    cells: tuple[Cell, ...]  # the selected cells, in run order
-    phase_timeout_s: float
-    metrics_timeout_s: float
     repeats: int = 1
     equivalence_margin: float = 0.05
-    lossless: LosslessSpec | None = None  # None: no greedy check
     objectives: Objectives | None = None  # None: no latency objective, no goodput
     prefix_caching: tuple[bool, ...] = (True,)  # the axis: each arm with it on and/or off
+    sampling: Sampling | None = None  # None: read back from a record
+    cells: tuple[Cell, ...] = ()  # the selected cells, in run order
+    phase_timeout_s: float = 7200.0
+    metrics_timeout_s: float = 10.0
+    lossless: LosslessSpec | None = None  # None: no greedy check
     warm_caches: bool = True  # False: every boot with fresh private caches (`bench.warm_caches`)
 
     @property
@@ -123,10 +128,38 @@ class Protocol:
         """The launch every speedup is measured against: the baseline as first listed."""
         return variant(self.baseline, self.prefix_caching[0])
 
+    @property
+    def requests(self) -> Sampling:
+        """How every request of a planned protocol samples; ValueError for a protocol read
+        back from a record, which plans no request."""
+        if self.sampling is None:
+            raise ValueError(f"protocol {self.name!r} was read back from a record: it plans no "
+                             "request")
+        return self.sampling
+
     def cell(self, arm: str, concurrency: int, repeat: int = 1,
              prefix_caching: bool = True) -> Cell | None:
         return next((c for c in self.cells if (c.arm, c.concurrency, c.repeat, c.prefix_caching)
                      == (arm, concurrency, repeat, prefix_caching)), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What identifies the protocol, as every cell.json records it."""
+        return {"name": self.name, "arms": list(self.arms), "baseline": self.baseline,
+                "concurrencies": list(self.concurrencies), "repeats": self.repeats,
+                "equivalence_margin": self.equivalence_margin,
+                "objectives": None if self.objectives is None else self.objectives.to_dict(),
+                "prefix_caching": list(self.prefix_caching)}
+
+    @classmethod
+    def from_dict(cls, p: Mapping[str, Any]) -> Protocol:
+        """A record's protocol (its fields' types checked by the reader). Records written
+        before repeats existed are one repeat with the default margin; before objectives,
+        none; before the prefix-caching axis, on only."""
+        return cls(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
+                   tuple(int(c) for c in p["concurrencies"]), int(p.get("repeats", 1)),
+                   float(p.get("equivalence_margin", 0.05)),
+                   Objectives.from_dict(p.get("objectives")),
+                   tuple(p.get("prefix_caching") or (True,)))
 
 
 def _unique(items: Sequence[Any], what: str) -> None:

@@ -47,7 +47,6 @@ from dspark_cli.bench.cell import (
     CellRecord,
     CellTimings,
     Observed,
-    ProtocolInfo,
     acceptance_flag,
     adaptive_reasons,
     build,
@@ -56,7 +55,8 @@ from dspark_cli.bench.dataset import VerifiedDataset, describe
 from dspark_cli.bench.loadgen import LoadGenerator, PhaseRun, phase_argv
 from dspark_cli.bench.lossless import PromptSet, Stopped, answer, compare, reference_record, watched
 from dspark_cli.bench.protocol import Cell, Protocol, Sampling
-from dspark_cli.console import progress
+from dspark_cli.console import json_text, progress
+from dspark_cli.deploy.start import ready
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.render import plan_dict
@@ -107,8 +107,6 @@ class ArmLaunch:
 def arm_launch(arm: Arm, record_dir: Path, verdicts: Verdicts | None = None) -> ArmLaunch:
     """Check and prepare `arm` (CheckFailed/UsageError before anything boots), writing its run
     record into `record_dir`; `verdicts`: vLLM's answers the command already has."""
-    from dspark_cli.deploy.start import ready
-
     start = ready(arm.cfg, arm.plan, record_dir, check_port=False, verdicts=verdicts)
     return ArmLaunch(start.head_argv, start.load_env, start.deployment,
                      float(arm.cfg.server.ready_timeout_s),
@@ -219,7 +217,7 @@ class _CellRun:
         if ended.stall is not None and not any(e.startswith("stalled") for e in self.errors):
             self.errors.insert(0, str(ended.stall["sentence"]))  # it tripped outside a phase
         seen = self._observed(session, ended, started_at, time.monotonic() - start)
-        return build(seen, ProtocolInfo.of(self.ctx.protocol),
+        return build(seen, self.ctx.protocol,
                      self._carried(session, ended, asked, caches, gpus))
 
     def _watch(self) -> Watch:
@@ -308,7 +306,7 @@ class _CellRun:
         for phase in self.cell.phases:
             if phase.measured:
                 self.before = self._scrape(session.scrape, "before")
-            argv = phase_argv(phase, self.ctx.protocol.sampling, self.ctx.dataset.spec,
+            argv = phase_argv(phase, self.ctx.protocol.requests, self.ctx.dataset.spec,
                               self.arm.plan, self.dir, base_url=session.base_url,
                               objectives=self.ctx.protocol.objectives)
             if phase.measured:
@@ -342,7 +340,7 @@ class _CellRun:
             began = time.monotonic()
             self.engaged = probe(session.http, session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
-                                 self.cell.concurrency, self.ctx.protocol.sampling,
+                                 self.cell.concurrency, self.ctx.protocol.requests,
                                  self.ctx.protocol.phase_timeout_s,
                                  self.arm.cfg.speculative.num_speculative_tokens,
                                  lambda: _quiet(session.scrape), session.stop_reason,
@@ -364,7 +362,7 @@ class _CellRun:
         """The cell's `gpus` section (every sample in its own gpus.json); None: not sampled."""
         if self.ctx.gpu_tool is None:
             return None
-        (self.dir / GPU_SAMPLES).write_text(json.dumps(samples_dict(samples)) + "\n")
+        write_atomic(self.dir / GPU_SAMPLES, json.dumps(samples_dict(samples)) + "\n")
         return {**gpu_record(self.ctx.gpu_tool, self.ctx.gpu_interval_s, samples, self.window,
                              self.ctx.gpu_idle_below, self.sampler.problem),
                 "file": GPU_SAMPLES}
@@ -447,7 +445,7 @@ def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext,
         progress(f"{cell.id}: earlier attempt kept in {moved}")
     record = _CellRun(cell, arm, launch, ctx, loadgen).run()
     path = records.cell_dir(ctx.run_dir, cell.id) / records.CELL_JSON
-    write_atomic(path, SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+    write_atomic(path, SCRUB(json_text(record.to_dict())))
     return record
 
 
