@@ -365,7 +365,7 @@ def dry_run(cfg: BenchPrimary, directory: Path, as_json: bool, commands: bool) -
 
 def _print_arm_findings(findings: Mapping[str, Sequence[Finding]]) -> None:
     """Preflight failures per arm, to stderr; a skip that several arms share, once."""
-    skipped = {}
+    skipped: dict[tuple[str, str], Finding] = {}
     for arm, found in findings.items():
         print_findings([f for f in found if f.failed], label=arm)
         for f in found:
