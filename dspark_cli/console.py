@@ -24,8 +24,11 @@ def json_text(data: object, sort_keys: bool = False) -> str:
 
 
 def print_json(data: object, sort_keys: bool = False) -> None:
-    """A command's `--json` answer on stdout."""
-    sys.stdout.write(json_text(data, sort_keys))
+    """A command's `--json` answer on stdout. As `print` does, the newline is a write of its
+    own: a pipe closed early (`| head -1`) cuts the one large write short without an error,
+    and only the next write raises BrokenPipeError (the exit code says the reader went away)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=sort_keys))
+    sys.stdout.write("\n")
 
 
 def progress(message: str) -> None:
