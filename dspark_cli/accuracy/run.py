@@ -33,7 +33,6 @@ from dspark_cli.accuracy.records import FAILED, SCORED, AccuracyRecord, ArmScore
 from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.runner import ArmLaunch, arm_launch
 from dspark_cli.bench.workflow import claimed_ports, protocol_of
-from dspark_cli.config.typed import plain
 from dspark_cli.console import progress
 from dspark_cli.errors import DsparkError, ExitCode, MissingExtra, ServerError, UsageError
 from dspark_cli.launch.secrets import SCRUB
@@ -110,7 +109,7 @@ def lm_eval_version(python: str) -> str:
 
 
 def _spec(cfg: ValidatePrimary) -> AccuracySpec | None:
-    return accuracy_spec(plain(cfg.validate.accuracy), default_python(),
+    return accuracy_spec(cfg.validate.accuracy, default_python(),
                          [str(a) for a in cfg.bench.arms])
 
 
