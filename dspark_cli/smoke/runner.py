@@ -167,9 +167,7 @@ def complete_all(client: httpx.Client, base_url: str, model: str, prompt: str,
     the slowest."""
     if count == 1:
         return complete(client, base_url, model, prompt, max_tokens, timeout)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(count) as pool:
+    with futures.ThreadPoolExecutor(count) as pool:
         outcomes = list(pool.map(lambda i: complete(client, base_url, model, f"{prompt} {i}",
                                                     max_tokens, timeout), range(count)))
     failed = [o for o in outcomes if o.state is not RequestState.ok]
