@@ -33,7 +33,7 @@ from dspark_cli.accuracy.records import FAILED, SCORED, AccuracyRecord, ArmScore
 from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.runner import ArmLaunch, arm_launch
 from dspark_cli.bench.workflow import claimed_ports, protocol_of
-from dspark_cli.console import progress
+from dspark_cli.console import json_text, progress
 from dspark_cli.errors import DsparkError, ExitCode, MissingExtra, ServerError, UsageError
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.paths import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
@@ -300,7 +300,7 @@ def accuracy_in(cfg: ValidatePrimary, scorer: Scorer,
             record = _record(cfg, prepared, model, scores)
             scorer.directory.mkdir(parents=True, exist_ok=True)
             write_atomic(scorer.directory / ACCURACY_JSON,
-                         SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+                         SCRUB(json_text(record.to_dict())))
     return record
 
 
