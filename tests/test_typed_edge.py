@@ -6,8 +6,11 @@ fields. Read from the source with `ast`, as written: calls through any alias cou
 from __future__ import annotations
 
 import ast
+import dataclasses
 
-from tests.conftest import REPO
+from dspark_cli.deploy.k8s.target import k8s_spec
+from dspark_cli.deploy.schema import K8sConf
+from tests.conftest import REPO, compose_typed
 
 PACKAGE = REPO / "dspark_cli"
 TYPED = "dspark_cli.config.typed"
@@ -69,3 +72,18 @@ def test_a_call_is_found_under_any_name() -> None:
     assert calls("import select\nselect.select([], [], [], 0)\nx.plain()\n") == set()
     assert calls(f"from {TYPED} import plain\n") == set()  # imported, never called
 
+
+
+def test_the_k8s_spec_reads_every_deploy_k8s_field() -> None:
+    """`k8s_spec` names each `deploy.k8s` field (no dict in between): a field it left out would
+    vanish silently from the manifests, so each one set here must come through."""
+    cfg = compose_typed(["+hw=mi350x", "deploy=k8s"])
+    given = {}
+    for f in dataclasses.fields(K8sConf):
+        value: object = {"kubernetes.io/os": f.name} if f.name == "node_selector" else (
+            len(f.name) if f.type in (int, "int") else f"v-{f.name}")
+        setattr(cfg.deploy.k8s, f.name, value)
+        given[f.name] = value
+    spec = k8s_spec(cfg)
+    assert {name: getattr(spec, name) for name in given} == given
+    assert (spec.platform, spec.model_path) == (str(cfg.hw.platform), cfg.model.path)
