@@ -40,7 +40,6 @@ from dspark_cli.paths import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
 from dspark_cli.server import watchdog
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.logscan import fatal_patterns
-from dspark_cli.server.session import ServerSession
 from dspark_cli.server.watchdog import descendants, stop_group
 from dspark_cli.status import Finding, Status
 from dspark_cli.untrusted import write_atomic
@@ -48,6 +47,7 @@ from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:
     from dspark_cli.config.validate import ValidatePrimary
+    from dspark_cli.server.session import ServerSession
 
 DATASET_RULE, PYTHON_RULE = "accuracy-dataset", "accuracy-lm-eval"
 
@@ -257,6 +257,8 @@ class Scorer:
 
     def boot_and_score(self, arm: Arm, launch: ArmLaunch, cfg: ValidatePrimary) -> ArmScore:
         """The arm's own server booted, scored, stopped."""
+        from dspark_cli.server.session import ServerSession  # the live session: a dry run plans
+
         arm_dir = self.directory / ARMS_DIR / arm.name
         arm_dir.mkdir(parents=True, exist_ok=True)
         session = ServerSession(launch.deployment(arm_dir, {}),

@@ -21,7 +21,6 @@ from dspark_cli.server.deployment import Watch
 from dspark_cli.server.liveness import settings_of
 from dspark_cli.server.metrics import expected_of
 from dspark_cli.server.process import stop_signals_as_interrupt
-from dspark_cli.server.session import ServerSession
 from dspark_cli.smoke import result
 from dspark_cli.smoke.expectations import Expectations, StepsExpect, expectations
 from dspark_cli.smoke.result import SmokeResult
@@ -30,6 +29,7 @@ from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:
     from dspark_cli.config.smoke import SmokePrimary
+    from dspark_cli.server.session import ServerSession
 
 CHECK = "vllm_accepts_command"
 
@@ -45,6 +45,8 @@ def _session(cfg: SmokePrimary, plan: LaunchPlan, exp: Expectations, directory: 
     """The server session (attached, or started where `deploy.target` runs it), vLLM's
     verdict as a check (taken beside the boot for one node here, before it for several), and
     the provenance."""
+    from dspark_cli.server.session import ServerSession  # the live session: a dry run plans
+
     watch = Watch(float(cfg.server.ready_timeout_s), exp.fatal, exp.watch, exp.context_lines,
                   exp.metrics_timeout_s, float(cfg.server.attach_refused_s),
                   float(cfg.server.metrics_settle_s),
