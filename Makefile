@@ -23,7 +23,7 @@ LOWEST ?= .venv-lowest
 LOWEST_EXTRAS := k8s,plot,test
 FAST := not vllm and not slurm and not platform
 
-.PHONY: setup preload slurm serve smoke test test-lowest lint lock bench-scripts dist clean
+.PHONY: setup preload slurm serve smoke test test-lowest lint typecheck lock bench-scripts dist clean
 
 # --no-deps: the lock holds every package already (pip checks each one's hash); the project
 # itself goes in editable, built by the lock's hatchling.
@@ -80,6 +80,10 @@ smoke: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# mypy over the package, as pyproject's [tool.mypy] says (its cache: .mypy_cache, ignored).
+typecheck: setup
+	$(BIN)/mypy
+
 # dspark's wheel and sdist (into $(DIST)), built by the lock's hatchling with uv: nothing is
 # fetched. The wheel is what goes into a vendor's vLLM image (README: Install; Containerfile).
 DIST ?= dist
@@ -134,7 +138,7 @@ test-lowest: $(LOWEST)/.installed
 	$(BYTECODE) $(LOWEST)/bin/python -m pytest -q -n $(WORKERS) -m "$(FAST)" $(LOWEST_TESTS) \
 	  $(LOWEST_SKIP:%=--deselect %)
 
-test: setup slurm lint
+test: setup slurm lint typecheck
 	$(BYTECODE) $(SHARED_OPTIONS) $(BIN)/pytest -q -n $(WORKERS) -m "$(FAST)"
 	$(BYTECODE) $(SHARED_OPTIONS) $(BIN)/pytest -q -n $(WORKERS) -m "not ($(FAST))"
 	$(MAKE) test-lowest

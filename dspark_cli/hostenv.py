@@ -26,9 +26,11 @@ from typing import Any
 
 from dspark_cli.launch import runtime
 from dspark_cli.launch.runtime import Runtime, installed, installed_vllm
+from dspark_cli.launch.vllm_options import active
 from dspark_cli.machine.detect import Machine
 from dspark_cli.status import Finding
 from dspark_cli.untrusted import printable
+from dspark_cli.vllm import options as vllm_options
 from dspark_cli.vllm.options import has_field
 
 _LIMIT = 4 << 20  # bytes read of one source file
@@ -188,9 +190,6 @@ def option_table(derive: bool) -> tuple[dict[str, Any], bool]:
     """(where planning's option table comes from, whether it is at hand): shipped (no vLLM),
     the installed vLLM's cached entry, or not derived yet. `derive` derives it (imports vLLM
     in a subprocess, seconds) when no entry holds it."""
-    from dspark_cli.launch.vllm_options import active
-    from dspark_cli.vllm import options as vllm_options
-
     found = installed_vllm()
     if found is not None and not derive:
         identity = {"dist": found.dist, "version": found.version, "commit": found.commit}

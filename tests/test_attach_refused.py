@@ -14,9 +14,9 @@ import pytest
 
 from dspark_cli.errors import ExitCode, ServerError
 from dspark_cli.server import session as probe
-from dspark_cli.server.deployment import Watch
+from dspark_cli.server.deployment import AttachedServer, Watch
 from dspark_cli.server.process import free_port
-from dspark_cli.server.session import AttachedServer, ServerSession
+from dspark_cli.server.session import ServerSession
 from tests.conftest import dspark_argv, dspark_env, wait_until
 from tests.doubles.fake_vllm import SCRIPT
 

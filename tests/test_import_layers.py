@@ -81,12 +81,7 @@ FORBIDDEN = {
     "dspark_cli.deploy": FEATURES,
     "dspark_cli.launch": (*FEATURES, "dspark_cli.deploy"),
     "dspark_cli.server": (*FEATURES, "dspark_cli.deploy"),
-    # config/schema.py takes the deploy targets' settings from deploy/schema.py (a leaf that
-    # imports only config/); nothing else of deploy/.
-    "dspark_cli.config": (*FEATURES, "dspark_cli.launch", "dspark_cli.server",
-                          *(f"dspark_cli.deploy.{m}" for m in ("start", "target", "local",
-                                                               "cluster", "slurm", "k8s")),
-                          "dspark_cli.vllm"),
+    "dspark_cli.config": (*FEATURES, *MIDDLE, "dspark_cli.vllm"),
     "dspark_cli.vllm": (*FEATURES, *MIDDLE),
     "dspark_cli.machine": (*FEATURES, *MIDDLE),
 }

@@ -151,6 +151,32 @@ def test_requires_python_is_vllms_range() -> None:
         == ["3.10", "3.11", "3.12", "3.13"]
 
 
+def test_make_test_type_checks_the_package_between_lint_and_the_suite(tmp_path: Path) -> None:
+    """`make test` runs the dev extra's mypy (`make typecheck`) over the package, as pyproject's
+    [tool.mypy] names it, after ruff and before the first pytest session (`make -n`: printed,
+    nothing run or made)."""
+    venv = tmp_path / "venv"
+
+    def printed(target: str) -> list[str]:
+        done = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    def first(lines: list[str], command: str) -> int:
+        found = [i for i, line in enumerate(lines) if command in line]
+        assert found, f"`make test` never runs {command}"
+        return found[0]
+
+    lines = printed("test")
+    order = [first(lines, f"{venv}/bin/{c}") for c in ("ruff check", "mypy", "pytest")]
+    assert order == sorted(order), lines
+    assert f"{venv}/bin/mypy" in printed("typecheck")
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]["packages"] \
+        == ["dspark_cli"]
+    assert "mypy" in {Requirement(r).name for r in project()["optional-dependencies"]["dev"]}
+
+
 # What goes into a vendor's vLLM image: `make dist`'s wheel (README: Install; Containerfile).
 INSTALL_TEXTS = ("README.md", "Containerfile", "docs/*.md", "dspark_cli/**/*.py", "conf/**/*.yaml")
 _PIP_DSPARK = re.compile(r"pip install\b[^`\n]*?(['\"]?)(\S*dspark\S*?)\1(?=[\s`)]|$)")

@@ -24,9 +24,9 @@ import pytest
 
 from dspark_cli.errors import ServerError
 from dspark_cli.server import session as probe
-from dspark_cli.server.deployment import Watch
+from dspark_cli.server.deployment import AttachedServer, Watch
 from dspark_cli.server.metrics import ScrapeError, scrape
-from dspark_cli.server.session import AttachedServer, ServerSession
+from dspark_cli.server.session import ServerSession
 from tests.conftest import dspark_argv, dspark_env, run_dspark, run_dspark_process
 
 DRIP_S = 0.5  # the hostile server's pause between two bytes

@@ -18,11 +18,11 @@ import pytest
 
 from dspark_cli.errors import ServerError
 from dspark_cli.server import session as probe
-from dspark_cli.server.deployment import LocalDeployment, NodeProcess, Watch
+from dspark_cli.server.deployment import AttachedServer, LocalDeployment, NodeProcess, Watch
 from dspark_cli.server.logscan import compile_patterns
 from dspark_cli.server.metrics import GENERATION_TOKENS
 from dspark_cli.server.process import free_port
-from dspark_cli.server.session import AttachedServer, ServerSession
+from dspark_cli.server.session import ServerSession
 from tests.conftest import dspark_env
 from tests.doubles.fake_vllm import SCRIPT
 from tests.smoke_support import scratch_of, smoke_argv

@@ -8,8 +8,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 
+from dspark_cli.config.deploy import K8sConf
 from dspark_cli.deploy.k8s.target import k8s_spec
-from dspark_cli.deploy.schema import K8sConf
 from tests.conftest import REPO, compose_typed
 
 PACKAGE = REPO / "dspark_cli"

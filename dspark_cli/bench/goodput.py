@@ -118,13 +118,13 @@ def _tpot(latency: float, ttft: float, tokens: int) -> float:
 
 def measure(result: Mapping[str, Any], obj: Objectives) -> Goodput | None:
     """Goodput of a `vllm bench serve` result file; None when it lacks the per-request arrays."""
-    arrays = [result.get(k) for k in ("ttfts", "latencies", "output_lens")]
+    arrays: list[Any] = [result.get(k) for k in ("ttfts", "latencies", "output_lens")]
     duration = result.get("duration")
     if not all(isinstance(a, list) for a in arrays) or not isinstance(duration, int | float) \
             or duration <= 0 or len({len(a) for a in arrays}) != 1:
         return None
     ttfts, latencies, lens = arrays
-    errors = result.get("errors") if isinstance(result.get("errors"), list) else [""] * len(lens)
+    errors = result["errors"] if isinstance(result.get("errors"), list) else [""] * len(lens)
     limits = {m: v / 1000 for m, v in obj.limits.items()}  # vLLM's arrays are seconds
     good, tokens = 0, 0
     for ttft, latency, n, err in zip(ttfts, latencies, lens, errors, strict=False):

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import httpx
 
@@ -138,9 +138,9 @@ class Comparison:
                 "divergences": [{"prompt": p, "index": i} for p, i in self.divergences]}
 
 
-def _complete(lossless: Mapping[str, Any] | None) -> bool:
+def _complete(lossless: Mapping[str, Any] | None) -> TypeGuard[Mapping[str, Any]]:
     """Whether a recorded probe answered every prompt."""
-    return bool(lossless) and not lossless.get("errors") and bool(lossless.get("texts"))
+    return lossless is not None and not lossless.get("errors") and bool(lossless.get("texts"))
 
 
 def compare(reference_cell: str, reference: Mapping[str, Any],

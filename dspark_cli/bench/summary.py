@@ -113,10 +113,9 @@ def _lossless(rows: Sequence[CellRow], concurrencies: Sequence[int]) -> list[Cel
         ref = found.get(str(row.lossless.get("reference")))
         check = None if ref is None else lossless.compare(ref[0], ref[1], row.lossless)
         why = lossless.lossless_reason(check, row.lossless)
-        bad = why is not None and why not in row.reasons
+        new = () if why is None or why in row.reasons else (why,)
         out.append(replace(row, lossless_check=None if check is None else check.to_dict(),
-                           valid=row.valid and not bad,
-                           reasons=(*row.reasons, why) if bad else row.reasons))
+                           valid=row.valid and not new, reasons=(*row.reasons, *new)))
     return out
 
 
@@ -302,7 +301,7 @@ def cell_gpus(section: Any) -> dict[str, Any] | None:
     sat idle); None when nothing was sampled."""
     if not isinstance(section, Mapping):
         return None
-    measured = [g.get("means") for g in section.get("measured") or ()
+    measured = [g["means"] for g in section.get("measured") or ()
                 if isinstance(g, Mapping) and isinstance(g.get("means"), Mapping)]
     flags = [str(f) for f in section.get("flags") or ()]
     if not measured and not flags:

@@ -9,7 +9,7 @@ import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
@@ -29,8 +29,11 @@ def protocol_of(cfg: BenchPrimary) -> tuple[Protocol, DatasetSpec]:
     return build_protocol(plain(cfg.bench)), dataset_spec(plain(cfg.bench.dataset), Path.cwd())
 
 
+Primary = TypeVar("Primary", bound="BenchPrimary")  # a bench's config or validate's
+
+
 @contextlib.contextmanager
-def claimed_ports(cfg: BenchPrimary) -> Iterator[BenchPrimary]:
+def claimed_ports(cfg: Primary) -> Iterator[Primary]:
     """`cfg` with the ports this job holds while it runs, claimed before anything is planned.
     A sweep's jobs may run side by side on one host (submitit_local, Slurm jobs sharing a node):
     each claims its own port, from `server.port` up; several local nodes claim a block of API
@@ -48,6 +51,7 @@ def claimed_ports(cfg: BenchPrimary) -> Iterator[BenchPrimary]:
     from dspark_cli.server.process import claimed_port
 
     host = client_host(cfg.server.host)
+    assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     nodes = int(cfg.hw.nodes) if deploy_target(cfg).here else 1
     claimed = copy.deepcopy(cfg)
     with contextlib.ExitStack() as claims:

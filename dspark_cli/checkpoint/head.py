@@ -75,7 +75,7 @@ class HeadResult:
 
 
 def declares_dspark(config: Mapping[str, Any] | None) -> bool:
-    return bool(config) and any(str(k).startswith("dspark_") for k in config)
+    return config is not None and any(str(k).startswith("dspark_") for k in config)
 
 
 def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
@@ -237,9 +237,9 @@ def _stages(tensors: _Tensors, template: str, stages: int,
     present, problems = [], []
     for name in found:
         info, missing = tensors.info(name, code)
-        if info is None:
+        if missing is not None:
             problems.append(missing)
-        else:
+        elif info is not None:
             present.append((name, info))
     return present, problems
 
@@ -402,12 +402,12 @@ def config_problems(config: Mapping[str, Any]) -> list[Problem]:
     elif _count(config.get("vocab_size")) and mask >= config["vocab_size"]:
         bad("dspark-key-invalid", "mask token", f"a token id below vocab_size "
             f"{config['vocab_size']}", mask)
-    key = next((k for k in LAYER_ID_KEYS if _lookup(config, k) is not None), None)
-    layers = None if key is None else _lookup(config, key)
-    if key is None:
+    layers_key = next((k for k in LAYER_ID_KEYS if _lookup(config, k) is not None), None)
+    layers = None if layers_key is None else _lookup(config, layers_key)
+    if layers_key is None:
         bad("dspark-key-missing", "target layer ids", "one of " + ", ".join(LAYER_ID_KEYS))
     elif not (isinstance(layers, list) and layers and all(_count(i, 0) for i in layers)):
-        bad("dspark-key-invalid", key, "a list of layer ids", layers)
+        bad("dspark-key-invalid", layers_key, "a list of layer ids", layers)
     return found
 
 

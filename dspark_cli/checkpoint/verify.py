@@ -54,7 +54,7 @@ def content_request(root: Path, *, hash_blobs: bool = False, manifest: Path | No
     file refused as a usage error before anything is read."""
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: give at least 1.")
-    manifest_file, manifest = manifest, None
+    manifest_file, listed = manifest, None
     if manifest_file and write_manifest:
         raise UsageError("--manifest and --write-manifest exclude each other: verify against "
                          "a manifest, or write a new one.")
@@ -62,7 +62,7 @@ def content_request(root: Path, *, hash_blobs: bool = False, manifest: Path | No
         _check_manifest_file(manifest_file.expanduser())
         try:
             # Bytes, not read_text: universal newlines would split a name at a lone CR.
-            manifest = parse_manifest(manifest_file.expanduser().read_bytes().decode(
+            listed = parse_manifest(manifest_file.expanduser().read_bytes().decode(
                 "utf-8", "surrogateescape"))
         except OSError as e:
             raise UsageError(f"cannot read --manifest {manifest_file}: {e.strerror}.") from None
@@ -82,15 +82,15 @@ def content_request(root: Path, *, hash_blobs: bool = False, manifest: Path | No
         if refusal:
             raise UsageError(f"--write-manifest refused: {refusal}.",
                              hint="write the manifest somewhere else, e.g. ~/ckpt.sha256")
-    if hash_blobs and manifest is None and not write_manifest and not any(
+    if hash_blobs and listed is None and not write_manifest and not any(
         blob_expectation(root / f) for f in list_checkpoint_files(root)
     ):
         raise UsageError(f"--hash: the files in {root} are not Hugging Face cache blobs, so "
                          "their names promise no hash to check against.",
                          hint="pass --manifest FILE (write one once with --write-manifest FILE)")
-    if not (hash_blobs or manifest is not None or write_manifest):
+    if not (hash_blobs or listed is not None or write_manifest):
         return None
-    return ContentRequest(manifest=manifest, every_file=bool(write_manifest),
+    return ContentRequest(manifest=listed, every_file=bool(write_manifest),
                           workers=workers, unlisted_ok=_inside(root, manifest_file))
 
 

@@ -153,7 +153,7 @@ def _print_findings(findings: dict[str, Any]) -> None:
     from dspark_cli.launch.checks import print_findings
     from dspark_cli.status import Status
 
-    skipped = {}
+    skipped: dict[tuple[str, str], Any] = {}
     for arm, found in findings.items():
         print_findings([f for f in found if f.failed], label=arm)
         for f in found:

@@ -60,7 +60,7 @@ def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
         from dspark_cli.checkpoint.result import render
 
         render(result)
-    if written:
+    if written and result.content is not None:  # written only from the hashed content
         print(f"dspark: wrote {written} ({len(result.content.digests)} files); "
               f"`cd {shlex.quote(str(root))} && "
               f"{shlex.join(['sha256sum', '-c', str(Path(written).resolve())])}` checks it too.",

@@ -28,7 +28,7 @@ class Option:
 
 def describe(path: Path) -> str:
     """The option's one line: its `# help:` line, else its header's first sentence."""
-    header = []
+    header: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.startswith("#"):
             break
@@ -57,7 +57,7 @@ def option_names(group: str) -> list[str]:
     return [o.name for o in options(group)]
 
 
-def _defaults(config: str) -> list[object]:
+def _defaults(config: str) -> list[str | dict[str, object]]:
     import yaml
 
     path = conf_dir() / f"{config}.yaml"

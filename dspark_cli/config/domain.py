@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 @dataclass(frozen=True)
@@ -100,4 +100,12 @@ POSITIVE = between(1)
 # A schema class is a type for OmegaConf, never compared or printed as an object: without the
 # generated __repr__ and __eq__ (each one an exec at import) every command starts sooner.
 # (A class without a docstring costs an inspect.signature too: every schema class has one.)
-schema_class = dataclass(repr=False, eq=False)
+if TYPE_CHECKING:  # the checker cannot see that the call below makes a dataclass decorator
+    from typing import TypeVar, dataclass_transform
+
+    _T = TypeVar("_T")
+
+    @dataclass_transform()
+    def schema_class(cls: type[_T]) -> type[_T]: ...
+else:
+    schema_class = dataclass(repr=False, eq=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from dspark_cli.config import catalog
 from dspark_cli.errors import UsageError
@@ -90,7 +91,7 @@ def _unknown_key(error: Exception, overrides: Sequence[str]) -> UsageError:
 def _wrong_value(error: Exception, overrides: Sequence[str]) -> UsageError:
     key = str(getattr(error, "full_key", ""))
     value = getattr(error, "value", None)
-    node = getattr(error, "child_node", None)
+    node: Any = getattr(error, "child_node", None)  # OmegaConf's node, told apart by name
     typed = _override_of(key, overrides) or f"{key}={value}"
     kind = type(node).__name__
     if kind == "EnumNode":

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from dspark_cli.config.choices import CudagraphMode, DraftTokensRule, Layout, Platform
+from dspark_cli.config.deploy import K8sConf, SlurmConf
 from dspark_cli.config.domain import (
     COMMIT,
     PORT,
@@ -25,7 +26,6 @@ from dspark_cli.config.domain import (
     schema_class,
 )
 from dspark_cli.config.watch import WatchConf
-from dspark_cli.deploy.schema import K8sConf, SlurmConf
 
 
 @schema_class

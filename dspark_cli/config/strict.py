@@ -21,7 +21,7 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[tuple[str, list[str
     fields = ({f.name for f in dataclasses.fields(kind)}
               if kind is not None and dataclasses.is_dataclass(kind) else None)
     for key in node:
-        full = f"{prefix}{key}"
+        full = f"{prefix}{key!s}"
         if fields is not None and key not in fields:
             import difflib  # only a mistyped key needs it
 
@@ -62,7 +62,7 @@ def out_of_range(node: DictConfig, prefix: str = "") -> list[str]:
             continue
         if isinstance(child, DictConfig):
             if not child._is_none():
-                found += out_of_range(child, f"{prefix}{key}.")
+                found += out_of_range(child, f"{prefix}{key!s}.")
             continue
         if key not in domains:
             continue

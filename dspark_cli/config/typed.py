@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
@@ -54,7 +54,7 @@ def refuse_arm_references(cfg: DictConfig) -> None:
         elif isinstance(node, str) and "${speculative." in node.replace(" ", ""):
             found.append(key)
 
-    data = OmegaConf.to_container(cfg, resolve=False)
+    data = cast(dict, OmegaConf.to_container(cfg, resolve=False))  # a DictConfig's is a dict
     for key, value in data.items():
         if key != "speculative":
             walk(value, str(key))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dspark_cli.config.bench import BenchConf
-from dspark_cli.config.schema import LaunchConf, store_schema
-from dspark_cli.config.smoke import SmokeConf
+from dspark_cli.config.bench import BenchPrimary
+from dspark_cli.config.schema import store_schema
+from dspark_cli.config.smoke import SmokePrimary
 
 
 @dataclass
@@ -66,9 +66,8 @@ class ValidateConf:
 
 
 @dataclass
-class ValidatePrimary(LaunchConf):
-    smoke: SmokeConf = field(default_factory=SmokeConf)
-    bench: BenchConf = field(default_factory=BenchConf)
+class ValidatePrimary(BenchPrimary, SmokePrimary):
+    # A smoke's and a bench's config (the stages hand it to both); fields: launch, smoke, bench.
     validate: ValidateConf = field(default_factory=ValidateConf)
 
 

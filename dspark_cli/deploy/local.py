@@ -12,8 +12,9 @@ from dspark_cli.launch.checks import LOCAL_HEAD
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import layout_dict, layout_script, plan_dict, shell_script
 from dspark_cli.paths import SERVER_LOG
-from dspark_cli.server.deployment import Deployment
+from dspark_cli.server.deployment import Deployment, LocalDeployment, NodeProcess
 from dspark_cli.status import Finding
+from dspark_cli.vllm.shim import vllm_command
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
@@ -33,9 +34,6 @@ def render_json(cfg: LaunchConf, plan: LaunchPlan,
 
 def deployment(launch: Launch, directory: Path) -> Deployment:
     """The head's command as `launch` runs it; the other nodes' through the shim, beside it."""
-    from dspark_cli.server.deployment import LocalDeployment, NodeProcess
-    from dspark_cli.vllm.shim import vllm_command
-
     plan, layout = launch.plan, launch.plan.layout
     nodes = [NodeProcess(0, launch.argv, dict(launch.env), plan.port)]
     if layout.nodes > 1:

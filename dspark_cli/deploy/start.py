@@ -32,13 +32,15 @@ from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.record import collect, write_record
 from dspark_cli.launch.render import layout_script
 from dspark_cli.launch.rules import checked_plan, layout_findings
+from dspark_cli.launch.secrets import PREFIX
 from dspark_cli.machine.detect import Machine, detect
 from dspark_cli.paths import NODES_SH
-from dspark_cli.server.deployment import Deployment
+from dspark_cli.server.deployment import AttachedServer, Deployment
 from dspark_cli.server.process import ensure_port_free
-from dspark_cli.server.session import AttachedServer
 from dspark_cli.status import Finding
 from dspark_cli.vllm.accepts import Verdicts
+from dspark_cli.vllm.shim import vllm_command
+from dspark_cli.vllm.tiny_model import build, build_qwen3_dspark
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
@@ -128,8 +130,6 @@ class Ready:
     def head_argv(self) -> tuple[str, ...]:
         """The head's command as it runs, for the records."""
         if self.target.here and self.launch.plan.layout.nodes > 1:
-            from dspark_cli.vllm.shim import vllm_command
-
             return tuple(vllm_command(self.launch.plan.layout.head.resolved(LOCAL_HEAD)))
         return self.launch.argv
 
@@ -217,22 +217,16 @@ def attach(cfg: LaunchConf, plan: LaunchPlan) -> AttachedServer:
 def child_environ() -> dict[str, str]:
     """This process's environment without the secrets dspark moved out of its overrides
     (launch/secrets.py): the child gets those only under their real names."""
-    from dspark_cli.launch.secrets import PREFIX
-
     return {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
 
 
 def ensure_model(cfg: LaunchConf) -> None:
     """Build the synthetic model the profile names, if it is not cached yet."""
     if cfg.model.synthetic == "tiny":
-        from dspark_cli.vllm.tiny_model import build
-
         if not (Path(cfg.model.path) / "config.json").is_file():
             print(f"dspark: making the tiny model at {cfg.model.path}", file=sys.stderr)
         build(Path(cfg.model.path))
     elif cfg.model.synthetic == "tiny_qwen3":
-        from dspark_cli.vllm.tiny_model import build_qwen3_dspark
-
         if cfg.model.draft is None:
             raise UsageError("model.synthetic=tiny_qwen3 makes a target and its DSpark draft: "
                              "set model.draft to the draft's directory.")
@@ -255,8 +249,6 @@ def launch_argv(cfg: LaunchConf, plan: LaunchPlan) -> tuple[str, ...]:
             raise UsageError("server.command is empty; give the argv to launch, e.g. "
                              "server.command=[my-wrapper,vllm,serve]")
         return argv
-    from dspark_cli.vllm.shim import vllm_command
-
     return tuple(vllm_command(plan.argv))
 
 

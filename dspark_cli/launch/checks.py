@@ -327,7 +327,7 @@ def layout_verdict(layout: NodeLayout, timeout_s: float, head_addr: str = LOCAL_
 def _commands(plan: LaunchPlan) -> list[tuple[list[str], dict[str, str]]]:
     """What `node_verdicts` asks about: every node's command and env (one node: the plan's)."""
     if plan.layout.nodes > 1:
-        return [(node.resolved(LOCAL_HEAD), dict(node.env)) for node in plan.layout.launches]
+        return [(list(node.resolved(LOCAL_HEAD)), dict(node.env)) for node in plan.layout.launches]
     return [(list(plan.argv), dict(plan.env_map))]
 
 

@@ -74,6 +74,7 @@ class Profile:
 
 def profile_of(cfg: LaunchConf) -> Profile:
     hw = cfg.hw
+    assert hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     return Profile(str(hw.name), Platform(hw.platform), int(hw.num_gpus), int(hw.nodes),
                    tuple(str(p) for p in hw.detect), cfg.model.family,
                    int(hw.dp_rpc_port), int(hw.master_port))
@@ -262,6 +263,7 @@ def build_plan(cfg: LaunchConf, libraries: LibraryFinder = installed_libraries) 
         argv += render_flag(dest, value)
     host, port = cfg.server.host, int(cfg.server.port)
     base_url = cfg.server.url or f"http://{client_host(host)}:{port}"
+    assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     env = _with_preload(_collect_env(cfg, secret_env), list(cfg.hw.preload),
                         libraries)
     command = NodeLaunch(0, True, tuple(argv), MappingProxyType(dict(env)), port,

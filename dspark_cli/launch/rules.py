@@ -218,6 +218,7 @@ def _fits_profile(c: Context) -> str | None:
 
 
 def _platform_matches(c: Context) -> str | None:
+    assert c.machine is not None  # a needs_machine rule: judged only with a machine
     want, have = c.profile.platform, c.machine.platform
     if want != have:
         return (f"the {c.profile.hw_name} profile is for {want.value}, but this machine is "
@@ -228,6 +229,7 @@ def _platform_matches(c: Context) -> str | None:
 
 def _gpus_match(c: Context) -> str | None:
     patterns = list(c.profile.detect)
+    assert c.machine is not None  # a needs_machine rule: judged only with a machine
     gpus = c.machine.gpus
     if not gpus or not patterns:
         return None
@@ -242,6 +244,7 @@ def _gpus_match(c: Context) -> str | None:
 
 def _fits_machine(c: Context) -> str | None:
     # every node of a layout run here (deploy=local) shares this machine's GPUs
+    assert c.machine is not None  # a needs_machine rule: judged only with a machine
     if c.profile.platform is not Platform.cpu and c.world > len(c.machine.gpus):
         return (f"TP x DP x PP = {c.world} needs {c.world} GPUs; "
                 f"{len(c.machine.gpus)} detected")

@@ -361,8 +361,8 @@ def _quoted(text: str) -> str:
 
 def _holds_secret(value: Any, key: str) -> bool:
     parts = key.split(".")
-    return any(True for _ in values_in({parts[-1]: value}, parent=(parts[-2:-1] or
-                                                                           [None])[0]))
+    return any(True for _ in values_in({parts[-1]: value},
+                                       parent=parts[-2] if len(parts) > 1 else None))
 
 
 def hide(overrides: list[str]) -> tuple[list[str], bool]:

@@ -73,7 +73,8 @@ def parse_nvidia_smi(text: str) -> tuple[tuple[Gpu, ...], str | None]:
     """Parse `nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap
     --format=csv,noheader,nounits`: a line whose index is not plain digits is no GPU's, and
     at most MAX_GPUS are kept (no host has more; a flood is not a machine)."""
-    gpus, driver = [], None
+    gpus: list[Gpu] = []
+    driver: str | None = None
     for line in text.splitlines():
         cols = [c.strip() for c in line.split(",")]
         if len(cols) < 5 or not _INDEX.fullmatch(cols[0]):

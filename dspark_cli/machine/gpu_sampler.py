@@ -181,7 +181,7 @@ class GpuSampler:
         self._start = 0.0
         self._stop = threading.Event()
         self._lock = threading.Lock()  # a process is started only while not stopped
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
 
     def now(self) -> float:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dspark_cli.config.choices import Platform
+from dspark_cli.config.typed import read_yaml
 from dspark_cli.errors import UsageError
 from dspark_cli.machine.detect import detect, match_profile
 from dspark_cli.paths import conf_dir
 
 
 def profile_patterns() -> dict[str, tuple[Platform, tuple[str, ...]]]:
-    from dspark_cli.config.typed import read_yaml
-
     profiles = {}
     for path in sorted((conf_dir() / "hw").glob("*.yaml")):
         hw = read_yaml(path).get("hw") or {}

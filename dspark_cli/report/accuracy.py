@@ -90,7 +90,7 @@ def _num(value: float | None, places: int = 2, sign: bool = False) -> str:
 
 def _rows(a: Accuracy) -> list[tuple[str, ...]]:
     """The table's cells as plain text (the renderer escapes them)."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for r in a.rows:
         interval = ("-" if r.low is None else
                     f"{_num(r.difference, sign=True)} [{_num(r.low, sign=True)}, "

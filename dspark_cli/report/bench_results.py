@@ -129,7 +129,7 @@ def methodology(bench: BenchRecords | None) -> Methodology | None:
         return None
     proto = _protocol_config(bench)
     info = lookup(bench.cells[0], "protocol") if bench.cells else {}
-    dataset = next((c["dataset"] for c in bench.cells if c.get("dataset")), {})
+    dataset: Mapping[str, Any] = next((c["dataset"] for c in bench.cells if c.get("dataset")), {})
     d = proto.get("dataset") or {}
     kind = d.get("kind") or dataset.get("kind")
     where = dataset.get("file") or d.get("path")

@@ -290,8 +290,8 @@ def _mismatch(params: Any, pin: Any) -> str:
 def judged(section: Mapping[str, Any]) -> Judgement:
     """The section's outcome recomputed from its counts (what the launch expects, the steps,
     the draft tokens, K); counts that cannot all hold are not measured."""
-    counts = {k: section.get(k) for k in ("requests", "reported", "steps", "draft_tokens",
-                                          "accepted")}
+    counts: dict[str, Any] = {k: section.get(k) for k in (
+        "requests", "reported", "steps", "draft_tokens", "accepted")}
     k, short = section.get("k"), section.get("short_steps")
     level = section.get("level")
     problems = [str(p) for p in section.get("problems") or ()]
@@ -343,7 +343,8 @@ def _row(arm: str, cells: Sequence[Mapping[str, Any]]) -> EngagementRow | None:
 
 def engagement_rows(cells: Sequence[Mapping[str, Any]]) -> tuple[EngagementRow, ...]:
     """One row per arm that speculates (or has a pinned draft), in the protocol's arm order."""
-    protocol = next((c["protocol"] for c in cells if isinstance(c.get("protocol"), Mapping)), {})
+    protocol: Mapping[str, Any] = next(
+        (c["protocol"] for c in cells if isinstance(c.get("protocol"), Mapping)), {})
     arms = list(dict.fromkeys([*(str(a) for a in protocol.get("arms") or ()),
                                *(str(c.get("arm")) for c in cells)]))
     rows = (_row(arm, [c for c in cells if str(c.get("arm")) == arm]) for arm in arms)

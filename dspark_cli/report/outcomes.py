@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dspark_cli.accuracy.records import SCORED, AccuracyRecord
+from dspark_cli.accuracy.records import SCORED, AccuracyRecord, AccuracyVerdict, words
 from dspark_cli.paths import LINT_JSON, SMOKE_JSON, SOURCE_JSON
 from dspark_cli.report.markup import NOT_RUN, UNKNOWN, block, code, one_line, table, text
 from dspark_cli.report.sources import SmokeRecords, Sources, lookup
@@ -82,7 +82,7 @@ def _check_status(c: Mapping[str, Any]) -> str:
     """A smoke check's status, recomputed where its data holds the counts it was judged by
     (the DSpark draft's parameters against their pin); else as recorded."""
     status = str(c.get("status"))
-    data = c.get("data") if isinstance(c.get("data"), Mapping) else {}
+    data = c["data"] if isinstance(c.get("data"), Mapping) else {}
     if c.get("name") == "draft_params" and status != "skipped":
         seen, pin = data.get("params"), data.get("expected")
         if isinstance(pin, int) and not isinstance(pin, bool):
@@ -117,8 +117,6 @@ def _bench_stage(src: Sources) -> tuple[str, str]:
 
 
 def _accuracy_stage(record: AccuracyRecord) -> tuple[str, str]:
-    from dspark_cli.accuracy.records import AccuracyVerdict, words
-
     failed = [a.arm for a in record.arms if a.status != SCORED]
     compared = record.comparisons()
     detail = "; ".join([*(f"{a} failed" for a in failed),
@@ -189,7 +187,8 @@ def _counters(smoke: Mapping[str, Any]) -> Counters | None:
     spec = lookup(smoke, "counters", "spec_decode")
     if not spec:
         return None
-    check = next((c for c in smoke.get("checks", []) if c.get("name") == "spec_decode"), {})
+    check: Mapping[str, Any] = next(
+        (c for c in smoke.get("checks", []) if c.get("name") == "spec_decode"), {})
     k = lookup(check, "data", "k")
     drafts, tokens = int(spec["drafts"]), int(spec["draft_tokens"])
     if k is None:

@@ -1,7 +1,7 @@
 """The one interface a server session drives, whatever runs the server, and the one that runs
 it here: process groups on this host (`LocalDeployment`), a server that already runs
-(`session.AttachedServer`), a Slurm job or Kubernetes objects (`deploy/slurm/job.py`,
-`deploy/k8s/run.py`).
+(`AttachedServer`, `server.url=URL`, below: planned without loading the session or its HTTP
+client), a Slurm job or Kubernetes objects (`deploy/slurm/job.py`, `deploy/k8s/run.py`).
 
     start()     submit/apply/spawn; returns once it was accepted (ServerError/UsageError)
     base_url()  where its API answers; None while an engine has not placed it yet
@@ -32,15 +32,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from dspark_cli.errors import ServerError
+from dspark_cli.errors import ServerError, UsageError
+from dspark_cli.server.http import url_problem
 from dspark_cli.server.liveness import StallSettings
 from dspark_cli.server.logscan import Pattern
 from dspark_cli.server.process import ServerProcess, Teardown, ensure_port_free
-
-if TYPE_CHECKING:  # a dry run plans deployments without loading psutil
-    from dspark_cli.server.process import Teardown
 
 
 @dataclass(frozen=True)
@@ -243,3 +240,30 @@ class LocalDeployment(Deployment):
             shutil.rmtree(scratch, ignore_errors=True)
         self._scratch = []
         return self._teardown
+
+
+class AttachedServer(Deployment):
+    """Not ours: `stop()` leaves it running and gives no teardown."""
+
+    managed = False
+
+    def __init__(self, url: str, log_path: Path | None = None) -> None:
+        self.planned_url, self.log_path = url, log_path
+
+    def start(self) -> None:
+        if problem := url_problem(self.planned_url):
+            raise UsageError(f"server.url={self.planned_url!r} cannot be attached to: "
+                             f"{problem}.", hint="give the running server's URL, e.g. "
+                             "http://127.0.0.1:8000")
+
+    def base_url(self) -> str:
+        return self.planned_url
+
+    def ended(self) -> str | None:
+        return None
+
+    def describe(self) -> str:
+        return f"the server at {self.planned_url}"
+
+    def stop(self) -> None:
+        return None

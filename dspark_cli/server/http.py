@@ -9,7 +9,8 @@ opened when its deadline passes (its socket is known from the moment it opens, t
 `trace` extension), and the body is streamed, its size and the clock checked after every chunk
 (which bounds a kept-alive connection's body too; such a connection's headers, from a server
 that answered whole on it before, are bounded per read). A redirect is not followed (the
-client's default): its status is the answer.
+client's default): its status is the answer. `url_problem` says why a URL cannot be asked at
+all (an attached server's `server.url`, checked as it starts).
 """
 
 from __future__ import annotations
@@ -108,3 +109,16 @@ def exchange(client: httpx.Client, method: str, url: str, *, deadline_s: float,
         raise
     finally:
         deadline.cancel()
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be probed (not http(s), no host), or None."""
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as e:
+        return str(e)
+    if parsed.scheme not in ("http", "https"):
+        return "it is not an http:// or https:// URL"
+    return None if parsed.host else "it names no host"

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.server.http import exchange
+
 if TYPE_CHECKING:  # imported where a request is made: a dry run loads no HTTP stack
     import httpx
 
@@ -81,8 +83,6 @@ def fetch(client: httpx.Client, base_url: str,
           timeout_s: float) -> dict[str, EngineSample] | None:
     """`/metrics` now, per engine, through `client`; None when it cannot be read or parsed."""
     import httpx
-
-    from dspark_cli.server.http import exchange
 
     try:
         response = exchange(client, "GET", base_url.rstrip("/") + "/metrics",

@@ -49,6 +49,8 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.server.http import exchange
+
 if TYPE_CHECKING:  # imported where a request is made: a dry run loads no HTTP stack
     import httpx
 
@@ -126,7 +128,7 @@ class SpecDecode:
         """1 + accepted / drafts (vLLM's definition: the bonus token counts); NaN before any."""
         return 1 + self.accepted / self.drafts if self.drafts else math.nan
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         """Plain values for a JSON report (NaN becomes None)."""
 
         def finite(x: float) -> float | None:
@@ -174,8 +176,6 @@ def scrape(client: httpx.Client, base_url: str, timeout_s: float = 5.0) -> Scrap
     """GET `<base_url>/metrics` through `client` and parse it; ScrapeError on any HTTP or
     parse failure."""
     import httpx
-
-    from dspark_cli.server.http import exchange
 
     url = base_url.rstrip("/") + "/metrics"
     try:

@@ -12,9 +12,9 @@ requests through `session.http`) goes through its one HTTP client, closed with i
     session.teardown                                    # None when attached: not ours to stop
 
 What runs the server is a `Deployment` (`deployment.py`): process groups here, an attached
-server (`AttachedServer`, below: `server.url=URL`, nothing to start or stop, its URL checked
-before anything waits on it, its log `server.log=FILE` watched when given), a Slurm job,
-Kubernetes objects; the session treats them alike. One an engine places (`queued`) is asked at
+server (`AttachedServer`: `server.url=URL`, nothing to start or stop, its URL checked before
+anything waits on it, its log `server.log=FILE` watched when given), a Slurm job, Kubernetes
+objects; the session treats them alike. One an engine places (`queued`) is asked at
 its head's URL once the engine knows it, and its ready timeout counts from that moment (a
 queue's wait is not the server's). The HTTP probes (`health`, `version`) each have their own
 timeout: a hung server never hangs dspark.
@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 
 from dspark_cli.console import progress
-from dspark_cli.errors import ExitCode, ServerError, UsageError
+from dspark_cli.errors import ExitCode, ServerError
 from dspark_cli.server.deployment import Deployment, Watch
 from dspark_cli.server.http import SMALL_BODY, exchange
 from dspark_cli.server.liveness import Stall, StallWatch
@@ -294,17 +294,6 @@ def not_vllm(status: int | None) -> bool:
     return status is not None and (status in (REFUSED, 404) or 300 <= status < 400)
 
 
-def url_problem(url: str) -> str | None:
-    """Why `url` cannot be probed (not http(s), no host), or None."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError) as e:
-        return str(e)
-    if parsed.scheme not in ("http", "https"):
-        return "it is not an http:// or https:// URL"
-    return None if parsed.host else "it names no host"
-
-
 def version(client: httpx.Client, base_url: str) -> str | None:
     """The server's `/version`, or None when it does not say."""
     try:
@@ -312,33 +301,6 @@ def version(client: httpx.Client, base_url: str) -> str | None:
                           max_bytes=SMALL_BODY)
         return str(answer.json()["version"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return None
-
-
-class AttachedServer(Deployment):
-    """Not ours: `stop()` leaves it running and gives no teardown."""
-
-    managed = False
-
-    def __init__(self, url: str, log_path: Path | None = None) -> None:
-        self.planned_url, self.log_path = url, log_path
-
-    def start(self) -> None:
-        if problem := url_problem(self.planned_url):
-            raise UsageError(f"server.url={self.planned_url!r} cannot be attached to: "
-                             f"{problem}.", hint="give the running server's URL, e.g. "
-                             "http://127.0.0.1:8000")
-
-    def base_url(self) -> str:
-        return self.planned_url
-
-    def ended(self) -> str | None:
-        return None
-
-    def describe(self) -> str:
-        return f"the server at {self.planned_url}"
-
-    def stop(self) -> None:
         return None
 
 

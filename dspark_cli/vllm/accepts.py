@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 
 from dspark_cli.errors import MissingEngine
 from dspark_cli.status import Finding, Status
+from dspark_cli.vllm.options import serve_cli_args
+from dspark_cli.vllm.shim import patch_version_lookup, require_engine
 
 ACCEPTS_TIMEOUT_S = 300.0  # server.validate_timeout_s: importing vLLM takes a loaded host minutes
 RULE, KEY = "vllm-accepts-command", "serving.extra_args"
@@ -62,8 +64,6 @@ def vllm_accepts_commands(argvs: Sequence[Sequence[str]], env: Mapping[str, str]
     """One finding per argv; those not in `asked` are asked in one subprocess (vLLM is
     imported once), with the commands `asked` takes along in `env`, which may take `timeout_s`
     seconds. The complete answers are added to `asked`."""
-    from dspark_cli.vllm.shim import require_engine
-
     require_engine()  # not installed: neither validated nor run, say what to install
     asked = asked if asked is not None else Verdicts()
     env_key = tuple(sorted(env.items()))
@@ -104,14 +104,10 @@ def _finding(result: dict, label: str) -> Finding:
 
 
 def check(args: list[str]) -> dict:
-    from dspark_cli.vllm.shim import patch_version_lookup
-
     patch_version_lookup()
     try:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-        from dspark_cli.vllm.options import serve_cli_args
 
         cli_args = serve_cli_args()
         make_arg_parser = cli_args.make_arg_parser

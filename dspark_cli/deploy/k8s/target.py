@@ -19,9 +19,11 @@ from dspark_cli.deploy.k8s.manifests import (
     secret_keys,
     to_yaml,
 )
+from dspark_cli.deploy.k8s.run import kubernetes_run
 from dspark_cli.deploy.k8s.validation import require_valid_manifests
 from dspark_cli.deploy.target import DeployTarget, Launch
 from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.record import write_config
 from dspark_cli.paths import MANIFESTS_YAML
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.status import Finding, Status
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 def k8s_spec(cfg: LaunchConf) -> K8sSpec:
     """`deploy.k8s`, the CPU and memory requests defaulting to the profile's node."""
     k = cfg.deploy.k8s
+    assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     node_cpus, node_memory = cfg.hw.node_cpus, cfg.hw.node_memory
     return K8sSpec(
         name=k.name, image=k.image, platform=str(cfg.hw.platform),
@@ -96,8 +99,6 @@ def render_json(cfg: LaunchConf, plan: LaunchPlan, found: tuple[Finding, ...]) -
 
 def hand_off(cfg: LaunchConf, plan: LaunchPlan, directory: Path) -> int:
     """The manifests written into `directory` with the lines that apply them on stdout."""
-    from dspark_cli.launch.record import write_config
-
     text = render(cfg, plan)  # refused before anything is written
     secret = secret_line(cfg, plan)
     write_config(directory, cfg)
@@ -112,8 +113,6 @@ def hand_off(cfg: LaunchConf, plan: LaunchPlan, directory: Path) -> int:
 
 
 def deployment(launch: Launch, directory: Path) -> Deployment:
-    from dspark_cli.deploy.k8s.run import kubernetes_run
-
     return kubernetes_run(launch.plan, k8s_spec(launch.cfg), directory,
                           stop_timeout_s=float(launch.cfg.server.stop_grace_s))
 

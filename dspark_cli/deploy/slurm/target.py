@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 def sbatch_spec(cfg: LaunchConf) -> SbatchSpec:
     s = cfg.deploy.slurm
+    assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     return SbatchSpec(job_name=str(s.job_name), time=str(s.time), partition=s.partition,
                       account=s.account, qos=s.qos, extra=tuple(str(x) for x in s.sbatch),
                       setup=tuple(str(x) for x in s.setup),

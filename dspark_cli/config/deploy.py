@@ -1,7 +1,7 @@
 """The settings of the Slurm and Kubernetes deploy targets (`deploy.slurm.*`, `deploy.k8s.*`),
 fields of the `deploy` group's schema beside `deploy.target`: `deploy=slurm` picks the target,
-and a site keeps its partition or image in one override file. Import-light: the config schema
-takes them from here, and nothing else of deploy/.
+and a site keeps its partition or image in one override file. The config schema takes them
+from here; the targets (deploy/slurm/, deploy/k8s/) read the checked values.
 
 What may go into the sbatch header is checked when the config is composed. sbatch reads
 `#SBATCH` lines only up to the first line that is not a comment: a newline (or any control
