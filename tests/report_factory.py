@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.bench.cell import CellRecord, ProtocolInfo
+from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.goodput import Goodput, Objectives
-from dspark_cli.bench.protocol import variant
+from dspark_cli.bench.protocol import Protocol, variant
 from dspark_cli.bench.records import summarize_records
 from dspark_cli.bench.summary import write
 from dspark_cli.launch.plan import build_plan
@@ -75,7 +75,7 @@ def goodput(arm: str, concurrency: int, value: float) -> Goodput:
                    good >= 0.99 * 880)
 
 
-def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: ProtocolInfo,
+def cell_record(arm: str, concurrency: int, repeat: int, value: float, info: Protocol,
                 sha256: str, prefix_caching: bool = True) -> CellRecord:
     k = None if arm == "none" else 7
     spec = None if k is None else {"drafts": 1000, "draft_tokens": 7000, "accepted": 2600,
@@ -121,7 +121,7 @@ def bench_run(root: Path, repeats: int = 3, seed: int = 0, margin: float = 0.02,
             plan = build_plan(arm_cfg)
             write_record(root / "arms" / variant(arm, pc), arm_cfg, plan, list(plan.argv),
                          provenance(), [])
-    info = ProtocolInfo(protocol, ARMS, BASELINE, CONCURRENCIES, repeats,
+    info = Protocol(protocol, ARMS, BASELINE, CONCURRENCIES, repeats,
                         margin, objectives, prefix_caching)
     rng = random.Random(seed)
     records = []

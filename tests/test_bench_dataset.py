@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dspark_cli.bench.dataset import SPEED_BENCH_SENTINEL, dataset_spec, verify
+from dspark_cli.config.bench import DatasetConf, DatasetKind
 from dspark_cli.errors import CheckFailed, UsageError
 
 
@@ -26,9 +27,8 @@ def sha(path: Path) -> str:
 
 
 def spec_for(tmp_path: Path, **fields: object):
-    base = {"kind": "speed_bench", "path": "sb", "subset": "throughput_1k", "sha256": None,
-            "input_tokens": None, "seed": 0}
-    return dataset_spec({**base, **fields}, tmp_path)
+    base = {"kind": DatasetKind.speed_bench, "path": "sb", "subset": "throughput_1k"}
+    return dataset_spec(DatasetConf(**{**base, **fields}), tmp_path)
 
 
 def test_a_pinned_set_verifies_and_counts_rows(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_too_few_rows_for_a_phase_is_refused(tmp_path: Path) -> None:
 def test_rows_must_carry_the_field_vllms_loader_reads(tmp_path: Path) -> None:
     file = tmp_path / "set.jsonl"
     file.write_text(json.dumps({"text": "no prompt key"}) + "\n")
-    spec = dataset_spec({"kind": "jsonl", "path": str(file), "sha256": sha(file)}, tmp_path)
+    spec = dataset_spec(DatasetConf(DatasetKind.jsonl, str(file), sha256=sha(file)), tmp_path)
     with pytest.raises(CheckFailed) as exc:
         verify(spec, needed_rows=1)
     assert "'prompt'" in exc.value.message
@@ -91,24 +91,23 @@ def test_rows_must_carry_the_field_vllms_loader_reads(tmp_path: Path) -> None:
 def test_a_jsonl_set_verifies(tmp_path: Path) -> None:
     file = tmp_path / "set.jsonl"
     file.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(4)))
-    spec = dataset_spec({"kind": "jsonl", "path": "set.jsonl", "sha256": sha(file)}, tmp_path)
+    spec = dataset_spec(DatasetConf(DatasetKind.jsonl, "set.jsonl", sha256=sha(file)), tmp_path)
     assert verify(spec, needed_rows=4).rows == 4
 
 
 def test_random_prompts_have_nothing_to_pin(tmp_path: Path) -> None:
-    spec = dataset_spec({"kind": "random", "input_tokens": 32}, tmp_path)
+    spec = dataset_spec(DatasetConf(DatasetKind.random, input_tokens=32), tmp_path)
     verified = verify(spec, needed_rows=10**6)
     assert (verified.sha256, verified.rows, spec.request_file) == (None, None, None)
 
 
 @pytest.mark.parametrize(("fields", "fragment"), [
-    ({"kind": "jsonl"}, "needs bench.dataset.path"),
-    ({"kind": "speed_bench", "path": "x"}, "needs bench.dataset.subset"),
-    ({"kind": "random"}, "needs bench.dataset.input_tokens"),
-    ({"kind": "random", "input_tokens": 8, "sha256": "abc"}, "is not 64 hex digits"),
+    ({"kind": DatasetKind.jsonl}, "needs bench.dataset.path"),
+    ({"kind": DatasetKind.speed_bench, "path": "x"}, "needs bench.dataset.subset"),
+    ({"kind": DatasetKind.random}, "needs bench.dataset.input_tokens"),
 ])
 def test_incomplete_dataset_config_is_a_usage_error(
         tmp_path: Path, fields: dict[str, object], fragment: str) -> None:
     with pytest.raises(UsageError) as exc:
-        dataset_spec(fields, tmp_path)
+        dataset_spec(DatasetConf(**fields), tmp_path)
     assert fragment in exc.value.message

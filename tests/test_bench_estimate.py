@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.bench.cell import ProtocolInfo
+from dspark_cli.bench.protocol import Protocol
 from tests.conftest import run_dspark
 from tests.report_factory import cell_record
 
 CPU = ("bench", "bench=cpu", "+hw=cpu", "--dry-run", "--json")
-INFO = ProtocolInfo("cpu", ("none", "draft_model"), "none", (8, 2))
+INFO = Protocol("cpu", ("none", "draft_model"), "none", (8, 2))
 
 
 def past_bench(

@@ -183,11 +183,11 @@ def validation_run(run: Path, first: Path, values: dict[str, float]) -> None:
     its proposal/ folder."""
     import random
 
-    from dspark_cli.bench.cell import ProtocolInfo
+    from dspark_cli.bench.protocol import Protocol
     from tests.report_factory import cell_record
 
     arms = ("none", "draft_model", "proposed")
-    info = ProtocolInfo("cpu", arms, "none", (8, 2), 3, 0.05)
+    info = Protocol("cpu", arms, "none", (8, 2), 3, 0.05)
     rng = random.Random(0)
     for c in info.concurrencies:
         for arm in arms:

@@ -1,5 +1,5 @@
 """Commands detect hardware only when they plan a launch on this machine (their contract's
-`needs_machine`: commands/command.py)."""
+`needs_machine`: cli/command.py)."""
 
 from __future__ import annotations
 

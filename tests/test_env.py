@@ -101,6 +101,18 @@ def test_a_host_no_profile_matches_is_reported_not_an_error(tmp_path: Path) -> N
     assert run_dspark("env", "--check", env=host).returncode == 1
 
 
+def test_a_plan_the_config_refuses_is_a_refusal_not_an_internal_error() -> None:
+    """The plan's own refusal (a speculative key set twice) is one of env's facts: the refusal
+    said, exit 0 (1 with --check), never an unexpected error."""
+    key = "+speculative.extra.num_speculative_tokens=3"
+    code, env = _env("+hw=mi350x", key, "--vllm")
+    assert code == 0 and env["not_checked"] == []
+    refused, = [r for r in env["refusals"] if r["rule"] == "launch-plan"]
+    assert "speculative.num_speculative_tokens` owns" in refused["message"]
+    checked = run_dspark("env", "+hw=mi350x", key, "--vllm", "--check")
+    assert checked.returncode == ExitCode.CHECK_FAILED, checked.stderr
+
+
 def _image_vllm(root: Path, dspark: bool) -> Path:
     """The image's vLLM (metadata and version file), and the source files dspark reads to
     know what it supports: with DSpark (method, adaptive verification, V2 runner) or without."""

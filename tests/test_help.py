@@ -5,6 +5,7 @@ and `dspark help CMD` say the same; `-V` prints the version. The CLI is called i
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import sys
 import pytest
 
 from dspark_cli import __version__
-from dspark_cli.cli import COMMANDS, command_of, main
+from dspark_cli.cli import main
+from dspark_cli.cli.registry import COMMANDS, command_of
 from tests.conftest import REPO
 
 CONF = REPO / "conf"
@@ -47,9 +49,27 @@ def test_each_listed_module_holds_that_commands_contract(name: str) -> None:
     assert command_of(name).name == name
 
 
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_runs_as_run_cfg_opts(name: str) -> None:
+    """One calling convention: `run(cfg, opts)`, cfg None for a command that composes nothing."""
+    assert list(inspect.signature(command_of(name).run).parameters) == ["cfg", "opts"]
+
+
+def test_the_top_help_loads_no_step_of_a_run() -> None:
+    """`dspark --help` reads the registry only: neither the steps before a command runs
+    (cli/pipeline.py) nor Hydra and OmegaConf."""
+    code = ("import sys\nfrom dspark_cli.cli import main\nmain(['--help'])\n"
+            "print(*sorted(m for m in ('dspark_cli.cli.pipeline', 'hydra', 'omegaconf')"
+            " if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, check=True, timeout=60)
+    assert done.stdout.splitlines()[-1] == ""
+
+
 def test_listing_the_commands_imports_none_of_them() -> None:
     """`dspark --help` starts fast: a command's module is imported when that command runs."""
-    code = ("import sys\nfrom dspark_cli.cli import COMMANDS, main\nmain(['--help'])\n"
+    code = ("import sys\nfrom dspark_cli.cli import main\n"
+            "from dspark_cli.cli.registry import COMMANDS\nmain(['--help'])\n"
             "print(*[c.module for c in COMMANDS.values() if c.module in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, check=True, timeout=60)

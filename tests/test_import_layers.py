@@ -66,18 +66,19 @@ def test_a_cycle_is_found_when_there_is_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
 
 
-FEATURES = ("dspark_cli.commands", "dspark_cli.smoke", "dspark_cli.bench", "dspark_cli.validate",
-            "dspark_cli.report", "dspark_cli.accuracy", "dspark_cli.hostenv")
+FEATURES = ("dspark_cli.cli", "dspark_cli.commands", "dspark_cli.smoke", "dspark_cli.bench",
+            "dspark_cli.validate", "dspark_cli.report", "dspark_cli.accuracy", "dspark_cli.hostenv")
 MIDDLE = ("dspark_cli.launch", "dspark_cli.server", "dspark_cli.deploy")
 # package -> the packages it must never import (a lower layer never reaches up; within a
 # layer, the cycle test above is the rule). deploy is the start step: launch and server,
 # below it, never import it.
 FORBIDDEN = {
-    "dspark_cli.validate": ("dspark_cli.commands",),
-    "dspark_cli.hostenv": ("dspark_cli.commands",),
-    "dspark_cli.smoke": ("dspark_cli.commands",),
-    "dspark_cli.bench": ("dspark_cli.commands",),
-    "dspark_cli.accuracy": ("dspark_cli.commands", "dspark_cli.validate", "dspark_cli.report"),
+    "dspark_cli.validate": ("dspark_cli.cli", "dspark_cli.commands"),
+    "dspark_cli.hostenv": ("dspark_cli.cli", "dspark_cli.commands"),
+    "dspark_cli.smoke": ("dspark_cli.cli", "dspark_cli.commands"),
+    "dspark_cli.bench": ("dspark_cli.cli", "dspark_cli.commands"),
+    "dspark_cli.accuracy": ("dspark_cli.cli", "dspark_cli.commands", "dspark_cli.validate",
+                            "dspark_cli.report"),
     "dspark_cli.deploy": FEATURES,
     "dspark_cli.launch": (*FEATURES, "dspark_cli.deploy"),
     "dspark_cli.server": (*FEATURES, "dspark_cli.deploy"),
@@ -103,9 +104,9 @@ def test_the_deploy_target_is_named_in_one_place() -> None:
 
 
 def test_only_the_command_edge_and_config_import_omegaconf() -> None:
-    """The edge (cli.py, commands/) turns the composed config into the schema's dataclasses
+    """The edge (cli/, commands/) turns the composed config into the schema's dataclasses
     (config/typed.py); every layer below takes those, so none of it imports OmegaConf."""
-    edge = ("dspark_cli/cli.py", "dspark_cli/commands/", "dspark_cli/config/")
+    edge = ("dspark_cli/cli/", "dspark_cli/commands/", "dspark_cli/config/")
     importers = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

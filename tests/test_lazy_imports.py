@@ -38,6 +38,10 @@ LAZY = {
     "rich": "the tables and progress bars: only when one is drawn",
     "prometheus_client": "the metrics parser: only where /metrics is read",
     "dspark_cli.server.session": "the live session (httpx, threads): a dry run must not load it",
+    "dspark_cli.cli.pipeline": "the steps to a command's run: `dspark --help` reads the "
+                               "registry only",
+    "dspark_cli.cli.compose": "the steps Hydra takes part in (hydra, omegaconf at its top): "
+                              "a command's --help, report, compare and prepare need none",
     "this": "stdlib, but prints the Zen of Python when imported: the tiny model's text, caught",
 }
 

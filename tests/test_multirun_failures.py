@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hydra.experimental.callback import Callback
 
-from dspark_cli.commands.multirun import JOB_FILE
+from dspark_cli.cli.multirun import JOB_FILE
 from tests.conftest import run_dspark
 
 SWEEP = ["bench", "+hw=cpu", "--dry-run", "-m", "bench.concurrency=2,5"]
@@ -45,7 +45,7 @@ def test_a_sweep_whose_jobs_pass_exits_0_and_says_nothing_more(tmp_path: Path) -
 def test_a_job_that_died_without_an_outcome_is_named(tmp_path: Path) -> None:
     import io
 
-    from dspark_cli.commands.multirun import print_failures
+    from dspark_cli.cli.multirun import print_failures
 
     (tmp_path / "0").mkdir()
     (tmp_path / "0" / JOB_FILE).write_text(json.dumps(
@@ -123,7 +123,7 @@ def test_an_unreadable_job_outcome_is_a_job_that_failed(tmp_path: Path,
     import io
     import os
 
-    from dspark_cli.commands.multirun import print_failures
+    from dspark_cli.cli.multirun import print_failures
 
     job = tmp_path / "0"
     (job / ".hydra").mkdir(parents=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dspark_cli.config.overrides import expand_home, hydra_value, shell_word
+from dspark_cli.cli.overrides import expand_home, hydra_value, shell_word
 from tests.conftest import REPO, dspark_argv, dspark_env, run_dspark
 
 HOME = "/home/ann"

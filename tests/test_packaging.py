@@ -199,7 +199,7 @@ def test_make_dist_builds_the_wheel_and_the_sdist(dist: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert {"dspark_cli/cli.py", "dspark_cli/conf/hw/mi350x.yaml",
+    assert {"dspark_cli/cli/__init__.py", "dspark_cli/conf/hw/mi350x.yaml",
             "dspark_cli/conf/image/seed_mi350x.yaml"} <= names
     assert "dspark_cli/launch/vllm_serve_options.json" in names  # the shipped option table
     assert "dspark_cli/deploy/k8s/leaderworkerset-crd.yaml.gz" in names  # the LWS CRD
@@ -208,7 +208,8 @@ def test_make_dist_builds_the_wheel_and_the_sdist(dist: Path) -> None:
         project()["optional-dependencies"])
     with tarfile.open(sdist) as t:
         members = {m.split("/", 1)[1] for m in t.getnames() if "/" in m}
-    assert {"pyproject.toml", "conf/image/seed_mi350x.yaml", "dspark_cli/cli.py"} <= members
+    assert {"pyproject.toml", "conf/image/seed_mi350x.yaml",
+            "dspark_cli/cli/__init__.py"} <= members
 
 
 def test_the_installed_wheel_plans_the_seed_job_from_its_own_files(dist: Path,

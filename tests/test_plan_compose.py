@@ -30,8 +30,9 @@ def test_a_dry_run_is_composed_by_hydras_app_as_a_run_is(tmp_path: Path) -> None
 ])
 def test_a_command_stores_only_the_schema_it_composes(command: str, stored: list[str]) -> None:
     code = ("from hydra.core.config_store import ConfigStore\n"
-            "from dspark_cli.cli import command_of\n"
-            f"command_of({command!r}).store_schema()\n"
+            "from dspark_cli.cli.compose import store_schema\n"
+            "from dspark_cli.cli.registry import command_of\n"
+            f"store_schema(command_of({command!r}))\n"
             "print(*sorted(k for k in ConfigStore.instance().repo if k.endswith('_schema.yaml')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          check=True, timeout=60).stdout

@@ -20,8 +20,8 @@ from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.config.schema import SpeculativeConf
 from dspark_cli.config.typed import with_group
 from dspark_cli.errors import UsageError
-from dspark_cli.launch.plan import LaunchPlan, build_plan
-from dspark_cli.launch.rules import checked_layout
+from dspark_cli.launch.plan import LaunchPlan
+from dspark_cli.launch.rules import checked_plan
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.logscan import DraftParams, draft_params_spec
 from dspark_cli.server.metrics import expected_of
@@ -44,7 +44,7 @@ def arm_config(cfg: BenchPrimary, arm: str) -> BenchPrimary:
     path = directory / f"{arm}.yaml"
     extra = cfg.bench.profiles
     if not path.is_file() and extra:  # a proposal's profile (bench/proposal.py)
-        path = Path(str(extra)) / "speculative" / f"{arm}.yaml"
+        path = Path(extra) / "speculative" / f"{arm}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml")))
         raise UsageError(
@@ -78,8 +78,7 @@ def compose_arms(cfg: BenchPrimary, protocol: Protocol) -> dict[str, Arm]:
     for cell in protocol.cells:
         if cell.variant not in arms:
             arm_cfg = variant_config(cfg, cell)
-            plan = build_plan(arm_cfg)
-            checked_layout(plan)  # a bad layout is refused before anything runs
+            plan = checked_plan(arm_cfg)  # a bad layout is refused before anything runs
             expected = expected_of(plan.arg("speculative_config"),
                                    arm_cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)
             arms[cell.variant] = Arm(cell.variant, arm_cfg, plan, expected,

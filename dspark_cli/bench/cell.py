@@ -29,7 +29,7 @@ from typing import Any
 from dspark_cli.bench import goodput as gp
 from dspark_cli.bench.loadgen import PhaseRun, latency_ms, scalars
 from dspark_cli.bench.lossless import Comparison, lossless_reason
-from dspark_cli.bench.protocol import Cell, Protocol, variant
+from dspark_cli.bench.protocol import Cell, Protocol, cell_id, variant
 from dspark_cli.server import metrics
 from dspark_cli.server.process import Teardown
 from dspark_cli.untrusted import (
@@ -46,7 +46,24 @@ from dspark_cli.untrusted import (
     TEXT,
 )
 
-# The fields of cell.json that are read back, and their JSON types (`untrusted.check`).
+
+@dataclass(frozen=True)
+class CellTimings:
+    boot_s: float
+    load_s: float
+    teardown_s: float
+    total_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"boot_s": round(self.boot_s, 3), "load_s": round(self.load_s, 3),
+                "teardown_s": round(self.teardown_s, 3), "total_s": round(self.total_s, 3),
+                # What dspark itself spent on the cell: everything but boot, load, teardown.
+                "overhead_s": round(self.total_s - self.boot_s - self.load_s
+                                    - self.teardown_s, 3)}
+
+
+# The fields of cell.json (`CellRecord.to_dict`, below) that are read back, and their JSON types
+# (`untrusted.check`): a field added to the record is added here.
 FIELDS = {
     "arm": TEXT, "concurrency": COUNT, "repeat": COUNT, "cell_id": TEXT, "valid": BOOL,
     "reasons": LIST, "reasons.*": TEXT, "protocol": MAP, "protocol.name": TEXT,
@@ -155,66 +172,6 @@ REQUIRED = ("arm", "concurrency", "valid", "protocol", "protocol.name", "protoco
 
 
 @dataclass(frozen=True)
-class ProtocolInfo:
-    """Which protocol a cell belongs to: records of different protocols never mix."""
-
-    name: str
-    arms: tuple[str, ...]
-    baseline: str
-    concurrencies: tuple[int, ...]
-    repeats: int = 1
-    equivalence_margin: float = 0.05
-    objectives: gp.Objectives | None = None  # goodput's latency objectives
-    prefix_caching: tuple[bool, ...] = (True,)  # the axis (`bench.prefix_caching`)
-
-    @classmethod
-    def of(cls, protocol: Protocol) -> ProtocolInfo:
-        return cls(protocol.name, tuple(protocol.arms), protocol.baseline,
-                   tuple(protocol.concurrencies), protocol.repeats, protocol.equivalence_margin,
-                   protocol.objectives, protocol.prefix_caching)
-
-    @property
-    def variants(self) -> tuple[str, ...]:
-        """Every arm under every prefix-caching setting (`protocol.variant`)."""
-        return tuple(variant(a, pc) for a in self.arms for pc in self.prefix_caching)
-
-    @property
-    def baseline_variant(self) -> str:
-        return variant(self.baseline, self.prefix_caching[0])
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "arms": list(self.arms), "baseline": self.baseline,
-                "concurrencies": list(self.concurrencies), "repeats": self.repeats,
-                "equivalence_margin": self.equivalence_margin,
-                "objectives": None if self.objectives is None else self.objectives.to_dict(),
-                "prefix_caching": list(self.prefix_caching)}
-
-    @classmethod
-    def from_dict(cls, p: Mapping[str, Any]) -> ProtocolInfo:
-        """Records written before repeats existed are one repeat with the default margin;
-        before objectives, none; before the prefix-caching axis, on only."""
-        return cls(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
-                   tuple(int(c) for c in p["concurrencies"]), int(p.get("repeats", 1)),
-                   float(p.get("equivalence_margin", 0.05)), gp.objectives(p.get("objectives")),
-                   tuple(p.get("prefix_caching") or (True,)))
-
-
-@dataclass(frozen=True)
-class CellTimings:
-    boot_s: float
-    load_s: float
-    teardown_s: float
-    total_s: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {"boot_s": round(self.boot_s, 3), "load_s": round(self.load_s, 3),
-                "teardown_s": round(self.teardown_s, 3), "total_s": round(self.total_s, 3),
-                # What dspark itself spent on the cell: everything but boot, load, teardown.
-                "overhead_s": round(self.total_s - self.boot_s - self.load_s
-                                    - self.teardown_s, 3)}
-
-
-@dataclass(frozen=True)
 class CellRecord:
     """One cell's (one repeat's) evidence and verdict. Fields the summary reads are typed; the
     evidence it only carries (load generator scalars, counters, launch) is kept as read."""
@@ -223,7 +180,7 @@ class CellRecord:
     concurrency: int
     valid: bool
     reasons: tuple[str, ...]
-    protocol: ProtocolInfo
+    protocol: Protocol
     output_throughput: float | None = None
     request_throughput: float | None = None
     total_output_tokens: int | None = None
@@ -250,8 +207,8 @@ class CellRecord:
 
     @property
     def cell_id(self) -> str:
-        base = f"{self.variant}-c{self.concurrency}"
-        return base if self.protocol.repeats == 1 else f"{base}-r{self.repeat}"
+        return cell_id(self.arm, self.prefix_caching, self.concurrency, self.repeat,
+                       self.protocol.repeats)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -283,7 +240,7 @@ class CellRecord:
                "finished_at", "lossless", "degraded", "goodput", "engagement", "draft_params",
                "prefix_caching"}
         latency = data.get("latency_ms")
-        info = ProtocolInfo.from_dict(data["protocol"])
+        info = Protocol.from_dict(data["protocol"])
         return cls(
             arm=str(data["arm"]), concurrency=int(data["concurrency"]),
             valid=bool(data["valid"]), reasons=tuple(data.get("reasons") or ()),
@@ -358,7 +315,7 @@ def _delta(delta: metrics.Scrape) -> dict[str, Any]:
             "request_success": delta.by_label(metrics.REQUEST_SUCCESS, "finished_reason")}
 
 
-def build(seen: Observed, protocol: ProtocolInfo,
+def build(seen: Observed, protocol: Protocol,
           carried: Mapping[str, Any]) -> CellRecord:
     """The cell's record: its evidence judged by the validity rules. `carried` is context
     recorded as is (dataset, launch, server log)."""

@@ -34,12 +34,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench.lossless import PromptSet, load_prompts
 from dspark_cli.bench.protocol import Protocol
@@ -47,12 +46,14 @@ from dspark_cli.errors import CheckFailed, DsparkError, ExitCode, UsageError
 from dspark_cli.status import Finding, Status
 from dspark_cli.untrusted import output_dir, shown_path, write_atomic
 
+if TYPE_CHECKING:  # the records' readers (report) need no schema
+    from dspark_cli.config.bench import DatasetConf
+
 SPEED_BENCH_SENTINEL = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
 SPEED_BENCH_PREPARE = (
     "https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/heads/main/"
     "nemo_skills/dataset/speed-bench/prepare.py"
 )
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 # The key each row must carry for vLLM's loader of that kind.
 _ROW_KEY = {"speed_bench": "messages", "jsonl": "prompt"}
 
@@ -82,31 +83,21 @@ class VerifiedDataset:
     rows: int | None
 
 
-def dataset_spec(dataset: Mapping[str, Any], base_dir: Path) -> DatasetSpec:
-    """Validate the `bench.dataset` config (plain values); relative paths are from `base_dir`."""
-    kind = str(dataset["kind"])
-    raw_path = dataset.get("path")
-    path = None if raw_path is None else (base_dir / str(raw_path)).resolve()
-    sha = dataset.get("sha256")
-    if sha is not None:
-        sha = str(sha).lower()
-        if not _SHA256.fullmatch(sha):
-            raise UsageError(f"bench.dataset.sha256 {dataset['sha256']!r} is not 64 hex digits.")
-    spec = DatasetSpec(
-        kind=kind,
-        path=path,
-        subset=dataset.get("subset"),
-        sha256=sha,
-        input_tokens=dataset.get("input_tokens"),
-        seed=int(dataset.get("seed") or 0),
-    )
+def dataset_spec(dataset: DatasetConf, base_dir: Path) -> DatasetSpec:
+    """The request set `bench.dataset` names (its pin's form and its lengths checked by the
+    schema); relative paths are from `base_dir`; UsageError when a kind lacks what it needs."""
+    kind = str(dataset.kind)
+    path = None if dataset.path is None else (base_dir / dataset.path).resolve()
+    spec = DatasetSpec(kind=kind, path=path, subset=dataset.subset,
+                       sha256=None if dataset.sha256 is None else dataset.sha256.lower(),
+                       input_tokens=dataset.input_tokens, seed=dataset.seed)
     if kind in ("speed_bench", "jsonl") and path is None:
         raise UsageError(f"bench.dataset.kind={kind} needs bench.dataset.path.")
     if kind == "speed_bench" and not spec.subset:
         raise UsageError(
             "bench.dataset.kind=speed_bench needs bench.dataset.subset (e.g. throughput_1k)."
         )
-    if kind == "random" and not (isinstance(spec.input_tokens, int) and spec.input_tokens > 0):
+    if kind == "random" and spec.input_tokens is None:
         raise UsageError("bench.dataset.kind=random needs bench.dataset.input_tokens > 0.")
     return spec
 

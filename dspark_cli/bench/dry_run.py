@@ -8,19 +8,34 @@ counters, as a dry run lists it (`watch_plan`; docs/bench.md, "Watches")."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench import records
-from dspark_cli.bench.arms import Arm
-from dspark_cli.bench.dataset import DatasetSpec
+from dspark_cli.bench.arms import Arm, compose_arms
+from dspark_cli.bench.dataset import DatasetSpec, input_findings
 from dspark_cli.bench.loadgen import phase_argv
-from dspark_cli.bench.past_runs import Evidence
+from dspark_cli.bench.past_runs import SAME, Evidence, latest
 from dspark_cli.bench.protocol import Cell, Protocol, on_off
+from dspark_cli.bench.workflow import protocol_of
+from dspark_cli.console import print_json
+from dspark_cli.deploy.start import deploy_target, dry_preflight
+from dspark_cli.errors import worst
+from dspark_cli.launch.checks import exit_code, print_findings
 from dspark_cli.launch.render import command_lines
 from dspark_cli.launch.render import plan_dict as launch_dict
+from dspark_cli.machine.gpu_sampler import find_tool
+from dspark_cli.status import Finding, Status
+from dspark_cli.untrusted import RecordError
+
+if TYPE_CHECKING:
+    from dspark_cli.config.bench import BenchPrimary
+    from dspark_cli.config.schema import LogsConf
+    from dspark_cli.config.validate import ValidatePrimary
+    from dspark_cli.config.watch import WatchConf
 
 
 def _dataset_line(dataset: DatasetSpec) -> str:
@@ -38,7 +53,7 @@ def _dataset_line(dataset: DatasetSpec) -> str:
 def _loads(cell: Cell, protocol: Protocol, dataset: DatasetSpec, arm: Arm, run_dir: Path):
     out_dir = records.cell_dir(run_dir, cell.id)
     return [
-        (phase, phase_argv(phase, protocol.sampling, dataset, arm.plan, out_dir,
+        (phase, phase_argv(phase, protocol.requests, dataset, arm.plan, out_dir,
                            objectives=protocol.objectives))
         for phase in cell.phases
     ]
@@ -48,8 +63,6 @@ def _launch(arm: Arm) -> tuple[str, str]:
     """How a cell of `arm` starts (a comment) and the text its deploy target runs: the plan's
     command (one node here), every node's block (several nodes here), the job script (Slurm),
     the manifests (Kubernetes)."""
-    from dspark_cli.deploy.start import deploy_target
-
     layout = arm.plan.layout
     target = deploy_target(arm.cfg)
     text = target.render(arm.cfg, arm.plan)
@@ -100,18 +113,13 @@ class Estimate:
         return self.boot_s + (load + greedy) / self.tokens_per_s
 
 
-def estimate_of(cfg: Any, root: Path) -> Estimate | None:
+def estimate_of(cfg: BenchPrimary | ValidatePrimary, root: Path) -> Estimate:
     """The latest bench or smoke run's figures under `root` on the same hardware and model
-    (`past_runs.latest`), else `bench.estimate` as an assumption (None: not set)."""
-    from dspark_cli.bench.past_runs import SAME, latest
-
+    (`past_runs.latest`), else `bench.estimate` as an assumption."""
     found = latest(root, {group: str(getattr(cfg, group).name) for group in SAME})
     if found is not None:
         return Estimate(found.boot_s, found.tokens_per_s, found)
-    conf = cfg.bench.estimate
-    if conf is None:
-        return None
-    return Estimate(float(conf.boot_s), float(conf.tokens_per_s))
+    return Estimate(cfg.bench.estimate.boot_s, cfg.bench.estimate.tokens_per_s)
 
 
 def _prompt_count(path: Path) -> int:
@@ -158,8 +166,6 @@ def summary(protocol: Protocol, dataset: DatasetSpec, run_dir: Path,
 
 def _finished(run_dir: Path, cell: Cell) -> bool:
     """A resumed run skips the cell (a finished valid record); an unreadable record is not."""
-    from dspark_cli.untrusted import RecordError
-
     try:
         return records.finished_valid(run_dir, cell.id) is not None
     except RecordError:
@@ -199,7 +205,7 @@ def plan_text(
 ) -> str:
     if not commands:
         return summary_text(protocol, dataset, run_dir, estimate)
-    cells = protocol.cells
+    cells, sampling = protocol.cells, protocol.requests
     lines = [
         f"# dspark bench: protocol {protocol.name}, {len(cells)} cells, baseline "
         f"{protocol.baseline}",
@@ -207,9 +213,8 @@ def plan_text(
         f"{', '.join(map(str, protocol.concurrencies))}; repeats: {protocol.repeats} (each a "
         f"cold boot); equivalence margin: {protocol.equivalence_margin:.0%}",
         _prefix_caching_line(protocol),
-        f"# sampling: temperature {protocol.sampling.temperature}, top-p "
-        f"{protocol.sampling.top_p}, max output {protocol.sampling.max_output_tokens}"
-        + (", ignore_eos" if protocol.sampling.ignore_eos else ""),
+        f"# sampling: temperature {sampling.temperature}, top-p {sampling.top_p}, max output "
+        f"{sampling.max_output_tokens}" + (", ignore_eos" if sampling.ignore_eos else ""),
         f"# request set: {_dataset_line(dataset)}",
         f"# lossless: {_lossless_line(protocol)}",
         f"# run directory: {run_dir}",
@@ -254,7 +259,7 @@ def plan_dict(
             "repeats": protocol.repeats,
             "prefix_caching": [on_off(pc) for pc in protocol.prefix_caching],
             "equivalence_margin": protocol.equivalence_margin,
-            "sampling": vars(protocol.sampling),
+            "sampling": vars(protocol.requests),
             "lossless": None if protocol.lossless is None else {
                 **vars(protocol.lossless), "prompts": str(protocol.lossless.prompts)},
         },
@@ -291,10 +296,13 @@ class WatchLine:
     what: str  # what it does, with its setting; or why it is off and how to turn it on
 
 
-def watch_plan(stall_s: float | None, poll_s: float, min_acceptance: float | None,
-               gpu_interval_s: float | None, gpu_idle_below: float, gpu_tool: str | None,
-               fallbacks: Sequence[str], degraded: Sequence[str]) -> list[WatchLine]:
-    """Every watch a cell runs, on or off, with the key that changes it."""
+def watch_plan(watch: WatchConf, logs: LogsConf, gpu_tool: str | None) -> list[WatchLine]:
+    """Every watch a cell runs (`watch.*`, `logs.fallbacks`, `logs.degraded`), on or off, with
+    the key that changes it; `gpu_tool`: the vendor tool the GPUs would be sampled with."""
+    stall_s, poll_s, min_acceptance = watch.stall_s, watch.poll_s, watch.min_acceptance
+    gpu_interval_s, gpu_idle_below = watch.gpu_interval_s, watch.gpu_idle_below
+    fallbacks = [k for k, v in logs.fallbacks.items() if v is not None]
+    degraded = [k for k, v in logs.degraded.items() if v is not None]
     gpu_on = bool(gpu_interval_s) and gpu_tool is not None
     gpu = (f"every {gpu_interval_s:g} s through {gpu_tool}: utilisation, memory, power, SM "
            f"clock, temperature per GPU; flags a GPU that throttled or sat below "
@@ -330,3 +338,37 @@ def watch_text(lines: Sequence[WatchLine]) -> str:
 
 def watch_dicts(lines: Sequence[WatchLine]) -> list[dict[str, object]]:
     return [asdict(w) for w in lines]
+
+
+def dry_run(cfg: BenchPrimary, directory: Path, as_json: bool, commands: bool) -> int:
+    """`dspark bench --dry-run`: the plan (text, or JSON with every arm's preflight), the
+    inputs' and every arm's preflight failures on stderr; the worst finding's exit code."""
+    protocol, dataset = protocol_of(cfg)
+    arms = compose_arms(cfg, protocol)
+    estimate = estimate_of(cfg, Path.cwd())
+    watches = watch_plan(cfg.watch, cfg.logs,
+                         find_tool() if cfg.watch.gpu_interval_s else None)
+    inputs = input_findings(protocol, dataset)
+    findings = {name: dry_preflight(arm.cfg, arm.plan, deploy_target(arm.cfg))
+                for name, arm in arms.items()}
+    if as_json:
+        print_json({**plan_dict(protocol, dataset, arms, directory, findings, estimate),
+                    "inputs": [f.to_dict() for f in inputs], "watches": watch_dicts(watches)})
+    else:
+        sys.stdout.write(plan_text(protocol, dataset, arms, directory, estimate,
+                                   commands=commands))
+        sys.stdout.write(watch_text(watches))
+    print_findings([f for f in inputs if f.failed])
+    _print_arm_findings(findings)
+    return worst([exit_code(inputs), *(exit_code(f) for f in findings.values())])
+
+
+def _print_arm_findings(findings: Mapping[str, Sequence[Finding]]) -> None:
+    """Preflight failures per arm, to stderr; a skip that several arms share, once."""
+    skipped: dict[tuple[str, str], Finding] = {}
+    for arm, found in findings.items():
+        print_findings([f for f in found if f.failed], label=arm)
+        for f in found:
+            if f.status is Status.skipped:
+                skipped.setdefault((f.rule, f.message), f)
+    print_findings(list(skipped.values()))

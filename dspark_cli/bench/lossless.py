@@ -25,13 +25,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeGuard, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
 from dspark_cli.server.http import exchange
+
+if TYPE_CHECKING:  # the records' readers (report) need no schema; a dry run, no HTTP client
+    import httpx
+
+    from dspark_cli.config.bench import LosslessConf
 
 Output = Sequence[int] | str  # token ids, or text compared by character
 
@@ -54,29 +57,24 @@ class PromptSet:
     prompts: tuple[str, ...]
 
 
-def lossless_spec(conf: Mapping[str, Any] | None, arms: Sequence[str]) -> LosslessSpec | None:
-    """The protocol's lossless check (None when disabled); UsageError when it is wrong."""
-    if not conf or not conf.get("enabled", True):
+def lossless_spec(conf: LosslessConf, arms: Sequence[str]) -> LosslessSpec | None:
+    """The protocol's lossless check (None when disabled); UsageError when the prompt file is
+    not pinned or the reference is no arm (the schema has checked the ranges)."""
+    if not conf.enabled:
         return None
     where = "bench.lossless"
-    if not conf.get("sha256"):
+    if not conf.sha256:
         raise UsageError(f"{where}.sha256 is not set: the greedy prompt file must be pinned.",
                          hint=f"Set {where}.sha256 to the file's SHA-256, or "
                          f"{where}.enabled=false to skip the lossless check.")
-    reference = str(conf.get("reference", "none"))
-    if reference not in arms:
-        raise UsageError(f"{where}.reference {reference!r} is not one of bench.arms "
+    if conf.reference not in arms:
+        raise UsageError(f"{where}.reference {conf.reference!r} is not one of bench.arms "
                          f"{list(arms)}: the greedy tokens need an arm without speculation.",
-                         hint=f"Add {reference!r} to bench.arms, or set "
+                         hint=f"Add {conf.reference!r} to bench.arms, or set "
                          f"{where}.enabled=false.")
-    share, tokens = conf.get("min_identical", 1.0), conf.get("max_tokens", 32)
-    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
-        raise UsageError(f"{where}.min_identical must be a share in [0, 1], got {share!r}.")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        raise UsageError(f"{where}.max_tokens must be a positive integer, got {tokens!r}.")
-    path = Path(str(conf["prompts"]))
-    return LosslessSpec(path if path.is_absolute() else conf_dir() / path,
-                        str(conf["sha256"]).lower(), tokens, reference, float(share))
+    path = Path(conf.prompts)
+    return LosslessSpec(path if path.is_absolute() else conf_dir() / path, conf.sha256.lower(),
+                        conf.max_tokens, conf.reference, conf.min_identical)
 
 
 def load_prompts(spec: LosslessSpec) -> PromptSet:
@@ -256,6 +254,8 @@ def answer(client: httpx.Client, base_url: str, model: str, prompts: PromptSet,
     the server returns them for all) token ids, and the first error if a request failed or
     `stop()` named a reason to give up on the server (the stall watch tripped); asked through
     the cell's session's `client`."""
+    import httpx
+
     spec = prompts.spec
     texts: list[str] = []
     ids: list[list[int] | None] = []

@@ -28,6 +28,7 @@ from dspark_cli.bench import stats, winners
 from dspark_cli.bench.protocol import on_off, split_variant
 from dspark_cli.bench.stats import Interval
 from dspark_cli.bench.summary import ArmResult, Summary
+from dspark_cli.console import json_text
 from dspark_cli.paths import DECISIONS_PNG, PARETO_PNG, PROPOSAL_JSON
 from dspark_cli.paths import PROPOSAL_DIR as PROFILES_DIR
 from dspark_cli.untrusted import png_bytes, write_atomic
@@ -197,8 +198,7 @@ def write(proposal: Proposal, directory: Path,
         write_atomic(folder / f"{arm}.yaml", (f"# {STATEMENT}\n" if arm == proposal.name
                                               else "") + yaml.safe_dump(plain, sort_keys=False),
                      directory)
-    return write_atomic(directory / PROPOSAL_JSON, json.dumps(proposal.to_dict(), indent=2)
-                        + "\n", directory)
+    return write_atomic(directory / PROPOSAL_JSON, json_text(proposal.to_dict()), directory)
 
 
 def interval(iv: stats.Interval | None, fmt: str, scale: float = 1.0, unit: str = "") -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from dspark_cli.bench import proposal
 from dspark_cli.bench.protocol import split_variant
 from dspark_cli.bench.summary import Summary
+from dspark_cli.console import json_text
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import PROPOSAL_DIR, conf_dir
 from dspark_cli.untrusted import load_json, load_yaml, write_atomic
@@ -156,7 +157,7 @@ def write_proposal(summary: Summary, directory: Path, launch: Launch | None = No
         data = found.to_dict()
         data["preflight"] = ([_preflight(c) for c in found.commands] if launch is not None
                              else NOT_CHECKED)
-        write_atomic(path, json.dumps(data, indent=2) + "\n", directory)
+        write_atomic(path, json_text(data), directory)
     return path
 
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench.goodput import Objectives, objectives
 from dspark_cli.bench.lossless import LosslessSpec, lossless_spec
 from dspark_cli.errors import UsageError
+
+if TYPE_CHECKING:  # the records' readers (report) need no schema
+    from dspark_cli.config.bench import BenchConf
 
 # vLLM's `--max-num-seqs` when neither the serving profile nor the hardware sets it.
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
@@ -58,6 +61,13 @@ def split_variant(name: str) -> tuple[str, bool]:
     return name, True
 
 
+def cell_id(arm: str, prefix_caching: bool, concurrency: int, repeat: int, repeats: int) -> str:
+    """A cell's id, planned or read back: directory-safe, unique within a protocol, sortable by
+    eye; a single-repeat protocol keeps the short id."""
+    base = f"{variant(arm, prefix_caching)}-c{concurrency}"
+    return base if repeats == 1 else f"{base}-r{repeat}"
+
+
 def on_off(prefix_caching: bool) -> str:
     return "on" if prefix_caching else "off"
 
@@ -78,9 +88,8 @@ class Cell:
 
     @property
     def id(self) -> str:
-        """Directory-safe, unique within a protocol, sortable by eye."""
-        base = f"{self.variant}-c{self.concurrency}"
-        return base if self.repeats == 1 else f"{base}-r{self.repeat}"
+        return cell_id(self.arm, self.prefix_caching, self.concurrency, self.repeat,
+                       self.repeats)
 
     @property
     def measured(self) -> Phase:
@@ -89,19 +98,24 @@ class Cell:
 
 @dataclass(frozen=True)
 class Protocol:
+    """A benchmark protocol. What identifies it comes first: every cell.json records it
+    (`to_dict`), and records of different protocols never mix. The rest is what a run of it
+    plans (`build_protocol`); a protocol read back from a record (`from_dict`) plans nothing:
+    no cells, no sampling."""
+
     name: str
     arms: tuple[str, ...]
     baseline: str
     concurrencies: tuple[int, ...]
-    sampling: Sampling
-    cells: tuple[Cell, ...]  # the selected cells, in run order
-    phase_timeout_s: float
-    metrics_timeout_s: float
     repeats: int = 1
     equivalence_margin: float = 0.05
-    lossless: LosslessSpec | None = None  # None: no greedy check
     objectives: Objectives | None = None  # None: no latency objective, no goodput
     prefix_caching: tuple[bool, ...] = (True,)  # the axis: each arm with it on and/or off
+    sampling: Sampling | None = None  # None: read back from a record
+    cells: tuple[Cell, ...] = ()  # the selected cells, in run order
+    phase_timeout_s: float = 7200.0
+    metrics_timeout_s: float = 10.0
+    lossless: LosslessSpec | None = None  # None: no greedy check
     warm_caches: bool = True  # False: every boot with fresh private caches (`bench.warm_caches`)
 
     @property
@@ -114,16 +128,38 @@ class Protocol:
         """The launch every speedup is measured against: the baseline as first listed."""
         return variant(self.baseline, self.prefix_caching[0])
 
+    @property
+    def requests(self) -> Sampling:
+        """How every request of a planned protocol samples; ValueError for a protocol read
+        back from a record, which plans no request."""
+        if self.sampling is None:
+            raise ValueError(f"protocol {self.name!r} was read back from a record: it plans no "
+                             "request")
+        return self.sampling
+
     def cell(self, arm: str, concurrency: int, repeat: int = 1,
              prefix_caching: bool = True) -> Cell | None:
         return next((c for c in self.cells if (c.arm, c.concurrency, c.repeat, c.prefix_caching)
                      == (arm, concurrency, repeat, prefix_caching)), None)
 
+    def to_dict(self) -> dict[str, Any]:
+        """What identifies the protocol, as every cell.json records it."""
+        return {"name": self.name, "arms": list(self.arms), "baseline": self.baseline,
+                "concurrencies": list(self.concurrencies), "repeats": self.repeats,
+                "equivalence_margin": self.equivalence_margin,
+                "objectives": None if self.objectives is None else self.objectives.to_dict(),
+                "prefix_caching": list(self.prefix_caching)}
 
-def _positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{what} must be a positive integer, got {value!r}.")
-    return value
+    @classmethod
+    def from_dict(cls, p: Mapping[str, Any]) -> Protocol:
+        """A record's protocol (its fields' types checked by the reader). Records written
+        before repeats existed are one repeat with the default margin; before objectives,
+        none; before the prefix-caching axis, on only."""
+        return cls(str(p["name"]), tuple(p["arms"]), str(p["baseline"]),
+                   tuple(int(c) for c in p["concurrencies"]), int(p.get("repeats", 1)),
+                   float(p.get("equivalence_margin", 0.05)),
+                   Objectives.from_dict(p.get("objectives")),
+                   tuple(p.get("prefix_caching") or (True,)))
 
 
 def _unique(items: Sequence[Any], what: str) -> None:
@@ -132,57 +168,36 @@ def _unique(items: Sequence[Any], what: str) -> None:
         raise UsageError(f"{what} lists {seen[0]!r} twice.", hint=f"Give each of {what} once.")
 
 
-def phases_for(bench: Mapping[str, Any], concurrency: int) -> tuple[Phase, ...]:
+def phases_for(bench: BenchConf, concurrency: int) -> tuple[Phase, ...]:
     """Warmups in config order (a null warmup concurrency is the cell's), then the measured."""
-    sampling = bench["sampling"]
-    max_out = _positive_int(sampling["max_output_tokens"], "bench.sampling.max_output_tokens")
-    phases = []
-    for i, warmup in enumerate(bench.get("warmups") or (), start=1):
-        where = f"bench.warmups[{i - 1}]"
-        warm_c = warmup.get("concurrency")
-        phases.append(
-            Phase(
-                name=f"warmup{i}",
-                num_prompts=_positive_int(warmup["num_prompts"], f"{where}.num_prompts"),
-                concurrency=concurrency
-                if warm_c is None
-                else _positive_int(warm_c, f"{where}.concurrency"),
-                output_tokens=_positive_int(warmup["output_tokens"], f"{where}.output_tokens"),
-                measured=False,
-            )
-        )
-    phases.append(
-        Phase(
-            name="measured",
-            num_prompts=_positive_int(bench["measured_prompts"], "bench.measured_prompts"),
-            concurrency=concurrency,
-            output_tokens=max_out,
-            measured=True,
-        )
-    )
-    return tuple(phases)
+    warmups = tuple(
+        Phase(name=f"warmup{i}", num_prompts=w.num_prompts,
+              concurrency=concurrency if w.concurrency is None else w.concurrency,
+              output_tokens=w.output_tokens, measured=False)
+        for i, w in enumerate(bench.warmups, start=1))
+    return (*warmups, Phase(name="measured", num_prompts=bench.measured_prompts,
+                            concurrency=concurrency,
+                            output_tokens=bench.sampling.max_output_tokens, measured=True))
 
 
-def build_protocol(bench: Mapping[str, Any]) -> Protocol:
-    """Validate a `bench` config (plain values) and lay out its cells; UsageError if it is wrong."""
-    arms = tuple(str(a) for a in bench["arms"])
+def build_protocol(bench: BenchConf) -> Protocol:
+    """Lay out the cells of a `bench` config; UsageError where its parts disagree (the schema
+    has checked each value's type and range)."""
+    arms = tuple(bench.arms)
     if not arms:
         raise UsageError("bench.arms is empty: a protocol needs at least one arm.")
     _unique(arms, "bench.arms")
-    baseline = str(bench["baseline"])
-    if baseline not in arms:
+    if bench.baseline not in arms:
         raise UsageError(
-            f"bench.baseline {baseline!r} is not one of bench.arms {list(arms)}.",
+            f"bench.baseline {bench.baseline!r} is not one of bench.arms {list(arms)}.",
             hint="Set bench.baseline to one of the arms.",
         )
-    concurrencies = tuple(
-        _positive_int(c, "each of bench.concurrencies") for c in bench["concurrencies"]
-    )
+    concurrencies = tuple(bench.concurrencies)
     if not concurrencies:
         raise UsageError("bench.concurrencies is empty: a protocol needs at least one.")
     _unique(concurrencies, "bench.concurrencies")
 
-    only_arm, only_c = bench.get("arm"), bench.get("concurrency")
+    only_arm, only_c, only_r = bench.arm, bench.concurrency, bench.repeat
     if only_arm is not None and only_arm not in arms:
         raise UsageError(
             f"bench.arm={only_arm} is not one of bench.arms {list(arms)}.",
@@ -193,21 +208,13 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
             f"bench.concurrency={only_c} is not one of bench.concurrencies {list(concurrencies)}.",
             hint="Pick one of the protocol's concurrencies, or leave bench.concurrency unset.",
         )
-    repeats = _positive_int(bench.get("repeats", 1), "bench.repeats")
-    only_r = bench.get("repeat")
+    repeats = bench.repeats
     if only_r is not None and only_r not in range(1, repeats + 1):
         raise UsageError(
             f"bench.repeat={only_r} is not one of the repeats 1..{repeats} (bench.repeats).",
             hint="Pick a repeat from 1 to bench.repeats, or leave bench.repeat unset.",
         )
-    margin = bench.get("equivalence_margin", 0.05)
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin < 1:
-        raise UsageError(
-            f"bench.equivalence_margin must be a fraction in [0, 1), got {margin!r}.",
-            hint="0.05: comparable means the speedup's 90% interval lies within 0.95-1.05.",
-        )
-    sampling = bench["sampling"]
-    caching = prefix_caching_axis(bench.get("prefix_caching", [True]))
+    caching = prefix_caching_axis(bench.prefix_caching)
     launches = [(arm, pc) for arm in arms for pc in caching]
     # Concurrency-major, and within a concurrency one pass over the arms (each under every
     # prefix-caching setting) per repeat, the passes in alternating order (A/B, then B/A):
@@ -222,35 +229,32 @@ def build_protocol(bench: Mapping[str, Any]) -> Protocol:
         for arm, pc in (launches if r % 2 else launches[::-1])
         if only_arm in (None, arm)
     )
+    sampling = bench.sampling
     return Protocol(
-        name=str(bench["name"]),
+        name=bench.name,
         arms=arms,
-        baseline=baseline,
+        baseline=bench.baseline,
         concurrencies=concurrencies,
-        sampling=Sampling(
-            temperature=float(sampling["temperature"]),
-            top_p=float(sampling["top_p"]),
-            max_output_tokens=int(sampling["max_output_tokens"]),
-            ignore_eos=bool(sampling["ignore_eos"]),
-        ),
+        sampling=Sampling(temperature=sampling.temperature, top_p=sampling.top_p,
+                          max_output_tokens=sampling.max_output_tokens,
+                          ignore_eos=sampling.ignore_eos),
         cells=cells,
-        phase_timeout_s=float(bench["phase_timeout_s"]),
-        metrics_timeout_s=float(bench["metrics_timeout_s"]),
+        phase_timeout_s=bench.phase_timeout_s,
+        metrics_timeout_s=bench.metrics_timeout_s,
         repeats=repeats,
-        equivalence_margin=float(margin),
-        lossless=lossless_spec(bench.get("lossless"), arms),
-        warm_caches=bench.get("warm_caches", True) is not False,
-        objectives=objectives(bench.get("objectives")),
+        equivalence_margin=bench.equivalence_margin,
+        lossless=lossless_spec(bench.lossless, arms),
+        warm_caches=bench.warm_caches,
+        objectives=objectives(bench.objectives),
         prefix_caching=caching,
     )
 
 
-def prefix_caching_axis(values: Any) -> tuple[bool, ...]:
+def prefix_caching_axis(values: Sequence[bool]) -> tuple[bool, ...]:
     """`bench.prefix_caching` ([on] by default: the launch as configured, no extra cell;
-    [on, off]: every arm twice) as booleans, in order."""
-    if not isinstance(values, list | tuple) or not values or not all(
-            isinstance(v, bool) for v in values):
-        raise UsageError(f"bench.prefix_caching must be a list of on/off, got {values!r}.",
+    [on, off]: every arm twice), in order."""
+    if not values:
+        raise UsageError("bench.prefix_caching is empty: it needs on, off or both.",
                          hint="bench.prefix_caching=[on] (the default) or [on,off].")
     _unique(list(values), "bench.prefix_caching")
     return tuple(values)

@@ -20,6 +20,7 @@ from typing import Any
 from dspark_cli.bench import proposal
 from dspark_cli.bench.cell import FIELDS, REQUIRED, CellRecord
 from dspark_cli.bench.proposal_files import Launch, write_proposal
+from dspark_cli.bench.render import for_terminal, plot
 from dspark_cli.bench.summary import Summary, summarize, write
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import CELL_JSON, CELLS_DIR
@@ -187,14 +188,10 @@ def merge(directory: Path, launch: Launch | None = None) -> Merged:
             f"No cell records ({CELL_JSON}) under {directory}.",
             hint="Point the report at a `dspark bench` run or multirun directory.",
         )
-    from dspark_cli.bench.render import plot
-
     summary = summarize_records(records)
     json_path, csv_path = write(summary, directory)
     png = None
     if importlib.util.find_spec("matplotlib"):
-        from dspark_cli.bench.render import for_terminal
-
         shown = for_terminal(summary, markup=False)  # record text as a picture may show it
         png = plot(shown, directory)
         proposal.plot(shown, directory)

@@ -35,7 +35,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ from dspark_cli.bench.cell import (
     CellRecord,
     CellTimings,
     Observed,
-    ProtocolInfo,
     acceptance_flag,
     adaptive_reasons,
     build,
@@ -56,7 +55,8 @@ from dspark_cli.bench.dataset import VerifiedDataset, describe
 from dspark_cli.bench.loadgen import LoadGenerator, PhaseRun, phase_argv
 from dspark_cli.bench.lossless import PromptSet, Stopped, answer, compare, reference_record, watched
 from dspark_cli.bench.protocol import Cell, Protocol, Sampling
-from dspark_cli.console import progress
+from dspark_cli.console import json_text, progress
+from dspark_cli.deploy.start import ready
 from dspark_cli.errors import ServerError, UsageError
 from dspark_cli.launch.effective import EffectiveLaunch
 from dspark_cli.launch.render import plan_dict
@@ -107,8 +107,6 @@ class ArmLaunch:
 def arm_launch(arm: Arm, record_dir: Path, verdicts: Verdicts | None = None) -> ArmLaunch:
     """Check and prepare `arm` (CheckFailed/UsageError before anything boots), writing its run
     record into `record_dir`; `verdicts`: vLLM's answers the command already has."""
-    from dspark_cli.deploy.start import ready
-
     start = ready(arm.cfg, arm.plan, record_dir, check_port=False, verdicts=verdicts)
     return ArmLaunch(start.head_argv, start.load_env, start.deployment,
                      float(arm.cfg.server.ready_timeout_s),
@@ -158,6 +156,20 @@ def _dataset_info(dataset: VerifiedDataset) -> dict[str, Any]:
             "seed": spec.seed, "input_tokens": spec.input_tokens}
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """What a cell's server showed by its end: its log judged before the teardown (fatal,
+    degraded and fallback lines, the draft's parameter count), the stall watch's evidence, and
+    how long the teardown took."""
+
+    fatal_lines: tuple[str, ...] = ()
+    degraded: tuple[str, ...] = ()
+    fallbacks: tuple[str, ...] = ()
+    params: dict[str, Any] | None = None
+    stall: dict[str, Any] | None = None
+    teardown_s: float = 0.0
+
+
 class _CellRun:
     """One cell's side effects, in order, gathered into `Observed`."""
 
@@ -181,14 +193,10 @@ class _CellRun:
         self.dirs_after: dict[str, int] | None = None  # once healthy (None: never)
 
     def run(self) -> CellRecord:
+        """Boot, load and probe the cell's server, stop it, and judge what was seen."""
         self.dir.mkdir(parents=True)
         started_at, start = _now(), time.monotonic()
-        draft = self.arm.draft_params
-        watch = Watch(self.launch.ready_timeout_s, self.ctx.fatal,
-                      (*self.ctx.degraded, *self.ctx.fallbacks,
-                       *((draft.pattern,) if draft else ())),
-                      metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
-                      metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
+        watch = self._watch()
         caches = cache_env(self.ctx.protocol.warm_caches, self.dir / COLD_CACHES,
                            vllm_has(PROFILE_CACHE_VAR))
         boot_env = {**self.launch.env, **caches}
@@ -198,62 +206,94 @@ class _CellRun:
         local = not session.deployment.queued  # a cluster's nodes have GPUs of their own
         if local:
             self.sampler.start()
-        fatal_lines: tuple[str, ...] = ()
-        degraded: tuple[str, ...] = ()
-        fallbacks: tuple[str, ...] = ()
-        params: dict[str, Any] | None = None
-        stall: dict[str, Any] | None = None
-        teardown_s = 0.0
         try:
-            with session:
-                try:
-                    self._boot_and_load(session)
-                finally:
-                    # Judged up to here: lines printed while the server stops do not count.
-                    snapshot = session.log_snapshot()
-                    fatal_lines = tuple(f"{e.pattern}: {e.line}"
-                                        for e in (snapshot.fatal if snapshot else ()))
-                    degraded = degraded_lines(snapshot, self.ctx.degraded)
-                    fallbacks = degraded_lines(snapshot, self.ctx.fallbacks)
-                    if draft is not None and snapshot is not None:
-                        params = seen_params(draft, snapshot)
-                    stall = session.stall_evidence()  # the log's tail before the teardown's
-                    t0 = time.monotonic()
-                    session.close()
-                    teardown_s = time.monotonic() - t0
-        except ServerError as exc:  # the session could not start (a busy port, no binary,
-            # a job the engine refused)
-            self.errors.append(exc.reason)
+            ended = self._serve(session)
         finally:
             samples = self.sampler.stop()
             shutil.rmtree(self.dir / COLD_CACHES, ignore_errors=True)  # a cold boot's, used
         gpus = self._gpus(samples) if local else None
         asked = EffectiveLaunch.of(self.arm.plan).adaptive
-        self.errors.extend(adaptive_reasons(asked, fallbacks, params))
-        if stall is not None and not any(e.startswith("stalled") for e in self.errors):
-            self.errors.insert(0, str(stall["sentence"]))  # it tripped outside a phase
-        seen = Observed(
-            self.cell, tuple(self.phases), self.before, self.after, self.boot_s, fatal_lines,
-            tuple(self.errors), session.teardown,
-            CellTimings(self.boot_s or 0.0, sum(p.duration_s for p in self.phases), teardown_s,
-                        time.monotonic() - start), started_at, _now(), self._compared(), degraded,
-            None if self.arm.expected_steps is None else engagement_record(
-                self.engaged, self.arm.expected_steps), params)
-        return build(seen, ProtocolInfo.of(self.ctx.protocol), {
+        self.errors.extend(adaptive_reasons(asked, ended.fallbacks, ended.params))
+        if ended.stall is not None and not any(e.startswith("stalled") for e in self.errors):
+            self.errors.insert(0, str(ended.stall["sentence"]))  # it tripped outside a phase
+        seen = self._observed(session, ended, started_at, time.monotonic() - start)
+        return build(seen, self.ctx.protocol,
+                     self._carried(session, ended, asked, caches, gpus))
+
+    def _watch(self) -> Watch:
+        """What the session watches besides health: fatal lines, the degraded and fallback
+        families and the DSpark draft's load line, the counters, the stall."""
+        draft = self.arm.draft_params
+        return Watch(self.launch.ready_timeout_s, self.ctx.fatal,
+                     (*self.ctx.degraded, *self.ctx.fallbacks,
+                      *((draft.pattern,) if draft else ())),
+                     metrics_timeout_s=self.ctx.protocol.metrics_timeout_s,
+                     metrics_settle_s=self.launch.metrics_settle_s, stall=self.ctx.stall)
+
+    def _serve(self, session: ServerSession) -> _Ended:
+        """The session's life: boot, load and probes, then the log judged up to the teardown
+        (lines printed while the server stops do not count) and the teardown timed."""
+        ended = _Ended()
+        try:
+            with session:
+                try:
+                    self._boot_and_load(session)
+                finally:
+                    ended = self._judged_log(session)
+                    t0 = time.monotonic()
+                    session.close()
+                    ended = replace(ended, teardown_s=time.monotonic() - t0)
+        except ServerError as exc:  # the session could not start (a busy port, no binary,
+            # a job the engine refused)
+            self.errors.append(exc.reason)
+        return ended
+
+    def _judged_log(self, session: ServerSession) -> _Ended:
+        """What the server's log and the stall watch showed before the teardown."""
+        snapshot = session.log_snapshot()
+        draft = self.arm.draft_params
+        return _Ended(
+            fatal_lines=tuple(f"{e.pattern}: {e.line}"
+                              for e in (snapshot.fatal if snapshot else ())),
+            degraded=degraded_lines(snapshot, self.ctx.degraded),
+            fallbacks=degraded_lines(snapshot, self.ctx.fallbacks),
+            params=seen_params(draft, snapshot)
+            if draft is not None and snapshot is not None else None,
+            stall=session.stall_evidence())  # the log's tail before the teardown's
+
+    def _observed(self, session: ServerSession, ended: _Ended, started_at: str,
+                  total_s: float) -> Observed:
+        return Observed(
+            cell=self.cell, phases=tuple(self.phases), before=self.before, after=self.after,
+            boot_s=self.boot_s, fatal_lines=ended.fatal_lines, errors=tuple(self.errors),
+            teardown=session.teardown,
+            timings=CellTimings(self.boot_s or 0.0, sum(p.duration_s for p in self.phases),
+                                ended.teardown_s, total_s),
+            started_at=started_at, finished_at=_now(), lossless=self._compared(),
+            degraded=ended.degraded,
+            engagement=None if self.arm.expected_steps is None else engagement_record(
+                self.engaged, self.arm.expected_steps),
+            draft_params=ended.params)
+
+    def _carried(self, session: ServerSession, ended: _Ended, asked: bool,
+                 caches: Mapping[str, str], gpus: dict[str, Any] | None) -> dict[str, Any]:
+        """The context cell.json keeps as is: the request set, the launch, the log, the
+        watches' sections, the boot's caches."""
+        return {
             "dataset": _dataset_info(self.ctx.dataset),
             "launch": {"argv": list(self.launch.argv), "plan": plan_dict(self.arm.plan),
                        "base_url": session.base_url},
-            "server_log": str(session.log_path), "stall": stall,
+            "server_log": str(session.log_path), "stall": ended.stall,
             "request_set": describe(self.ctx.dataset, self.measured_argv),
-            "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(fallbacks),
+            "gpus": gpus, "adaptive_asked": asked, "fallbacks": list(ended.fallbacks),
             "load_generator": self.loadgen.describe(), "profiles": profiles_of(self.arm.cfg),
             "acceptance_check": acceptance_flag(self._spec(), self.ctx.min_acceptance),
             "cold_start": self._cold_start(session.log_path),
-            "caches": {"warm": self.ctx.protocol.warm_caches, "env": caches,
+            "caches": {"warm": self.ctx.protocol.warm_caches, "env": dict(caches),
                        "boot": None if session.log_path is None
                        else read_boot_caches(session.log_path),
                        "dirs": None if self.dirs_after is None else compared(
-                           self.cache_dirs, self.dirs_before, self.dirs_after)}})
+                           self.cache_dirs, self.dirs_before, self.dirs_after)}}
 
     def _boot_and_load(self, session: ServerSession) -> None:
         try:
@@ -266,7 +306,7 @@ class _CellRun:
         for phase in self.cell.phases:
             if phase.measured:
                 self.before = self._scrape(session.scrape, "before")
-            argv = phase_argv(phase, self.ctx.protocol.sampling, self.ctx.dataset.spec,
+            argv = phase_argv(phase, self.ctx.protocol.requests, self.ctx.dataset.spec,
                               self.arm.plan, self.dir, base_url=session.base_url,
                               objectives=self.ctx.protocol.objectives)
             if phase.measured:
@@ -300,7 +340,7 @@ class _CellRun:
             began = time.monotonic()
             self.engaged = probe(session.http, session.base_url, self.arm.plan.served_model_name,
                                  self.ctx.prompts.prompts if self.ctx.prompts else PROMPTS,
-                                 self.cell.concurrency, self.ctx.protocol.sampling,
+                                 self.cell.concurrency, self.ctx.protocol.requests,
                                  self.ctx.protocol.phase_timeout_s,
                                  self.arm.cfg.speculative.num_speculative_tokens,
                                  lambda: _quiet(session.scrape), session.stop_reason,
@@ -322,7 +362,7 @@ class _CellRun:
         """The cell's `gpus` section (every sample in its own gpus.json); None: not sampled."""
         if self.ctx.gpu_tool is None:
             return None
-        (self.dir / GPU_SAMPLES).write_text(json.dumps(samples_dict(samples)) + "\n")
+        write_atomic(self.dir / GPU_SAMPLES, json.dumps(samples_dict(samples)) + "\n")
         return {**gpu_record(self.ctx.gpu_tool, self.ctx.gpu_interval_s, samples, self.window,
                              self.ctx.gpu_idle_below, self.sampler.problem),
                 "file": GPU_SAMPLES}
@@ -405,7 +445,7 @@ def run_cell(cell: Cell, arm: Arm, launch: ArmLaunch, ctx: CellContext,
         progress(f"{cell.id}: earlier attempt kept in {moved}")
     record = _CellRun(cell, arm, launch, ctx, loadgen).run()
     path = records.cell_dir(ctx.run_dir, cell.id) / records.CELL_JSON
-    write_atomic(path, SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+    write_atomic(path, SCRUB(json_text(record.to_dict())))
     return record
 
 

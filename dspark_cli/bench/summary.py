@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -24,6 +23,7 @@ from dspark_cli.bench import goodput as gp
 from dspark_cli.bench import lossless, stats, winners
 from dspark_cli.bench.cell import CellRecord
 from dspark_cli.bench.protocol import variant
+from dspark_cli.console import json_text
 from dspark_cli.launch.secrets import redact_text
 from dspark_cli.paths import SUMMARY_CSV, SUMMARY_JSON
 from dspark_cli.untrusted import write_atomic
@@ -407,7 +407,7 @@ def write(summary: Summary, directory: Path) -> tuple[Path, Path]:
     paths."""
     json_path = directory / SUMMARY_JSON
     csv_path = directory / SUMMARY_CSV
-    write_atomic(json_path, redact_text(json.dumps(summary.as_dict(), indent=2) + "\n"))
+    write_atomic(json_path, redact_text(json_text(summary.as_dict())))
     rows = io.StringIO(newline="")
     writer = csv.DictWriter(rows, fieldnames=CSV_COLUMNS)
     writer.writeheader()

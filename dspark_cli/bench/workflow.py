@@ -9,16 +9,27 @@ import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from dspark_cli.bench.arms import Arm, compose_arms
-from dspark_cli.bench.dataset import DatasetSpec, dataset_spec
+from dspark_cli.bench.dataset import DatasetSpec, checked_inputs, dataset_spec
+from dspark_cli.bench.proposal_files import this_launch
 from dspark_cli.bench.protocol import Protocol, build_protocol
-from dspark_cli.config.typed import plain
+from dspark_cli.bench.records import Merged, merge
+from dspark_cli.bench.render import for_terminal, table
+from dspark_cli.console import output, print_json, progress
+from dspark_cli.deploy.start import ask_vllm_together, deploy_target
+from dspark_cli.errors import DsparkError, ExitCode
+from dspark_cli.launch.plan import client_host
+from dspark_cli.machine.gpu_sampler import TOOLS, find_tool
 from dspark_cli.paths import ARMS_DIR
+from dspark_cli.server.liveness import settings_of
+from dspark_cli.server.logscan import degraded_patterns, fallback_patterns, fatal_patterns
+from dspark_cli.server.process import claimed_port, stop_signals_as_interrupt
+from dspark_cli.untrusted import printable
 from dspark_cli.vllm.accepts import Verdicts
 
-if TYPE_CHECKING:  # the runner's machinery is imported when cells run
+if TYPE_CHECKING:  # the runner's machinery (the live server session) is imported when cells run
     from dspark_cli.bench.runner import CellHook
     from dspark_cli.config.bench import BenchPrimary
 
@@ -26,7 +37,7 @@ if TYPE_CHECKING:  # the runner's machinery is imported when cells run
 def protocol_of(cfg: BenchPrimary) -> tuple[Protocol, DatasetSpec]:
     """The protocol and request set `cfg.bench` describes (pure; the dataset is verified when
     the run starts)."""
-    return build_protocol(plain(cfg.bench)), dataset_spec(plain(cfg.bench.dataset), Path.cwd())
+    return build_protocol(cfg.bench), dataset_spec(cfg.bench.dataset, Path.cwd())
 
 
 Primary = TypeVar("Primary", bound="BenchPrimary")  # a bench's config or validate's
@@ -46,10 +57,6 @@ def claimed_ports(cfg: Primary) -> Iterator[Primary]:
             or HydraConfig.get().mode != RunMode.MULTIRUN):
         yield cfg
         return
-    from dspark_cli.deploy.start import deploy_target
-    from dspark_cli.launch.plan import client_host
-    from dspark_cli.server.process import claimed_port
-
     host = client_host(cfg.server.host)
     assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     nodes = int(cfg.hw.nodes) if deploy_target(cfg).here else 1
@@ -66,22 +73,12 @@ def claimed_ports(cfg: Primary) -> Iterator[Primary]:
 
 def run_protocol(cfg: BenchPrimary, protocol: Protocol, dataset: DatasetSpec,
                  arms: dict[str, Arm], directory: Path, stop_on_failure: bool,
-                 after: CellHook | None = None, verdicts: Verdicts | None = None) -> Any:
+                 after: CellHook | None = None, verdicts: Verdicts | None = None) -> Merged:
     """Run every pending cell into `directory` and summarize it (the bench Report); `after`:
     called in each cell once its load and probes are done (runner.CellHook); `verdicts`:
     vLLM's answers the command already has (the arms are asked together into it)."""
-    from dspark_cli.bench.dataset import checked_inputs
-    from dspark_cli.bench.proposal_files import this_launch
-    from dspark_cli.bench.records import merge
+    # The runner loads the live server session: imported when cells run.
     from dspark_cli.bench.runner import ArmLaunch, CellContext, arm_launch, run_cells
-    from dspark_cli.deploy.start import ask_vllm_together
-    from dspark_cli.server.liveness import settings_of
-    from dspark_cli.server.logscan import (
-        degraded_patterns,
-        fallback_patterns,
-        fatal_patterns,
-    )
-    from dspark_cli.server.process import stop_signals_as_interrupt
 
     inputs = checked_inputs(protocol, dataset)
     checked, prompts = inputs.dataset, inputs.prompts
@@ -111,9 +108,6 @@ def run_protocol(cfg: BenchPrimary, protocol: Protocol, dataset: DatasetSpec,
 def gpu_tool(interval_s: float | None) -> str | None:
     """The vendor tool every cell samples its GPUs with (`watch.gpu_interval_s`); None, said
     once, where there is none (a CPU machine) or sampling is off."""
-    from dspark_cli.console import progress
-    from dspark_cli.machine.gpu_sampler import TOOLS, find_tool
-
     if not interval_s:
         return None
     tool = find_tool()
@@ -129,9 +123,6 @@ def ask_vllm_ahead(cfg: BenchPrimary, verdicts: Verdicts) -> None:
     first): one vLLM import for both stages. A plan that fails here is left for the bench to
     report, and a port claimed differently later is asked about again (answers are kept by
     exact command)."""
-    from dspark_cli.deploy.start import ask_vllm_together
-    from dspark_cli.errors import DsparkError
-
     try:
         arms = compose_arms(cfg, protocol_of(cfg)[0])
     except DsparkError:
@@ -140,7 +131,7 @@ def ask_vllm_ahead(cfg: BenchPrimary, verdicts: Verdicts) -> None:
 
 
 def bench_in(cfg: BenchPrimary, directory: Path, stop_on_failure: bool,
-             after: CellHook | None = None, verdicts: Verdicts | None = None) -> Any:
+             after: CellHook | None = None, verdicts: Verdicts | None = None) -> Merged:
     """Run the protocol of `cfg.bench` into `directory` on the ports this job claims, and
     summarize it (the bench Report); `verdicts`: vLLM's answers the command already has."""
     protocol, dataset = protocol_of(cfg)
@@ -148,3 +139,30 @@ def bench_in(cfg: BenchPrimary, directory: Path, stop_on_failure: bool,
         arms = compose_arms(claimed, protocol)
         return run_protocol(claimed, protocol, dataset, arms, directory, stop_on_failure,
                             after, verdicts)
+
+
+def print_merged(merged: Merged, as_json: bool) -> int:
+    """`dspark bench`'s answer: the summary on stdout (a table, or JSON), the run directory's
+    path last; exit 1 when a cell is invalid (its reasons are in summary.json)."""
+    summary = merged.summary
+    if as_json:
+        print_json({
+            "run_dir": str(merged.directory),
+            "files": {"summary_json": str(merged.summary_json),
+                      "summary_csv": str(merged.summary_csv),
+                      "plot_png": str(merged.plot_png) if merged.plot_png else None},
+            **summary.as_dict(),
+        })
+    else:
+        output().print(table(for_terminal(summary)))
+        print(merged.directory)
+    if merged.plot_png is None:
+        print("dspark: summary.png not drawn: matplotlib is not installed (pip install "
+              "'dspark[plot]')", file=sys.stderr)
+    invalid = [c for c in summary.cells if not c.valid]
+    if invalid:
+        names = printable(", ".join(c.cell_id for c in invalid))
+        print(f"dspark: {len(invalid)} of {len(summary.cells)} cells invalid ({names}); their "
+              "reasons are in summary.json and excluded from every speedup", file=sys.stderr)
+        return int(ExitCode.CHECK_FAILED)
+    return int(ExitCode.OK)

@@ -12,12 +12,23 @@ grew beyond `--boot-margin` is flagged, never gated.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
+from dspark_cli.compare import (
+    DEFAULT_BOOT_MARGIN,
+    DEFAULT_MARGIN,
+    check_boot_margin,
+    check_margin,
+    compare_runs,
+    render,
+    write,
+)
+from dspark_cli.console import print_json
 from dspark_cli.errors import ExitCode
+from dspark_cli.launch.secrets import redacted
+from dspark_cli.untrusted import output_dir, shown_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,19 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "flagged, in [0, 10] (default 0.25); a flag, never a gate failure")
 
 
-def run(opts: argparse.Namespace) -> int:
-    from dspark_cli.compare import (
-        DEFAULT_BOOT_MARGIN,
-        DEFAULT_MARGIN,
-        check_boot_margin,
-        check_margin,
-        compare_runs,
-        render,
-        write,
-    )
-    from dspark_cli.launch.secrets import redacted
-    from dspark_cli.untrusted import output_dir, shown_path
-
+def run(cfg: None, opts: argparse.Namespace) -> int:
+    """`cfg` is None: the command composes no config."""
     margin = check_margin(DEFAULT_MARGIN if opts.margin is None else opts.margin)
     boot_margin = check_boot_margin(DEFAULT_BOOT_MARGIN if opts.boot_margin is None
                                     else opts.boot_margin)
@@ -57,7 +57,7 @@ def run(opts: argparse.Namespace) -> int:
                          boot_margin)
     paths = write(found, out)
     if opts.json:
-        print(json.dumps(redacted(found.to_dict()), indent=2))
+        print_json(redacted(found.to_dict()))
     else:
         sys.stdout.write(render(found))
     print(f"dspark: compare: {', '.join(shown_path(p) for p in paths)}", file=sys.stderr)

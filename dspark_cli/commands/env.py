@@ -9,24 +9,26 @@ would be refused.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
+from dspark_cli.console import print_json
 from dspark_cli.errors import DsparkError, ExitCode
+from dspark_cli.hostenv import Choice, collect, option_table, render
+from dspark_cli.launch import checks, runtime
+from dspark_cli.launch.plan import build_plan
+from dspark_cli.machine.detect import Machine, detect, match_profile
+from dspark_cli.machine.profiles import detected_profile, profile_patterns
+from dspark_cli.status import Finding, Status
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
-    from dspark_cli.machine.detect import Machine
-    from dspark_cli.status import Finding
 
 
 def _needs_machine(opts: argparse.Namespace) -> bool:
     """Without `+hw`, the profile this machine matches; none matching is reported, not an
     error (no profile is then composed)."""
-    from dspark_cli.machine.profiles import detected_profile
-
     try:
         detected_profile()
     except DsparkError:
@@ -46,11 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
-    from dspark_cli.hostenv import Choice, collect, option_table, render
-    from dspark_cli.launch.runtime import pinned
-    from dspark_cli.machine.detect import detect, match_profile
-    from dspark_cli.machine.profiles import profile_patterns
-
     machine = detect()
     try:
         detected: str | None = match_profile(machine, profile_patterns())
@@ -60,12 +57,12 @@ def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     choice = Choice(profile=name, chosen_by="detected" if name == detected else "+hw",
                     method=cfg.speculative.method,
                     adaptive=bool(cfg.speculative.enable_adaptive_verification),
-                    pins=pinned(cfg.runtime.expected), reference=cfg.runtime.reference)
+                    pins=runtime.pinned(cfg.runtime.expected), reference=cfg.runtime.reference)
     table, ready = option_table(opts.vllm)
     findings, not_checked = _preflight(cfg, machine, ready, name)
     env = collect(choice, machine, detected, table, findings, not_checked)
     if opts.json:
-        print(json.dumps(env.to_dict(), indent=2))
+        print_json(env.to_dict())
     else:
         sys.stdout.write(render(env))
     return int(ExitCode.CHECK_FAILED if opts.check and env.refused else ExitCode.OK)
@@ -75,9 +72,6 @@ def _preflight(cfg: LaunchConf, machine: Machine, ready: bool,
                profile: str | None) -> tuple[list[Finding], list[str]]:
     """The preflight a real run does on this machine (no vLLM verdict), when the option table is
     at hand; else only the runtime pins, and a line saying what was not checked."""
-    from dspark_cli.launch import checks, runtime
-    from dspark_cli.status import Status
-
     pins = runtime.finding(cfg.runtime.expected, dry_run=False,
                            reference=cfg.runtime.reference)
     if profile is None:
@@ -85,8 +79,6 @@ def _preflight(cfg: LaunchConf, machine: Machine, ready: bool,
     if not ready:
         return [pins], ["the launch rules and the checkpoint: they need the installed vLLM's "
                         "option table (`dspark env --vllm`)"]
-    from dspark_cli.launch.plan import build_plan
-
     try:
         return list(checks.check(cfg, build_plan(cfg), machine)), []
     except DsparkError as e:

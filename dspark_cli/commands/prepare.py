@@ -9,12 +9,14 @@ SPEED-Bench release; stdout is the override that pins it (stderr says what was w
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 
-from dspark_cli.commands.command import Command
+from dspark_cli.bench.dataset import prepare
+from dspark_cli.cli.command import Command
+from dspark_cli.cli.overrides import hydra_literal
+from dspark_cli.console import print_json
 
 DEFAULT_DIR = Path("data/speed_bench")  # conf/bench/speed_bench_throughput_1k.yaml's path
 
@@ -33,10 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def run(opts: argparse.Namespace) -> int:
-    from dspark_cli.bench.dataset import prepare
-    from dspark_cli.config.overrides import hydra_literal
-
+def run(cfg: None, opts: argparse.Namespace) -> int:
+    """`cfg` is None: the command composes no config."""
     out = opts.out.expanduser() / f"{opts.subset}.jsonl"
     done = prepare(opts.source.expanduser(), opts.subset, out, opts.drop_placeholders)
     pin = [f"bench.dataset.sha256={done.sha256}"]
@@ -45,7 +45,7 @@ def run(opts: argparse.Namespace) -> int:
     if opts.subset != "throughput_1k":
         pin.insert(0, f"bench.dataset.subset={opts.subset}")
     if opts.json:
-        print(json.dumps({**done.to_dict(), "overrides": pin}, indent=2))
+        print_json({**done.to_dict(), "overrides": pin})
         return 0
     if done.repeated:
         print(f"dspark: warning: {done.repeated} of {done.rows} requests repeat an earlier "

@@ -9,14 +9,15 @@ nothing and measures nothing; the same records give a byte-identical report.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
+from dspark_cli.console import print_json
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import REPORT_MD
+from dspark_cli.report.markdown import write_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,16 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print report.json instead of report.md on stdout")
 
 
-def run(opts: argparse.Namespace) -> int:
-    from dspark_cli.report.markdown import write_report
-
+def run(cfg: None, opts: argparse.Namespace) -> int:
+    """`cfg` is None: the command composes no config."""
     if not opts.run_dirs:
         raise UsageError("give at least one run directory.",
                          hint="dspark report runs/validate/<time>  (or a smoke and a bench run)")
     out = (opts.out or opts.run_dirs[0]).expanduser()
     report, text = write_report([d.expanduser() for d in opts.run_dirs], out)
     if opts.json:
-        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        print_json(report.to_dict(), sort_keys=True)
     else:
         sys.stdout.write(text)
     print(f"dspark: report: {shlex.quote(str(out.resolve() / REPORT_MD))}", file=sys.stderr)

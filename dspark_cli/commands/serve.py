@@ -4,16 +4,19 @@ where `deploy.target` runs it (this host, a Slurm job, Kubernetes objects)."""
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from dspark_cli.commands.command import Command
-from dspark_cli.deploy.target import DeployTarget
+from dspark_cli.cli.command import Command
+from dspark_cli.console import print_json
+from dspark_cli.deploy.start import TARGETS, deploy_target, dry_launch, dry_preflight, ready
+from dspark_cli.errors import CheckFailed, UsageError
 from dspark_cli.launch import checks
-from dspark_cli.launch.plan import LaunchPlan, build_plan
-from dspark_cli.launch.rules import checked_layout
+from dspark_cli.launch.record import run_dir
+from dspark_cli.launch.rules import checked_plan
+from dspark_cli.server.deployment import Watch
+from dspark_cli.server.liveness import settings_of
 
 if TYPE_CHECKING:
     from dspark_cli.config.schema import LaunchConf
@@ -32,53 +35,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="say why for each preflight rule not checked here")
 
 
-def _dry_run(cfg: LaunchConf, plan: LaunchPlan, target: DeployTarget,
-             opts: argparse.Namespace) -> int:
+def _dry_run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     """Print what the target runs (the plan's script, every node's block, the job script, the
     manifests) and the preflight that needs no machine."""
-    from dspark_cli.deploy.start import dry_preflight
-
-    found = dry_preflight(cfg, plan, target, opts.validate)
+    dry = dry_launch(cfg, opts.validate)
     if opts.json:
-        print(json.dumps(target.render_json(cfg, plan, found), indent=2))
+        print_json(dry.target.render_json(cfg, dry.plan, dry.findings))
     else:
-        sys.stdout.write(target.render(cfg, plan))
-    checks.print_findings(found)
-    return checks.exit_code(found)
+        sys.stdout.write(dry.target.render(cfg, dry.plan))
+    checks.print_findings(dry.findings)
+    return checks.exit_code(dry.findings)
 
 
 def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
-    from dspark_cli.deploy.start import TARGETS, deploy_target
-    from dspark_cli.errors import CheckFailed, UsageError
-
     target = deploy_target(cfg)
     if opts.apply and target.hand_off is None:
         applied = " or ".join(f"deploy={n}" for n, t in TARGETS.items() if t.hand_off)
         raise UsageError(f"--apply is for {applied} (deploy={target.name} starts the "
                          f"deployment without it); drop --apply or use {applied}")
-    plan = build_plan(cfg)
-    checked_layout(plan)  # a bad layout is refused for every target
     if opts.dry_run:
-        return _dry_run(cfg, plan, target, opts)
-    from dspark_cli.launch.record import run_dir
-
+        return _dry_run(cfg, opts)
+    plan = checked_plan(cfg)  # a bad layout is refused for every target
     if target.hand_off is not None and not opts.apply:
-        from dspark_cli.deploy.start import dry_preflight
-
         found = dry_preflight(cfg, plan, target, opts.validate)
         checks.print_findings(found)
         if any(f.failed for f in found):
             raise CheckFailed("preflight failed; nothing was written (details above).")
         return target.hand_off(cfg, plan, run_dir())
-    from dspark_cli.deploy.start import ready
-    from dspark_cli.server.deployment import Watch
+    # Lazy: the live server session (and its HTTP client) is what a dry run never loads.
     from dspark_cli.server.session import serve as serve_foreground
 
     directory = run_dir()
     started = ready(cfg, plan, directory, asked=opts.validate)
     print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)
-    from dspark_cli.server.liveness import settings_of
-
     stall = (settings_of(cfg.watch.stall_s, cfg.watch.poll_s) if cfg.watch.serve
              else None)
     return serve_foreground(started.deployment(directory),

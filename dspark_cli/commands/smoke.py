@@ -11,15 +11,17 @@ at its head, and cancelled until the engine says it is gone. The exit code is th
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
-from typing import TYPE_CHECKING
+import sys
 
-from dspark_cli.commands.command import Command
+from dspark_cli.cli.command import Command
+from dspark_cli.config.smoke import SmokePrimary
+from dspark_cli.config.smoke import register as register_smoke_schema
+from dspark_cli.console import output, print_json, progress
+from dspark_cli.deploy.start import dry_launch
+from dspark_cli.launch import checks
+from dspark_cli.launch.record import run_dir
 from dspark_cli.paths import SMOKE_JSON
-
-if TYPE_CHECKING:
-    from dspark_cli.config.smoke import SmokePrimary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,28 +34,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="say why for each preflight rule not checked here")
 
 
-def _store_schema() -> None:
-    """The smoke primary: the launch schema plus `smoke`."""
-    from dspark_cli.config.smoke import register as register_schema
-
-    register_schema()
-
-
 def run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
     if opts.dry_run:
         return _dry_run(cfg, opts)
-    from dspark_cli.console import progress
-    from dspark_cli.launch.record import run_dir
+    # Lazy: the smoke's live path loads the server session (and its HTTP client), which a dry
+    # run never does.
+    from dspark_cli.smoke.result import render
     from dspark_cli.smoke.workflow import smoke_in
 
     directory = run_dir()
     doc = smoke_in(cfg, directory)
     if opts.json:
-        print(json.dumps(doc.to_dict(), indent=2))
+        print_json(doc.to_dict())
     else:
-        from dspark_cli.console import output
-        from dspark_cli.smoke.result import render
-
         output().print(render(doc))
     progress(f"report: {shlex.quote(str(directory / SMOKE_JSON))}")
     return int(doc.verdict.exit_code)
@@ -62,28 +55,18 @@ def run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
 def _dry_run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
     """The launch a managed smoke boots, as its deploy target runs it, and the preflight that
     needs no machine; an attached smoke (`server.url`) boots nothing and says so."""
-    import sys
-
-    from dspark_cli.deploy.start import deploy_target, dry_preflight
-    from dspark_cli.launch import checks
-    from dspark_cli.launch.plan import build_plan
-    from dspark_cli.launch.rules import checked_layout
-
     if cfg.server.url is not None:
         print(f"# dspark smoke: attaches to {cfg.server.url}; boots nothing")
         return 0
-    plan = build_plan(cfg)
-    checked_layout(plan)
-    target = deploy_target(cfg)
-    found = dry_preflight(cfg, plan, target)
+    dry = dry_launch(cfg)
     if opts.json:
-        print(json.dumps(target.render_json(cfg, plan, found), indent=2))
+        print_json(dry.target.render_json(cfg, dry.plan, dry.findings))
     else:
         sys.stdout.write("# dspark smoke boots this launch, checks it live (/health, startup "
                          "lines, one request, spec-decode counters, fatal lines) and tears it "
-                         "down\n" + target.render(cfg, plan))
-    checks.print_findings(found)
-    return checks.exit_code(found)
+                         "down\n" + dry.target.render(cfg, dry.plan))
+    checks.print_findings(dry.findings)
+    return checks.exit_code(dry.findings)
 
 
 COMMAND = Command(
@@ -99,5 +82,5 @@ COMMAND = Command(
     add_arguments=add_arguments,
     run=run,
     needs_machine=True,  # plans (or attaches to) a launch here: no +hw, it is detected
-    store_schema=_store_schema,
+    store_schema=register_smoke_schema,  # the smoke primary: the launch schema plus `smoke`
 )

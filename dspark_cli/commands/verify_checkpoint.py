@@ -7,13 +7,16 @@ a bad manifest file, conflicting flags). The checkpoint directory is only ever r
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dspark_cli.commands.command import Command
+from dspark_cli.checkpoint.content import format_manifest, write_manifest
+from dspark_cli.checkpoint.result import render
+from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
+from dspark_cli.cli.command import Command
+from dspark_cli.console import print_json
 from dspark_cli.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -37,9 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
-    from dspark_cli.checkpoint.content import format_manifest, write_manifest
-    from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
-
     root = checkpoint_root(cfg.model.path)
     content = content_request(root, hash_blobs=opts.hash, manifest=opts.manifest,
                               write_manifest=opts.write_manifest, workers=opts.workers)
@@ -55,10 +55,8 @@ def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
         written = str(opts.write_manifest)
 
     if opts.json:
-        print(json.dumps({**result.to_dict(), "manifest_written": written}, indent=2))
+        print_json({**result.to_dict(), "manifest_written": written})
     else:
-        from dspark_cli.checkpoint.result import render
-
         render(result)
     if written and result.content is not None:  # written only from the hashed content
         print(f"dspark: wrote {written} ({len(result.content.digests)} files); "

@@ -7,10 +7,13 @@ would otherwise be carried silently; this walk finds every such key before anyth
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import typing
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from dspark_cli.config.schema import LaunchConf
 from dspark_cli.errors import UsageError
 
 
@@ -23,8 +26,6 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[tuple[str, list[str
     for key in node:
         full = f"{prefix}{key!s}"
         if fields is not None and key not in fields:
-            import difflib  # only a mistyped key needs it
-
             found.append((full, difflib.get_close_matches(str(key), sorted(fields), n=2)))
             continue
         child = node._get_node(key)
@@ -33,12 +34,32 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[tuple[str, list[str
     return found
 
 
+def dataclass_of(kind: object) -> type | None:
+    """The dataclass a field holds (`X` or `X | None`), else None: free-form from there."""
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        return kind
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if len(args) == 1 and dataclass_of(args[0]) else None
+
+
+def placements(leaf: str, kind: type = LaunchConf, prefix: str = "") -> list[str]:
+    """Every dotted key of the schema whose last part is `leaf` (`max_num_seqs` ->
+    `serving.args.max_num_seqs`)."""
+    found = []
+    hints = typing.get_type_hints(kind)
+    for f in dataclasses.fields(kind):
+        if f.name == leaf:
+            found.append(prefix + f.name)
+        inner = dataclass_of(hints[f.name])
+        if inner is not None:
+            found += placements(leaf, inner, f"{prefix}{f.name}.")
+    return found
+
+
 def check_known_keys(cfg: DictConfig) -> None:
     """Raise a UsageError naming every key the schema does not know (and what was meant)."""
     problems = unknown_keys(cfg)
     if problems:
-        from dspark_cli.config.override_keys import placements
-
         parts = []
         for key, close in problems:
             moved = placements(key.rsplit(".", 1)[-1])

@@ -8,16 +8,22 @@ composed config. Nothing runs, nothing is probed: the smoke's launch is what `ds
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.accuracy.plan import TASK, accuracy_spec, default_python, eval_argv
+from dspark_cli.accuracy.records import AccuracyVerdict, words
+from dspark_cli.bench import records
+from dspark_cli.bench.workflow import ask_vllm_ahead, bench_in
+from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
 from dspark_cli.config.typed import plain
+from dspark_cli.console import json_text
+from dspark_cli.deploy.start import ensure_model
 from dspark_cli.errors import ExitCode, UsageError
 from dspark_cli.launch.secrets import redact_text, redact_urls
 from dspark_cli.paths import (
@@ -30,6 +36,7 @@ from dspark_cli.paths import (
     SOURCE_JSON,
     TESTS_JSON,
 )
+from dspark_cli.smoke.expectations import expectations
 from dspark_cli.status import Status
 from dspark_cli.untrusted import write_atomic
 from dspark_cli.validate.source import LintPlan, changed_python, lint, revision
@@ -56,24 +63,20 @@ class StageResult:
 def _write_json(path: Path, data: Any) -> None:
     """A stage's record, redacted (a checkpoint's path may hold a URL password)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, redact_text(json.dumps(data, indent=2) + "\n"))
+    write_atomic(path, redact_text(json_text(data)))
 
 
 def checkpoint(cfg: ValidatePrimary, directory: Path) -> StageResult:
     """verify-checkpoint's structure, pins and heads (and hashes when asked) on model.path."""
-    from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
-    from dspark_cli.deploy.start import ensure_model
-
     ensure_model(cfg)  # the tiny model is made before it can be verified
-    if not Path(str(cfg.model.path)).expanduser().is_dir():
+    if not Path(cfg.model.path).expanduser().is_dir():
         return StageResult("checkpoint", Status.skipped, 0, f"model.path {cfg.model.path} is "
                            "not a local directory (a hub id is checked by vLLM at load)")
     stage = cfg.validate.checkpoint
     root = checkpoint_root(cfg.model.path)
-    content = content_request(root, hash_blobs=bool(stage.hash),
+    content = content_request(root, hash_blobs=stage.hash,
                               manifest=Path(stage.manifest) if stage.manifest else None)
-    expected = plain(cfg.model.expected)
-    report = verify_checkpoint(root, expected, content)
+    report = verify_checkpoint(root, _pins(cfg), content)
     _write_json(directory / CHECKPOINT_JSON, report.to_dict())
     hashed = (f", {report.content.hashed_files} files hashed" if report.content else "")
     if report.ok:
@@ -97,9 +100,9 @@ def junit_counts(path: Path) -> dict[str, int]:
 
 def tests_argv(cfg: ValidatePrimary, junit: Path) -> list[str]:
     stage = cfg.validate.tests
-    python = str(stage.python) if stage.python else sys.executable
+    python = stage.python or sys.executable
     return [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-            *map(str, stage.node_ids)]
+            *stage.node_ids]
 
 
 def tests(cfg: ValidatePrimary, directory: Path) -> StageResult:
@@ -108,7 +111,7 @@ def tests(cfg: ValidatePrimary, directory: Path) -> StageResult:
     if not stage.node_ids:
         return StageResult("tests", Status.not_run, 0, "no focused tests configured "
                            "(validate.tests.node_ids)")
-    source = Path(str(stage.source or "")).expanduser()
+    source = Path(stage.source or "").expanduser()
     if not stage.source or not source.is_dir():
         raise UsageError(f"validate.tests.source={stage.source} is not a directory; give the "
                          "vLLM source tree the focused tests run in.")
@@ -118,7 +121,7 @@ def tests(cfg: ValidatePrimary, directory: Path) -> StageResult:
     with log.open("wb") as out:
         try:
             done = subprocess.run(argv, cwd=source, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=float(stage.timeout_s), check=False)
+                                  timeout=stage.timeout_s, check=False)
             code: int | None = done.returncode
         except subprocess.TimeoutExpired:
             code = None
@@ -140,12 +143,11 @@ def _revision_and_lint(cfg: ValidatePrimary, tree: Path, directory: Path) -> str
     """Record the tree's revision (source.json) and run the lint commands in it (lint.json);
     the failed commands, or "" when every one passed (or none is configured)."""
     stage = cfg.validate.tests
-    rev = revision(tree, str(stage.upstream) if stage.upstream else None)
+    rev = revision(tree, stage.upstream or None)
     _write_json(directory / SOURCE_JSON, rev.to_dict())
-    commands = [str(c) for c in stage.lint]
-    if not commands:
+    if not stage.lint:
         return ""
-    plan = LintPlan(commands, float(stage.lint_timeout_s), changed_python(tree, rev))
+    plan = LintPlan(list(stage.lint), stage.lint_timeout_s, changed_python(tree, rev))
     results = lint(tree, plan, directory)
     _write_json(directory / LINT_JSON, {"results": [r.to_dict() for r in results]})
     return ", ".join(r.command for r in results if r.status == "failed")
@@ -154,8 +156,7 @@ def _revision_and_lint(cfg: ValidatePrimary, tree: Path, directory: Path) -> str
 def smoke(cfg: ValidatePrimary, directory: Path, verdicts: Verdicts) -> StageResult:
     """The smoke; vLLM's verdict on its command also answers for the bench's arms (into
     `verdicts`, which the bench stage is given)."""
-    from dspark_cli.bench.workflow import ask_vllm_ahead
-    from dspark_cli.smoke.workflow import smoke_in
+    from dspark_cli.smoke.workflow import smoke_in  # loads the live server session
 
     if cfg.validate.bench is not None:
         ask_vllm_ahead(cfg, verdicts)
@@ -169,11 +170,9 @@ def bench(cfg: ValidatePrimary, directory: Path, scorer: Scorer | None,
           verdicts: Verdicts) -> StageResult:
     """The bench protocol; `scorer`: the accuracy stage's, lent each arm's first cell;
     `verdicts`: vLLM's answers from the smoke stage."""
-    from dspark_cli.bench.workflow import bench_in
-
     if cfg.validate.bench is None:
         return StageResult("bench", Status.skipped, 0, "validate.bench=null")
-    summary = bench_in(cfg, directory, bool(cfg.validate.bench.stop_on_failure),
+    summary = bench_in(cfg, directory, cfg.validate.bench.stop_on_failure,
                        None if scorer is None else scorer.in_cell, verdicts).summary
     invalid = [c.cell_id for c in summary.cells if not c.valid]
     detail = f"{len(summary.cells) - len(invalid)} of {len(summary.cells)} cells valid" + (
@@ -185,8 +184,7 @@ def bench(cfg: ValidatePrimary, directory: Path, scorer: Scorer | None,
 def accuracy(cfg: ValidatePrimary, scorer: Scorer | None, verdicts: Verdicts) -> StageResult:
     """lm_eval against every bench arm's server (those the bench stage lent already scored);
     fails when an arm could not be scored or scores differently from the baseline."""
-    from dspark_cli.accuracy.records import AccuracyVerdict, words
-    from dspark_cli.accuracy.run import accuracy_in
+    from dspark_cli.accuracy.run import accuracy_in  # loads the live server session
 
     if scorer is None:
         return StageResult("accuracy", Status.skipped, 0, "validate.accuracy=null")
@@ -205,15 +203,16 @@ def accuracy(cfg: ValidatePrimary, scorer: Scorer | None, verdicts: Verdicts) ->
 
 def summarize_interrupted_bench(directory: Path) -> None:
     """After Ctrl-C: the summary of the cells that finished, so the report shows them."""
-    from dspark_cli.bench import records
-    from dspark_cli.bench.records import merge
-
     if directory.is_dir() and records.collect(directory):
-        merge(directory)
+        records.merge(directory)
 
 
 def _pins(cfg: ValidatePrimary) -> dict[str, Any]:
-    return {k: v for k, v in (plain(cfg.model.expected) or {}).items() if v is not None}
+    """The checkpoint's pinned facts that are set (`model.expected`; a null pin is not
+    checked)."""
+    expected = cfg.model.expected
+    return {f.name: value for f in fields(expected)
+            if (value := getattr(expected, f.name)) is not None}
 
 
 def _content(cfg: ValidatePrimary) -> str:
@@ -245,8 +244,6 @@ def _tests(cfg: ValidatePrimary, directory: Path) -> list[str]:
 
 
 def _smoke(cfg: ValidatePrimary, script: str) -> list[str]:
-    from dspark_cli.smoke.expectations import expectations
-
     exp = expectations(cfg)
     spec = (f"; speculative counters with {exp.spec.method} K={exp.spec.k} ({exp.spec.rule})"
             if exp.spec else "")
@@ -259,10 +256,9 @@ def _smoke(cfg: ValidatePrimary, script: str) -> list[str]:
 def _accuracy(cfg: ValidatePrimary, directory: Path) -> tuple[Any, list[str]]:
     """The accuracy stage's spec (None: skipped) and its lines: every arm, lm_eval's command
     with the arm's server URL and served name left to the boot."""
-    from dspark_cli.accuracy.plan import TASK, accuracy_spec, default_python, eval_argv
-
+    # accuracy/ (another owner) takes the stage's settings as plain data for now.
     spec = accuracy_spec(plain(cfg.validate.accuracy), default_python(),
-                         [str(a) for a in cfg.bench.arms])
+                         list(cfg.bench.arms))
     if spec is None:
         return None, ["5. accuracy: skipped (validate.accuracy=null)"]
     stage = directory / "accuracy"
@@ -271,7 +267,7 @@ def _accuracy(cfg: ValidatePrimary, directory: Path) -> tuple[Any, list[str]]:
     return spec, [
         f"5. accuracy: lm_eval task {TASK} on {spec.dataset} (sha256 {spec.sha256}"
         + (f", the first {spec.limit} documents" if spec.limit else "") + "), against each arm "
-        f"of bench.arms ({', '.join(map(str, cfg.bench.arms))}) on "
+        f"of bench.arms ({', '.join(cfg.bench.arms)}) on "
         + ("its first bench cell's server (its own boot if the bench does not reach it)"
            if cfg.validate.bench is not None else "its own server, booted in turn")
         + f"; each arm's difference to {spec.baseline} judged at +-{spec.margin:g}:",
@@ -296,15 +292,13 @@ def plan_doc(cfg: ValidatePrimary, directory: Path, launch: dict[str, Any],
              bench: dict[str, Any] | None) -> dict[str, Any]:
     """The plan of every stage for --json: `launch` is the smoke's (the deploy target's dry-run
     document, preflight included), `bench` the bench's plan (None: skipped)."""
-    from dspark_cli.smoke.expectations import expectations
-
     tests = cfg.validate.tests
     exp = expectations(cfg)
     accuracy = _accuracy(cfg, directory)[0]
     return {
         "run_dir": str(directory),
         "stages": [
-            {"name": "checkpoint", "path": redact_urls(str(cfg.model.path)),
+            {"name": "checkpoint", "path": redact_urls(cfg.model.path),
              "pins": _pins(cfg), "content_hashes": _content(cfg)},
             {"name": "tests", "run": bool(tests.node_ids), "source": tests.source,
              "upstream": tests.upstream, "lint": list(tests.lint),
@@ -313,10 +307,10 @@ def plan_doc(cfg: ValidatePrimary, directory: Path, launch: dict[str, Any],
             {"name": "smoke", "startup_lines": [p.name for p in exp.required],
              "max_tokens": exp.max_tokens, "launch": launch},
             {"name": "bench", "run": bench is not None,
-             "protocol": str(cfg.bench.name) if bench is not None else None, "plan": bench},
+             "protocol": cfg.bench.name if bench is not None else None, "plan": bench},
             {"name": "accuracy", "run": accuracy is not None,
              "settings": None if accuracy is None else accuracy.to_dict(),
-             "arms": [str(a) for a in cfg.bench.arms] if accuracy is not None else []},
+             "arms": list(cfg.bench.arms) if accuracy is not None else []},
             {"name": "report", "files": [str(directory / REPORT_MD),
                                          str(directory / REPORT_JSON)]},
         ],

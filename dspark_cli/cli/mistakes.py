@@ -5,11 +5,13 @@ OmegaConf's node types or a stack trace. The plain dry run (Compose API) and eve
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from dspark_cli.cli.override_keys import suggestion
 from dspark_cli.config import catalog
 from dspark_cli.errors import UsageError
 
@@ -64,16 +66,12 @@ def unknown_option(group: str, option: str, overrides: Sequence[str],
 
 
 def _fields_of(kind: object) -> list[str]:
-    import dataclasses
-
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return [f.name for f in dataclasses.fields(kind)]
     return []
 
 
 def _unknown_key(error: Exception, overrides: Sequence[str]) -> UsageError:
-    from dspark_cli.config.override_keys import suggestion
-
     key = str(getattr(error, "full_key", "") or getattr(error, "key", ""))
     typed = _override_of(key, overrides)
     value = typed.partition("=")[2] if typed else None

@@ -12,15 +12,8 @@ import typing
 from collections.abc import Iterable
 
 from dspark_cli.config.schema import LaunchConf
+from dspark_cli.config.strict import dataclass_of, placements
 from dspark_cli.errors import UsageError
-
-
-def _dataclass_of(kind: object) -> type | None:
-    """The dataclass a field holds (`X` or `X | None`), else None: free-form from there."""
-    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
-        return kind
-    args = [a for a in typing.get_args(kind) if a is not type(None)]
-    return args[0] if len(args) == 1 and _dataclass_of(args[0]) else None
 
 
 def _unknown(key: str) -> tuple[str, list[str]] | None:
@@ -36,22 +29,8 @@ def _unknown(key: str) -> tuple[str, list[str]] | None:
             if i == 0:
                 return None
             return ".".join(parts[:i + 1]), difflib.get_close_matches(part, sorted(fields), n=2)
-        kind = _dataclass_of(typing.get_type_hints(kind)[part])
+        kind = dataclass_of(typing.get_type_hints(kind)[part])
     return None
-
-
-def placements(leaf: str, kind: type = LaunchConf, prefix: str = "") -> list[str]:
-    """Every dotted key of the schema whose last part is `leaf` (`max_num_seqs` ->
-    `serving.args.max_num_seqs`)."""
-    found = []
-    hints = typing.get_type_hints(kind)
-    for f in dataclasses.fields(kind):
-        if f.name == leaf:
-            found.append(prefix + f.name)
-        inner = _dataclass_of(hints[f.name])
-        if inner is not None:
-            found += placements(leaf, inner, f"{prefix}{f.name}.")
-    return found
 
 
 def suggestion(key: str, value: str | None, close: Iterable[str]) -> str:

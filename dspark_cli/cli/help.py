@@ -1,5 +1,5 @@
 """`dspark <command> --help`: one screen that teaches the command. Usage, examples (its
-contract's: commands/command.py; the seed's job first), the command's own flags (its argparse
+contract's: cli/command.py; the seed's job first), the command's own flags (its argparse
 parser), the config groups it composes with one line per option (read from conf/:
 config/catalog.py), and where to read more. Hydra's dump of the whole composed config stays
 behind `--cfg job`.
@@ -15,10 +15,12 @@ from dspark_cli.config import catalog
 from dspark_cli.errors import exit_codes_help
 
 if TYPE_CHECKING:
-    from dspark_cli.commands.command import Command
+    from dspark_cli.cli.command import Command
 
 # Hydra's flags dspark's help names (every one of Hydra's still works; completion offers these).
 HYDRA_FLAGS = ("--cfg", "--resolve", "--info", "--multirun", "--hydra-help")
+# Hydra's shell-completion flag: with it, a command line is being completed, not run.
+COMPLETION = {"-sc", "--shell-completion"}
 HELP_WIDTH = 100
 _EXAMPLE_WIDTH = 58  # an example's comment starts here, unless the command is longer
 

@@ -1,6 +1,6 @@
 """Running one dspark command as Hydra: the `@hydra.main` app (every run, dry or not, composed
 the same way), dspark's Hydra settings, and shell completion that calls back the right
-command."""
+command. Loaded only where Hydra runs (compose.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,31 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dspark_cli.cli.help import COMPLETION
+from dspark_cli.cli.mistakes import usage_error
+from dspark_cli.cli.multirun import in_multirun_job, print_failures, recorded, watched
+from dspark_cli.cli.overrides import hydra_value
+from dspark_cli.cli.run_dir import Refusal
 from dspark_cli.errors import ExitCode, UsageError, worst
+from dspark_cli.launch import secrets
+from dspark_cli.paths import conf_dir
 
 if TYPE_CHECKING:
-    from dspark_cli.commands.command import Command
+    from dspark_cli.cli.command import Command
 
 
 RUN_DIR = ("hydra.run.dir", "++hydra.run.dir")
@@ -36,10 +52,6 @@ def planned_run_dir(override: str | None) -> Path | None:
     `${hydra:...}`); None without one. A value that does not resolve is a usage error."""
     if override is None:
         return None
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     value = OverridesParser.create().parse_override(override).value()
     try:
         resolved = str(OmegaConf.create({"dir": value}).dir)
@@ -73,35 +85,26 @@ def _setenv(name: str, value: str | None) -> None:
 
 def run_hydra_app(prog: str, config: str, task: Callable[[Any], int], argv: list[str]) -> int:
     """Run `task` as a `@hydra.main` app (run, multirun, --cfg, --info, completion); the worst
-    exit code of its jobs. A config Hydra rejects is a UsageError (config/mistakes.py)."""
-    import hydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from dspark_cli.commands import multirun
-    from dspark_cli.commands.run_dir import Refusal
-    from dspark_cli.config.mistakes import usage_error
-    from dspark_cli.paths import conf_dir
-
+    exit code of its jobs. A config Hydra rejects is a UsageError (cli/mistakes.py)."""
     state: dict[str, Any] = {"ran": False, "code": 0}
 
     @hydra.main(config_path=str(conf_dir()), config_name=config, version_base="1.3")
     def app(cfg: Any) -> int:
         state["ran"] = True
-        with _environ(_RAISE, None), multirun.recorded(multirun.in_multirun_job()) as code:
+        with _environ(_RAISE, None), recorded(in_multirun_job()) as code:
             code.append(task(cfg))  # the job's own processes never see Hydra's switch
         state["code"] = worst((state["code"], code[-1]))
         return code[-1]  # the job's return value: what RunDirGuard settles the run with
 
     saved = sys.argv
     try:
-        with multirun.watched(_sweeps(argv)) as (watch, swept), _environ(_RAISE, "1"):
+        with watched(_sweeps(argv)) as (watch, swept), _environ(_RAISE, "1"):
             sys.argv = [prog, *watch, *argv]
             app()
             # Jobs in other processes (submitit) report only through their outcome files.
             sweep = swept()
         if sweep is not None and sweep.directory.is_dir():
-            state["code"] = worst((state["code"], multirun.print_failures(
+            state["code"] = worst((state["code"], print_failures(
                 sweep.directory, before=sweep.before, this=sweep.id)))
     except Refusal as e:  # a run directory refused before Hydra wrote into it
         raise e.error from None
@@ -130,11 +133,6 @@ def scratch_sweep(dry_run: bool) -> Iterator[list[str]]:
     if not dry_run:
         yield []
         return
-    import shutil
-    import tempfile
-
-    from dspark_cli.config.overrides import hydra_value
-
     scratch = tempfile.mkdtemp(prefix="dspark-dry-run-")
     try:
         yield [f"hydra.sweep.dir={hydra_value(scratch)}"]
@@ -162,10 +160,9 @@ def hydra_settings(name: str, opts: argparse.Namespace) -> list[str]:
     stamp = "${now:%Y%m%d-%H%M%S}"
     return [*_QUIET_HYDRA, f"hydra.run.dir=runs/{name}/{stamp}",
             f"hydra.sweep.dir=runs/{name}/multirun-{stamp}",
-            "+hydra.callbacks.dspark_run_dir._target_=dspark_cli.commands.run_dir.RunDirGuard"]
+            "+hydra.callbacks.dspark_run_dir._target_=dspark_cli.cli.run_dir.RunDirGuard"]
 
 
-COMPLETION = {"-sc", "--shell-completion"}
 # Hydra's bash script calls back `<program> -sc query=bash`; dspark's program needs the command
 # word the user typed, which the script has at hand as ${words[1]}.
 _QUERY_CALL = "$helper -sc query=bash"
@@ -174,8 +171,8 @@ _QUERY_CALL = "$helper -sc query=bash"
 def shell_completion(command: Command, plain: list[str], flags: list[str]) -> int:
     """Hydra's shell completion for one command: the installed script calls back
     `dspark <command> -sc query=...`, and a query sees the line without dspark's own words
-    (a command composing no config completes against the shared `launch` one)."""
-    command.store_schema()
+    (a command composing no config completes against the shared `launch` one); its schema
+    is stored (compose.py)."""
     if any(o.startswith("query=") for o in plain) and "COMP_LINE" in os.environ:
         os.environ["COMP_LINE"] = completion_line(os.environ["COMP_LINE"])
     out = io.StringIO()
@@ -198,11 +195,6 @@ def redact_hydra_files(cfg: Any) -> None:
     """Hydra saves the job's config (`.hydra/config.yaml`, and a multirun's `multirun.yaml`)
     before the job runs, unresolved. Secrets given as overrides are references by then
     (launch/secrets.py); one typed into a config file is rewritten there as redacted."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    from dspark_cli.launch import secrets
-
     if not HydraConfig.initialized():
         return
     hydra = HydraConfig.get()

@@ -19,6 +19,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from dspark_cli.console import progress
 from dspark_cli.errors import ExitCode, UsageError
 
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
@@ -92,8 +93,6 @@ def settle(found: Found, code: int) -> None:
     rewrote a record that was there before, say the directory's path once, ready to paste."""
     if code == ExitCode.OK:
         return
-    from dspark_cli.console import progress
-
     made = set(found.made)
     own = {f"{found.subdir}/{name}" for name in HYDRA_FILES} if found.subdir else set()
     new = _names(found.directory, found.subdir) - found.names

@@ -18,7 +18,9 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -27,6 +29,8 @@ from typing import Any, TextIO
 
 from hydra.experimental.callback import Callback
 
+from dspark_cli.cli.overrides import hydra_value
+from dspark_cli.console import json_text
 from dspark_cli.errors import ExitCode, UsageError, worst
 from dspark_cli.untrusted import (
     INT,
@@ -117,7 +121,7 @@ def recorded(directory: Path | None) -> Iterator[list[int]]:
                                  sweep_id())
             directory.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(UsageError):  # a job that cannot write it left none
-                write_atomic(directory / JOB_FILE, json.dumps(outcome.to_dict()))
+                write_atomic(directory / JOB_FILE, json_text(outcome.to_dict()))
 
 
 Stamp = tuple[tuple[int, int] | None, tuple[int, int] | None]  # outcome's, Hydra record's
@@ -162,7 +166,7 @@ class SweepWatch(Callback):
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         sweep = Path(str(config.hydra.sweep.dir))
-        self.note.write_text(json.dumps({"sweep": str(sweep), "stamps": stamps(sweep)}))
+        self.note.write_text(json_text({"sweep": str(sweep), "stamps": stamps(sweep)}))
 
 
 @dataclass(frozen=True)
@@ -182,11 +186,6 @@ def watched(sweeps: bool) -> Iterator[tuple[list[str], Callable[[], Sweep | None
     if not sweeps:
         yield [], lambda: None
         return
-    import shutil
-    import tempfile
-
-    from dspark_cli.config.overrides import hydra_value
-
     scratch = Path(tempfile.mkdtemp(prefix="dspark-sweep-"))
     note = scratch / "sweep.json"
     this = uuid.uuid4().hex
