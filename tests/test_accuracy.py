@@ -29,7 +29,7 @@ from dspark_cli.accuracy.records import (
     words,
 )
 from dspark_cli.config import validate as validate_schema
-from dspark_cli.config.typed import plain
+from dspark_cli.config.validate import AccuracyStage
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import ACCURACY_JSON, conf_dir
 from tests.conftest import REPO, compose_typed, run_dspark
@@ -155,7 +155,7 @@ def spec(**overrides: object):  # type: ignore[no-untyped-def]
     conf = {"dataset": "data/gsm8k_sample.jsonl", "sha256": "a" * 64, "limit": None,
             "num_fewshot": 0, "max_gen_toks": 256, "temperature": 0.0, "num_concurrent": 8,
             "margin": 0.02, "python": None, "timeout_s": 3600.0, **overrides}
-    return accuracy_spec(conf, "/usr/bin/python3", ["none", "draft_model"])
+    return accuracy_spec(AccuracyStage(**conf), "/usr/bin/python3", ["none", "draft_model"])
 
 
 def test_the_task_yaml_reads_the_local_file_with_gsm8ks_filter_and_metric(
@@ -224,7 +224,7 @@ def test_the_settings_are_checked() -> None:
 def test_the_shipped_sample_is_pinned_and_gsm8k_shaped() -> None:
     validate_schema.register()
     cfg = compose_typed(["+hw=cpu"], config="validate")
-    s = accuracy_spec(plain(cfg.validate.accuracy), "py", list(cfg.bench.arms))
+    s = accuracy_spec(cfg.validate.accuracy, "py", list(cfg.bench.arms))
     from dspark_cli.accuracy.run import verified_documents
 
     data, documents = verified_documents(s)

@@ -24,6 +24,7 @@ from dspark_cli.checkpoint.structure import (
     read_header,
 )
 from dspark_cli.checkpoint.verify import ContentRequest, verify_checkpoint
+from dspark_cli.config.schema import ExpectedFacts
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -150,7 +151,7 @@ def test_verify_with_hostile_config(template: Path, changes: dict) -> None:
     try:
         config = json.loads((root / "config.json").read_text())
         (root / "config.json").write_text(json.dumps(config | changes))
-        report = verify_checkpoint(root, {"architecture": "DeepseekV4ForCausalLM"})
+        report = verify_checkpoint(root, ExpectedFacts(architecture="DeepseekV4ForCausalLM"))
         assert all(p.code and p.subject and p.hint for p in report.problems)
     finally:
         shutil.rmtree(root.parent)

@@ -10,8 +10,9 @@ from checkpoint_factory import INDEX, build_checkpoint
 from omegaconf import OmegaConf
 
 from dspark_cli.checkpoint.result import Check
-from dspark_cli.checkpoint.structure import PINNED, gather_facts, load_layout
+from dspark_cli.checkpoint.structure import gather_facts, load_layout
 from dspark_cli.checkpoint.verify import verify_checkpoint
+from dspark_cli.config.schema import ExpectedFacts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,7 +48,7 @@ def test_facts_agree_with_coreutils(ckpt: Path) -> None:
 
 
 def test_matching_pins_pass(ckpt: Path) -> None:
-    report = verify_checkpoint(ckpt, true_pins(ckpt))
+    report = verify_checkpoint(ckpt, ExpectedFacts(**true_pins(ckpt)))
     assert report.ok and Check.pins in report.checks
 
 
@@ -60,7 +61,7 @@ def test_matching_pins_pass(ckpt: Path) -> None:
 def test_each_mismatch_is_expected_vs_actual(ckpt: Path, key: str, wrong: object,
                                              shown: str) -> None:
     pins = true_pins(ckpt) | {key: wrong}
-    [p] = verify_checkpoint(ckpt, pins).problems
+    [p] = verify_checkpoint(ckpt, ExpectedFacts(**pins)).problems
     assert (p.code, p.check, p.subject, p.expected) == (
         "pin-mismatch", Check.pins, f"model.expected.{key}", shown)
     actual = true_pins(ckpt)[key]
@@ -68,13 +69,13 @@ def test_each_mismatch_is_expected_vs_actual(ckpt: Path, key: str, wrong: object
 
 
 def test_null_pins_are_not_checked(ckpt: Path) -> None:
-    report = verify_checkpoint(ckpt, dict.fromkeys(PINNED))
+    report = verify_checkpoint(ckpt, ExpectedFacts())
     assert report.ok and Check.pins not in report.checks
 
 
 def test_index_pin_on_an_unsharded_checkpoint(ckpt: Path) -> None:
     (ckpt / INDEX).unlink()
-    [p] = [p for p in verify_checkpoint(ckpt, {"index_sha256": "a" * 64}).problems
+    [p] = [p for p in verify_checkpoint(ckpt, ExpectedFacts(index_sha256="a" * 64)).problems
            if p.check == Check.pins]
     assert p.actual == "absent"
 

@@ -11,6 +11,7 @@ import pytest
 from checkpoint_factory import build_checkpoint, fingerprint, rewrite_json
 
 from dspark_cli.launch.checks import OVERRIDE_KEY, checkpoint_findings
+from dspark_cli.launch.plan import speculative_config
 from dspark_cli.launch.rules import Status
 from tests.conftest import compose_typed
 
@@ -19,7 +20,8 @@ HEAD_RULE = "checkpoint-confidence-head"
 
 def by_rule(overrides: list[str]) -> dict[str, object]:
     cfg = compose_typed(overrides)
-    return {f.rule: f for f in checkpoint_findings(cfg.model, cfg.speculative, cfg.checks)}
+    rendered = speculative_config(cfg.speculative) or {}  # what vLLM runs decides
+    return {f.rule: f for f in checkpoint_findings(cfg.model, rendered, cfg.checks)}
 
 
 def adaptive_on(root: Path, *extra: str) -> dict[str, object]:

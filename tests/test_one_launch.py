@@ -1,7 +1,8 @@
 """One launch: what `dspark smoke` and every `dspark bench` arm boot is what `dspark serve`
 boots for the same config, the port and run paths aside. Dry-run plans of the real CLI (serve,
-bench) and the smoke's own planning step, compared argv for argv and variable for variable:
-nothing (such as `--per-request-spec-decode-metrics`) is added to the measured launch."""
+bench) and the smoke's planning step (`checked_plan` of the smoke's config), compared argv for
+argv and variable for variable: nothing (such as `--per-request-spec-decode-metrics`) is added
+to the measured launch."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from dspark_cli.config import smoke as smoke_schema
 from dspark_cli.launch.plan import build_plan
-from dspark_cli.smoke.workflow import smoke_plan
+from dspark_cli.launch.rules import checked_plan
 from tests.conftest import compose_typed, run_dspark
 
 ARMS = ("none", "draft_model", "ngram")
@@ -61,7 +62,7 @@ def test_smoke_and_every_bench_arm_boot_what_serve_boots(tmp_path: Path) -> None
     smoke_schema.register()
     for arm in ARMS:
         overrides = [*BASE, f"speculative={arm}"]
-        smoke = smoke_plan(compose_typed(overrides, config="smoke"))
+        smoke = checked_plan(compose_typed(overrides, config="smoke"))  # what smoke_in boots
         serve = build_plan(compose_typed(overrides, config="serve"))
         assert smoke.argv == serve.argv and dict(smoke.env) == dict(serve.env), arm
         assert comparable(smoke.argv, dict(smoke.env), None)["argv"] == served[arm]["argv"]

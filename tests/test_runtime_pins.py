@@ -17,7 +17,14 @@ import pytest
 from dspark_cli.config.schema import RuntimePins
 from dspark_cli.config.typed import plain
 from dspark_cli.launch import runtime
-from dspark_cli.launch.runtime import Runtime, finding, mismatches, reference_pins, wheel_sha256
+from dspark_cli.launch.runtime import (
+    Runtime,
+    finding,
+    mismatches,
+    pinned,
+    reference_pins,
+    wheel_sha256,
+)
 from dspark_cli.status import Status
 from tests.conftest import compose_typed, run_dspark
 
@@ -82,9 +89,9 @@ def test_mismatches_say_expected_and_actual(expected: dict, wrong: list[str]) ->
 
 
 def test_finding_passes_fails_and_skips_in_a_dry_run() -> None:
-    assert finding({}, dry_run=False).status is Status.passed
-    assert finding({"torch": "9"}, dry_run=True).status is Status.skipped
-    failed = finding({"torch": "9"}, dry_run=False, actual=HERE)
+    assert finding(RuntimePins(), dry_run=False).status is Status.passed
+    assert finding(RuntimePins(torch="9"), dry_run=True).status is Status.skipped
+    failed = finding(RuntimePins(torch="9"), dry_run=False, actual=HERE)
     assert failed.status is Status.failed and failed.key == "runtime.expected"
     assert "torch: expected 9, found 2.13.0+cpu" in failed.message
 
@@ -97,7 +104,7 @@ def test_the_hw_profile_pins_no_software_and_the_image_group_pins_the_seed_image
     assert pins.aiter_commit == "804648bcbf87646ddef4b7add10da9c3b322567c"
     assert pins.aiter_wheel_sha256 == (
         "30360d15819a9c8e3ec8e4ae665683abf4c5358d5be1f49a9aa2f7962c0032db")
-    assert reference_pins("seed_mi350x") == {k: v for k, v in plain(pins).items() if v}
+    assert reference_pins("seed_mi350x") == pinned(pins)
     # one override switches every pin off
     off = compose_typed(["+hw=mi350x", "+image=seed_mi350x", "runtime.expected=null"])
     assert off.runtime.expected is None
@@ -120,13 +127,14 @@ def test_without_pins_a_run_notes_how_it_differs_from_the_reference_image() -> N
     assert here.status is Status.passed
     assert "+image=seed_mi350x" in (here.note or "")
     assert "torch: expected 2.12.0+rocm10.0.0, found 2.13.0+cpu" in (here.note or "")
-    assert finding({}, dry_run=False, actual=HERE).note is None  # no reference, no note
+    assert finding(RuntimePins(), dry_run=False, actual=HERE).note is None  # no reference, no note
     seed = Runtime(**reference_pins("seed_mi350x"))
     assert finding(None, dry_run=False, actual=seed, reference="seed_mi350x").note is None
 
 
 def test_a_dry_run_says_what_a_real_run_here_would_refuse() -> None:
-    said = finding({"torch": "9", "vllm_version": "0.32.0"}, dry_run=True, actual=HERE)
+    said = finding(RuntimePins(torch="9", vllm_version="0.32.0"), dry_run=True,
+                   actual=HERE)
     assert said.status is Status.skipped
     assert "would refuse: torch: expected 9, found 2.13.0+cpu" in said.message
     assert "vllm_version" not in said.message.split("refuse:")[1]

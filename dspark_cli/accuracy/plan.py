@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from dspark_cli.accuracy import lm_eval_entry
 from dspark_cli.errors import UsageError
 from dspark_cli.paths import conf_dir
+
+if TYPE_CHECKING:
+    from dspark_cli.config.validate import AccuracyStage
 
 TASK = "dspark_gsm8k"  # the task's name inside lm_eval (its YAML is written into the run)
 FILTER = "strict-match"  # GSM8K's: the number after "#### ", the first one
@@ -51,9 +54,8 @@ class AccuracySpec:
                 "timeout_s": self.timeout_s}
 
 
-def _int(conf: Mapping[str, Any], key: str, least: int) -> int:
-    value = conf.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+def _at_least(key: str, value: int, least: int) -> int:
+    if value < least:
         raise UsageError(f"validate.accuracy.{key}={value!r} must be an integer >= {least}.")
     return value
 
@@ -66,46 +68,44 @@ def default_python() -> str:
     return str(checkout) if checkout.is_file() else sys.executable
 
 
-def accuracy_spec(conf: Mapping[str, Any] | None, default_python: str,
+def accuracy_spec(conf: AccuracyStage | None, default_python: str,
                   arms: Sequence[str]) -> AccuracySpec | None:
     """The stage's settings for the bench's `arms` (None: `validate.accuracy=null`, the stage
     is skipped); UsageError naming the key when one is wrong. A relative dataset path is under
     dspark's conf/."""
     if conf is None:
         return None
-    baseline = str(conf.get("baseline") or "none")
+    baseline = conf.baseline or "none"
     if baseline not in arms:
         raise UsageError(f"validate.accuracy.baseline={baseline} is not one of bench.arms "
                          f"{list(arms)}: every arm's accuracy is compared with it.",
                          hint="add the no-speculation arm to bench.arms, or name another "
                          "arm in validate.accuracy.baseline")
-    if not conf.get("dataset"):
+    if not conf.dataset:
         raise UsageError("validate.accuracy.dataset is not set; give a GSM8K-format JSONL file "
                          "(question, answer ending in '#### N') and its SHA-256 in "
                          "validate.accuracy.sha256, or validate.accuracy=null to skip the stage.")
-    sha = str(conf.get("sha256") or "").lower()
+    sha = (conf.sha256 or "").lower()
     if not _SHA256.match(sha):
-        raise UsageError(f"validate.accuracy.sha256={conf.get('sha256')!r} is not a SHA-256 "
+        raise UsageError(f"validate.accuracy.sha256={conf.sha256!r} is not a SHA-256 "
                          "(64 hex digits); pin the dataset with `sha256sum FILE`.")
-    limit = conf.get("limit")
-    margin = conf.get("margin")
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 < margin < 1:
+    margin, temperature = conf.margin, conf.temperature
+    if not 0 < margin < 1:
         raise UsageError(f"validate.accuracy.margin={margin!r} must be a number in (0, 1): the "
                          "largest accuracy difference (absolute, 0.02 = 2 points) still "
                          "comparable.")
-    temperature = conf.get("temperature")
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) \
-            or temperature < 0:
+    if temperature < 0:
         raise UsageError(f"validate.accuracy.temperature={temperature!r} must be >= 0.")
-    path = Path(str(conf["dataset"])).expanduser()
+    path = Path(conf.dataset).expanduser()
     return AccuracySpec(
         dataset=path if path.is_absolute() else conf_dir() / path, sha256=sha,
-        limit=None if limit is None else _int(conf, "limit", 1),
-        num_fewshot=_int(conf, "num_fewshot", 0), max_gen_toks=_int(conf, "max_gen_toks", 1),
-        temperature=float(temperature), num_concurrent=_int(conf, "num_concurrent", 1),
-        margin=float(margin), baseline=baseline,
-        python=str(conf.get("python") or default_python),
-        timeout_s=float(conf.get("timeout_s") or 3600.0))
+        limit=None if conf.limit is None else _at_least("limit", conf.limit, 1),
+        num_fewshot=_at_least("num_fewshot", conf.num_fewshot, 0),
+        max_gen_toks=_at_least("max_gen_toks", conf.max_gen_toks, 1),
+        temperature=float(temperature),
+        num_concurrent=_at_least("num_concurrent", conf.num_concurrent, 1),
+        margin=float(margin), baseline=baseline, python=conf.python or default_python,
+        timeout_s=float(conf.timeout_s or 3600.0))
 
 
 def task_yaml(spec: AccuracySpec, data_file: Path) -> str:

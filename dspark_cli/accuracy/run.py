@@ -33,15 +33,13 @@ from dspark_cli.accuracy.records import FAILED, SCORED, AccuracyRecord, ArmScore
 from dspark_cli.bench.arms import Arm, compose_arms
 from dspark_cli.bench.runner import ArmLaunch, arm_launch
 from dspark_cli.bench.workflow import claimed_ports, protocol_of
-from dspark_cli.config.typed import plain
-from dspark_cli.console import progress
+from dspark_cli.console import json_text, progress
 from dspark_cli.errors import DsparkError, ExitCode, MissingExtra, ServerError, UsageError
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.paths import ACCURACY_JSON, ARMS_DIR, LM_EVAL_LOG
 from dspark_cli.server import watchdog
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.logscan import fatal_patterns
-from dspark_cli.server.session import ServerSession
 from dspark_cli.server.watchdog import descendants, stop_group
 from dspark_cli.status import Finding, Status
 from dspark_cli.untrusted import write_atomic
@@ -49,6 +47,7 @@ from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:
     from dspark_cli.config.validate import ValidatePrimary
+    from dspark_cli.server.session import ServerSession
 
 DATASET_RULE, PYTHON_RULE = "accuracy-dataset", "accuracy-lm-eval"
 
@@ -110,7 +109,7 @@ def lm_eval_version(python: str) -> str:
 
 
 def _spec(cfg: ValidatePrimary) -> AccuracySpec | None:
-    return accuracy_spec(plain(cfg.validate.accuracy), default_python(),
+    return accuracy_spec(cfg.validate.accuracy, default_python(),
                          [str(a) for a in cfg.bench.arms])
 
 
@@ -258,6 +257,8 @@ class Scorer:
 
     def boot_and_score(self, arm: Arm, launch: ArmLaunch, cfg: ValidatePrimary) -> ArmScore:
         """The arm's own server booted, scored, stopped."""
+        from dspark_cli.server.session import ServerSession  # the live session: a dry run plans
+
         arm_dir = self.directory / ARMS_DIR / arm.name
         arm_dir.mkdir(parents=True, exist_ok=True)
         session = ServerSession(launch.deployment(arm_dir, {}),
@@ -301,7 +302,7 @@ def accuracy_in(cfg: ValidatePrimary, scorer: Scorer,
             record = _record(cfg, prepared, model, scores)
             scorer.directory.mkdir(parents=True, exist_ok=True)
             write_atomic(scorer.directory / ACCURACY_JSON,
-                         SCRUB(json.dumps(record.to_dict(), indent=2) + "\n"))
+                         SCRUB(json_text(record.to_dict())))
     return record
 
 

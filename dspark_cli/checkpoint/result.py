@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dspark_cli.compat import StrEnum
+from dspark_cli.console import output
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -240,8 +241,6 @@ def render(result: CheckpointResult, console: Console | None = None) -> None:
     from rich.table import Table
 
     if console is None:
-        from dspark_cli.console import output
-
         console = output()
     summary = Table(title=f"dspark verify-checkpoint {result.path}", title_justify="left")
     summary.add_column("check")

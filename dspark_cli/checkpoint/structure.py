@@ -33,10 +33,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.checkpoint.content import sha256_file
 from dspark_cli.checkpoint.result import Check, Problem, problem
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import ExpectedFacts
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
@@ -415,11 +418,11 @@ def _fmt(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
-def check_pins(expected: Mapping[str, Any], facts: Facts) -> list[Problem]:
+def check_pins(expected: ExpectedFacts, facts: Facts) -> list[Problem]:
     """Compare every non-null pin with the facts."""
     problems = []
     for key in PINNED:
-        want = expected.get(key)
+        want = getattr(expected, key)
         if want is None:
             continue
         if key == "architecture":

@@ -11,10 +11,10 @@ anything is read; shared by the command and `dspark validate`'s stage.
 
 from __future__ import annotations
 
+import dataclasses
 import stat
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dspark_cli.checkpoint.content import (
     ContentRequest,
@@ -29,6 +29,9 @@ from dspark_cli.checkpoint.head import check_head
 from dspark_cli.checkpoint.result import Check, CheckpointResult, summarize
 from dspark_cli.checkpoint.structure import check_pins, check_structure, gather_facts, load_layout
 from dspark_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import ExpectedFacts
 
 USAGE_HINT = "dspark verify-checkpoint model.path=DIR  (or model=NAME for a pinned profile)"
 
@@ -123,15 +126,17 @@ def _inside(root: Path, manifest: Path | None) -> frozenset[str]:
 
 def verify_checkpoint(
     root: Path,
-    expected: Mapping[str, Any] | None = None,
+    expected: ExpectedFacts | None = None,
     content: ContentRequest | None = None,
 ) -> CheckpointResult:
-    """Check the checkpoint directory root (which must exist) and report every problem."""
+    """Check the checkpoint directory root (which must exist) and report every problem;
+    `expected` (`model.expected`) adds the pins' check when any of its facts is set."""
     layout, problems = load_layout(root)
     structure = check_structure(layout)
     problems += structure.problems
     checks = [Check.structure]
-    if expected and any(v is not None for v in expected.values()):
+    if expected is not None and any(getattr(expected, f.name) is not None
+                                    for f in dataclasses.fields(expected)):
         checks.append(Check.pins)
         problems += check_pins(expected, gather_facts(layout))
     head = check_head(layout, structure)

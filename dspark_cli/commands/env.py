@@ -13,7 +13,6 @@ import sys
 from typing import TYPE_CHECKING
 
 from dspark_cli.cli.command import Command
-from dspark_cli.config.typed import plain
 from dspark_cli.console import print_json
 from dspark_cli.errors import DsparkError, ExitCode
 from dspark_cli.hostenv import Choice, collect, option_table, render
@@ -58,7 +57,7 @@ def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     choice = Choice(profile=name, chosen_by="detected" if name == detected else "+hw",
                     method=cfg.speculative.method,
                     adaptive=bool(cfg.speculative.enable_adaptive_verification),
-                    pins=plain(cfg.runtime.expected), reference=cfg.runtime.reference)
+                    pins=runtime.pinned(cfg.runtime.expected), reference=cfg.runtime.reference)
     table, ready = option_table(opts.vllm)
     findings, not_checked = _preflight(cfg, machine, ready, name)
     env = collect(choice, machine, detected, table, findings, not_checked)
@@ -73,7 +72,7 @@ def _preflight(cfg: LaunchConf, machine: Machine, ready: bool,
                profile: str | None) -> tuple[list[Finding], list[str]]:
     """The preflight a real run does on this machine (no vLLM verdict), when the option table is
     at hand; else only the runtime pins, and a line saying what was not checked."""
-    pins = runtime.finding(plain(cfg.runtime.expected), dry_run=False,
+    pins = runtime.finding(cfg.runtime.expected, dry_run=False,
                            reference=cfg.runtime.reference)
     if profile is None:
         return [pins], ["the launch rules: no hardware profile matches this machine (+hw=...)"]

@@ -16,7 +16,6 @@ from dspark_cli.checkpoint.content import format_manifest, write_manifest
 from dspark_cli.checkpoint.result import render
 from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
 from dspark_cli.cli.command import Command
-from dspark_cli.config.typed import plain
 from dspark_cli.console import print_json
 from dspark_cli.errors import ExitCode, UsageError
 
@@ -44,8 +43,7 @@ def run(cfg: LaunchConf, opts: argparse.Namespace) -> int:
     root = checkpoint_root(cfg.model.path)
     content = content_request(root, hash_blobs=opts.hash, manifest=opts.manifest,
                               write_manifest=opts.write_manifest, workers=opts.workers)
-    expected = plain(cfg.model.expected)
-    result = verify_checkpoint(root, expected, content)
+    result = verify_checkpoint(root, cfg.model.expected, content)
 
     written = None
     if opts.write_manifest and result.ok and result.content is not None:

@@ -84,8 +84,8 @@ def missing_value(error: MissingMandatoryValue) -> UsageError:
 
 
 def plain(value: Any) -> Any:
-    """A typed config value as dicts, lists and scalars (enums as their values), the form JSON,
-    YAML and the pure planners take; anything else unchanged."""
+    """A typed config value as dicts, lists and scalars (enums as their values): for writers of
+    JSON and YAML only (a run's config.yaml); every other reader takes the typed fields."""
     if isinstance(value, Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -110,7 +110,9 @@ def read_yaml(path: Path) -> Any:
 
 def select(value: Any, dotted: str, default: Any = None) -> Any:
     """`a.b.c` looked up through dataclass fields and dict keys; `default` where a key is
-    absent or a step on the way is None."""
+    absent or a step on the way is None. For keys that are data, not code: a user's config
+    names them (`smoke.conditional_lines[].when`), so they are only known at run time; the one
+    lookup by name below the edge (code reads the typed fields)."""
     for key in dotted.split("."):
         if isinstance(value, dict) and key in value:
             value = value[key]

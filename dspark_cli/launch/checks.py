@@ -20,22 +20,25 @@ from __future__ import annotations
 
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.config.typed import plain, select
+from dspark_cli.checkpoint.result import Check, CheckpointResult, Problem
+from dspark_cli.checkpoint.structure import CONFIG_NAME, ParseError, parse_config
+from dspark_cli.checkpoint.verify import verify_checkpoint
+from dspark_cli.console import verbose
 from dspark_cli.errors import ExitCode, UsageError
+from dspark_cli.launch import runtime
 from dspark_cli.launch.layout import NodeLayout
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.rules import Context, run_rules
 from dspark_cli.status import Finding, Status
 from dspark_cli.vllm.accepts import Verdicts, vllm_accepts_command, vllm_accepts_commands
 
-if TYPE_CHECKING:  # detection (subprocess, sysfs) and the checkpoint modules load when used
-    from dspark_cli.checkpoint.result import CheckpointResult, Problem
-    from dspark_cli.config.schema import LaunchConf, ModelConf
+if TYPE_CHECKING:  # detection (subprocess, sysfs) loads when used
+    from dspark_cli.config.schema import ChecksConf, LaunchConf, ModelConf
     from dspark_cli.machine.detect import Machine
 
 
@@ -43,15 +46,13 @@ def check(cfg: LaunchConf, plan: LaunchPlan, machine: Machine | None) -> tuple[F
     """All preflight findings; machine rules are skipped without a machine (a dry run). vLLM's
     own verdict is not among them: the start step takes it (`deploy/start.py`), once per
     command and beside the boot where it can."""
-    from dspark_cli.launch import runtime
-
     check_family(cfg.model)  # the checkpoint's config.json decides the family
     ctx = Context(plan, machine)
     findings = list(run_rules(ctx))
     # The rendered speculative config decides whether the confidence head is needed.
     findings += checkpoint_findings(cfg.model, ctx.launch.speculative, cfg.checks,
                                     dry_run=machine is None)
-    findings.append(runtime.finding(plain(cfg.runtime.expected), dry_run=machine is None,
+    findings.append(runtime.finding(cfg.runtime.expected, dry_run=machine is None,
                                     reference=cfg.runtime.reference))
     return tuple(findings)
 
@@ -60,8 +61,6 @@ def print_findings(findings: Iterable[Finding], label: str = "") -> None:
     """To stderr: each failure and each check switched off on purpose on a line of its own (a
     failure names the key to change); the checks that could not run here (a dry run) named on
     one line, each with its reason under `-v`; checks that do not apply, only under `-v`."""
-    from dspark_cli.console import verbose
-
     findings = list(findings)
     tag = f"[{label}] " if label else ""
     for f in findings:
@@ -98,24 +97,11 @@ _CONFIDENCE_ONLY = frozenset({
 })
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    """`key` of a typed config node or of the plan's rendered (dict) settings."""
-    value = select(cfg, key)
-    return default if value is None else value
-
-
 def _summary(problems: tuple[Problem, ...] | list[Problem]) -> str:
     shown = "; ".join(f"{p.subject}: expected {p.expected}, found {p.actual}"
                       for p in problems[:_SHOWN])
     more = len(problems) - _SHOWN
     return shown + (f"; and {more} more" if more > 0 else "")
-
-
-def _verify(path: Path, model_cfg: Any) -> CheckpointResult:
-    from dspark_cli.checkpoint.verify import verify_checkpoint
-
-    expected = plain(_get(model_cfg, "expected", {}))
-    return verify_checkpoint(path, expected)
 
 
 def _head_finding(
@@ -129,8 +115,6 @@ def _head_finding(
     if report is not None and not report.dspark:
         why = f"{report.path}/config.json declares no DSpark draft (no dspark_* key)"
     elif report is not None:
-        from dspark_cli.checkpoint.result import Check
-
         problems = [p for p in report.problems_of(Check.head)
                     if adaptive or p.code not in _CONFIDENCE_ONLY]
         if not problems and (report.confidence_head or not adaptive):
@@ -157,15 +141,17 @@ def _head_finding(
 
 
 def checkpoint_findings(
-    model_cfg: Any, speculative_cfg: Any, checks_cfg: Any = None, dry_run: bool = False
+    model: ModelConf, speculative: Mapping[str, Any], checks: ChecksConf, dry_run: bool = False
 ) -> list[Finding]:
     """Findings on the local checkpoint: structure, pins, heads (fail closed for adaptive).
-    A dry run plans for another machine, so a checkpoint absent here is skipped, not failed."""
-    raw = _get(model_cfg, "path")
+    `speculative` is the rendered `--speculative-config` ({} for none): what vLLM runs decides
+    whether a head is needed. A dry run plans for another machine, so a checkpoint absent here
+    is skipped, not failed."""
+    raw = model.path
     path = Path(str(raw)).expanduser() if raw else None
-    method = _get(speculative_cfg, "method")
-    adaptive = _get(speculative_cfg, "enable_adaptive_verification", False) is True
-    allow = bool(_get(checks_cfg, "allow_missing_confidence_head", False))
+    method = speculative.get("method")
+    adaptive = speculative.get("enable_adaptive_verification") is True
+    allow = checks.allow_missing_confidence_head
     if path is None or not path.is_dir():
         why = f"model.path {raw} is not a local directory, so it cannot be checked here"
         head = _head_finding(None, method, adaptive, allow, why)
@@ -173,9 +159,7 @@ def checkpoint_findings(
             head = Finding(head.rule, Status.skipped, f"{why}; a real launch refuses adaptive "
                            "verification until the head is verified", head.key)
         return [Finding("checkpoint-structure", Status.skipped, why, "model.path"), head]
-    from dspark_cli.checkpoint.result import Check
-
-    report = _verify(path, model_cfg)
+    report = verify_checkpoint(path, model.expected)
     structure = report.problems_of(Check.structure)
     findings = [
         Finding("checkpoint-structure",
@@ -192,12 +176,12 @@ def checkpoint_findings(
                     _summary(pins) if pins else "the checkpoint matches model.expected.*",
                     "model.expected")
         )
-    draft = _get(speculative_cfg, "model")
+    draft = speculative.get("model")
     draft_path = Path(str(draft)).expanduser() if draft else path
     if draft_path == path:
         head_report = report
     elif draft_path.is_dir():
-        head_report = _verify(draft_path, {})
+        head_report = verify_checkpoint(draft_path)
     else:
         head_report = None
     why = f"the draft {draft} is not a local directory, so its heads cannot be checked"
@@ -247,8 +231,6 @@ def _bad(path: Path, why: str) -> UsageError:
 def read_declared(root: Path) -> Declared | None:
     """What `root/config.json` declares; None when there is none (the structural check
     reports a missing file). UsageError for a file that cannot be a model's config."""
-    from dspark_cli.checkpoint.structure import CONFIG_NAME, ParseError, parse_config
-
     path = root / CONFIG_NAME
     try:
         info = path.stat()
@@ -308,8 +290,6 @@ def check_family(model: ModelConf) -> None:
     actual, chosen = declared.family, model.family
     if actual == chosen:
         return
-    from dspark_cli.checkpoint.structure import CONFIG_NAME  # read only for a local checkpoint
-
     name = model.name
     if actual is not None:
         raise UsageError(

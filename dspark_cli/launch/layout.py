@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.config.typed import plain
+from dspark_cli.config.choices import Layout
 from dspark_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ def node_layout(hw: HardwareConf, command: NodeLaunch, model_path: str) -> NodeL
     if nodes == 1:
         return NodeLayout("single", 1, gpus, (command,))
     _refuse_layout_dests(command)
-    mode = str(plain(hw.layout))
+    mode = Layout(hw.layout).value
     head = str(hw.head_address) if hw.head_address is not None else HEAD_ADDR
     local_dp = int(command.arg("data_parallel_size") or 1)
     launches = []

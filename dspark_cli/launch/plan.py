@@ -7,14 +7,14 @@ through this one function, so what was smoke-tested is what is served and benchm
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from dspark_cli.config.choices import Platform
-from dspark_cli.config.typed import plain
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.layout import (
@@ -28,7 +28,14 @@ from dspark_cli.launch.secrets import SECRET_OPTIONS, is_secret_name
 from dspark_cli.machine.detect import installed_libraries
 
 if TYPE_CHECKING:
-    from dspark_cli.config.schema import CompilationConf, LaunchConf, SpeculativeConf
+    from dspark_cli.config.schema import (
+        CompilationConf,
+        HwArgs,
+        LaunchConf,
+        ModelArgs,
+        ServingArgs,
+        SpeculativeConf,
+    )
 
 
 LibraryFinder = Callable[[Sequence[str]], tuple[str, ...]]
@@ -130,14 +137,13 @@ def speculative_config(spec: SpeculativeConf) -> dict[str, Any] | None:
         "num_speculative_tokens": spec.num_speculative_tokens,
         "enable_adaptive_verification": spec.enable_adaptive_verification,
     }
-    extra = plain(spec.extra)
-    for key in extra:
+    for key in spec.extra:
         field = vllm_options.speculative_owner(key)
         if field:
             raise UsageError(f"`speculative.extra.{key}` sets the speculative config's "
                              f"{field.split('.')[-1]!r}, which `{field}` owns; set `{field}` "
                              "(or pick speculative=<profile>) instead.")
-    return {**_non_null(fields), **extra}
+    return {**_non_null(fields), **spec.extra}
 
 
 def compilation_config(comp: CompilationConf) -> dict[str, Any] | None:
@@ -148,6 +154,11 @@ def compilation_config(comp: CompilationConf) -> dict[str, Any] | None:
         "max_cudagraph_capture_size": comp.max_cudagraph_capture_size,
     }
     return _non_null(fields) or None
+
+
+def _options(args: HwArgs | ModelArgs | ServingArgs) -> Iterator[tuple[str, Any]]:
+    """A group's `args` as (dest, value): each field names the vLLM option by its dest."""
+    return ((f.name, getattr(args, f.name)) for f in dataclasses.fields(args))
 
 
 def _collect_args(cfg: LaunchConf) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
@@ -169,7 +180,7 @@ def _collect_args(cfg: LaunchConf) -> tuple[dict[str, Any], list[tuple[str, str,
         owners[dest], args[dest] = key, value
 
     for group in ("hw", "model", "serving"):
-        for dest, value in plain(getattr(cfg, group).args).items():
+        for dest, value in _options(getattr(cfg, group).args):
             put(dest, value, f"{group}.args.{dest}")
     put("enforce_eager", True if cfg.compilation.enforce_eager else None,
         "compilation.enforce_eager")
@@ -178,7 +189,7 @@ def _collect_args(cfg: LaunchConf) -> tuple[dict[str, Any], list[tuple[str, str,
     host, port = cfg.server.host, int(cfg.server.port)
     put("host", host, "server.host")
     put("port", port if port != VLLM_DEFAULT_PORT else None, "server.port")
-    for key, value in plain(cfg.serving.extra_args).items():
+    for key, value in cfg.serving.extra_args.items():
         where = f"serving.extra_args.{key}"
         dest, value = _free_form_arg(where, key, value)
         if dest in SECRET_OPTIONS and value is not True and value is not None:
@@ -227,7 +238,7 @@ def _collect_env(cfg: LaunchConf, secret_env: list[tuple[str, str, str]]
     env: dict[str, str] = {}
     owners: dict[str, str] = {}
     entries = [(name, str(value), f"{group}.env.{name}")
-               for group in ENV_GROUPS for name, value in plain(getattr(cfg, group).env).items()]
+               for group in ENV_GROUPS for name, value in getattr(cfg, group).env.items()]
     for name, value, key in entries + secret_env:
         if not _ENV_NAME.match(str(name)):
             raise UsageError(f"`{key}`: the name is not a valid environment variable name.")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dspark_cli import __version__
 from dspark_cli.checkpoint.content import sha256_file
 from dspark_cli.config.typed import plain, to_yaml
+from dspark_cli.console import json_text
 from dspark_cli.launch import secrets, vllm_options
 from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.render import shell_script
@@ -62,7 +63,7 @@ def write_record(directory: Path, cfg: LaunchConf, plan: LaunchPlan, argv: list[
     script.chmod(0o755)
     data = {**provenance, "notes": notes, "argv": argv,
             "command": " ".join(shlex.quote(a) for a in argv)}
-    write_atomic(directory / PROVENANCE_JSON, scrub(json.dumps(data, indent=2) + "\n"))
+    write_atomic(directory / PROVENANCE_JSON, scrub(json_text(data)))
 
 
 # -- provenance -----------------------------------------------------------------------------

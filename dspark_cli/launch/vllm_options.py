@@ -18,6 +18,7 @@ so no map can change what the rules have judged.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -26,6 +27,7 @@ from functools import cache, cached_property
 from typing import Any
 
 from dspark_cli.config.domain import Domain
+from dspark_cli.config.schema import HwArgs, ModelArgs, ServingArgs
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.runtime import installed_vllm
 from dspark_cli.vllm import options as vllm_parser
@@ -170,8 +172,6 @@ def resolve(key: str) -> Option | None:
 
 def close_matches(key: str) -> list[str]:
     """vLLM option names close to a mistyped key, as config keys (`enable_chunked_prefill`)."""
-    import difflib  # only a mistyped key needs it
-
     names = [d for d in table()]
     return difflib.get_close_matches(normalize(key).replace("-", "_"), names, n=2)
 
@@ -205,8 +205,6 @@ def _lacking() -> str:
 
 @cache
 def _schema_owned() -> dict[str, str]:
-    from dspark_cli.config.schema import HwArgs, ModelArgs, ServingArgs
-
     return {f.name: f"{group}.args.{f.name}"
             for group, kind in (("hw", HwArgs), ("model", ModelArgs), ("serving", ServingArgs))
             for f in dataclasses.fields(kind)}

@@ -8,10 +8,11 @@ composed config. The spec-decode rule comes from the speculative profile.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from dspark_cli.config.choices import DraftTokensRule
-from dspark_cli.config.typed import plain, select
+from dspark_cli.config.typed import select
 from dspark_cli.errors import UsageError
 from dspark_cli.server.logscan import (
     DraftParams,
@@ -92,13 +93,14 @@ class Expectations:
 
 
 def condition_holds(cfg: SmokePrimary, when: dict[str, Any], where: str) -> bool:
-    """Every dotted key has the wanted value (a list: any of them); unknown keys are errors."""
+    """Every dotted key has the wanted value (a list: any of them); unknown keys are errors.
+    The keys are the user's (`smoke.conditional_lines[].when`), so they are looked up by name."""
     for key, wanted in when.items():
         value = select(cfg, key, default=_ABSENT)
         if value is _ABSENT:
             raise UsageError(f"`{where}.when` names `{key}`, which is not a config key.")
         options = wanted if isinstance(wanted, list) else [wanted]
-        if str(plain(value)) not in {str(o) for o in options}:
+        if str(value.value if isinstance(value, Enum) else value) not in {str(o) for o in options}:
             return False
     return True
 
@@ -109,7 +111,7 @@ def required_lines(cfg: SmokePrimary) -> list[str]:
     for group in PROFILE_GROUPS:
         lines += list(getattr(cfg, group).expect_log)
     for i, rule in enumerate(cfg.smoke.conditional_lines):
-        if condition_holds(cfg, plain(rule.when), f"smoke.conditional_lines[{i}]"):
+        if condition_holds(cfg, rule.when, f"smoke.conditional_lines[{i}]"):
             lines += list(rule.lines)
     return list(dict.fromkeys(str(line) for line in lines))
 
@@ -131,7 +133,7 @@ def expectations(cfg: SmokePrimary) -> Expectations:
     if spec.method is not None:
         k = spec.num_speculative_tokens
         rule = SpecRule(str(spec.method), None if k is None else int(k),
-                        DraftTokensRule(plain(spec.draft_tokens_rule)))
+                        DraftTokensRule(spec.draft_tokens_rule))
     lines = required_lines(cfg)
     evidence = evidence_patterns(cfg.logs)
     return Expectations(

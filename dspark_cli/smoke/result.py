@@ -3,12 +3,12 @@ checks table, the fatal lines' context and the verdict for people."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dspark_cli.console import json_text
 from dspark_cli.launch.secrets import SCRUB
 from dspark_cli.server.metrics import GENERATION_TOKENS, SpecDecode, engine_tokens, spec_decode
 from dspark_cli.smoke.checks import CheckResult, RequestOutcome, Verdict
@@ -67,7 +67,7 @@ class SmokeResult:
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, SCRUB(json.dumps(self.to_dict(), indent=2) + "\n"))
+        write_atomic(path, SCRUB(json_text(self.to_dict())))
 
 
 def _round(value: float | None) -> float | None:

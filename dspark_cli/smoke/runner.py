@@ -16,9 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, replace
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.console import progress
 from dspark_cli.errors import ServerError
@@ -26,7 +24,6 @@ from dspark_cli.server.http import exchange
 from dspark_cli.server.logscan import LogSnapshot
 from dspark_cli.server.metrics import Scrape, ScrapeError, request_steps
 from dspark_cli.server.process import Teardown
-from dspark_cli.server.session import ServerSession
 from dspark_cli.smoke.checks import (
     Boot,
     CheckResult,
@@ -39,6 +36,11 @@ from dspark_cli.smoke.checks import (
 )
 from dspark_cli.smoke.expectations import Expectations
 from dspark_cli.status import Status
+
+if TYPE_CHECKING:  # the live session and its HTTP stack load when a smoke runs, not when planned
+    import httpx
+
+    from dspark_cli.server.session import ServerSession
 
 POLL_S = 0.02
 
@@ -132,6 +134,8 @@ def complete(client: httpx.Client, base_url: str, model: str, prompt: str, max_t
              timeout: float) -> RequestOutcome:
     """One greedy completion of exactly `max_tokens` tokens (ignore_eos) through the session's
     `client`, judged by HTTP only."""
+    import httpx
+
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True}
     start = time.monotonic()
@@ -167,9 +171,7 @@ def complete_all(client: httpx.Client, base_url: str, model: str, prompt: str,
     the slowest."""
     if count == 1:
         return complete(client, base_url, model, prompt, max_tokens, timeout)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(count) as pool:
+    with futures.ThreadPoolExecutor(count) as pool:
         outcomes = list(pool.map(lambda i: complete(client, base_url, model, f"{prompt} {i}",
                                                     max_tokens, timeout), range(count)))
     failed = [o for o in outcomes if o.state is not RequestState.ok]

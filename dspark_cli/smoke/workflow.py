@@ -13,15 +13,14 @@ from dspark_cli.config.choices import DraftTokensRule
 from dspark_cli.console import progress
 from dspark_cli.deploy.start import attach, ready
 from dspark_cli.launch.effective import EffectiveLaunch
-from dspark_cli.launch.plan import LaunchPlan, build_plan
+from dspark_cli.launch.plan import LaunchPlan
 from dspark_cli.launch.record import collect
-from dspark_cli.launch.rules import checked_layout
+from dspark_cli.launch.rules import checked_plan
 from dspark_cli.paths import SMOKE_JSON
 from dspark_cli.server.deployment import Watch
 from dspark_cli.server.liveness import settings_of
 from dspark_cli.server.metrics import expected_of
 from dspark_cli.server.process import stop_signals_as_interrupt
-from dspark_cli.server.session import ServerSession
 from dspark_cli.smoke import result
 from dspark_cli.smoke.expectations import Expectations, StepsExpect, expectations
 from dspark_cli.smoke.result import SmokeResult
@@ -30,6 +29,7 @@ from dspark_cli.vllm.accepts import Verdicts
 
 if TYPE_CHECKING:
     from dspark_cli.config.smoke import SmokePrimary
+    from dspark_cli.server.session import ServerSession
 
 CHECK = "vllm_accepts_command"
 
@@ -45,6 +45,8 @@ def _session(cfg: SmokePrimary, plan: LaunchPlan, exp: Expectations, directory: 
     """The server session (attached, or started where `deploy.target` runs it), vLLM's
     verdict as a check (taken beside the boot for one node here, before it for several), and
     the provenance."""
+    from dspark_cli.server.session import ServerSession  # the live session: a dry run plans
+
     watch = Watch(float(cfg.server.ready_timeout_s), exp.fatal, exp.watch, exp.context_lines,
                   exp.metrics_timeout_s, float(cfg.server.attach_refused_s),
                   float(cfg.server.metrics_settle_s),
@@ -73,19 +75,14 @@ def _session(cfg: SmokePrimary, plan: LaunchPlan, exp: Expectations, directory: 
     return session, validation, collect(plan.model_path, start.machine)
 
 
-def smoke_plan(cfg: SmokePrimary) -> LaunchPlan:
-    """The launch the smoke boots: `dspark serve`'s plan of the same config, nothing added (one
-    launch; the engagement evidence is read from what that launch reports)."""
-    return build_plan(cfg)
-
-
 def smoke_in(cfg: SmokePrimary, directory: Path,
              verdicts: Verdicts | None = None) -> SmokeResult:
     """Run the smoke into `directory` (its run record and smoke.json): `dspark smoke`'s work,
-    callable as a stage of `dspark validate` (`verdicts`: vLLM's answers that stage shares)."""
-    plan = smoke_plan(cfg)
-    layout = checked_layout(plan)
-    exp = replace(expectations(cfg), engines=layout.engines,
+    callable as a stage of `dspark validate` (`verdicts`: vLLM's answers that stage shares).
+    It boots `dspark serve`'s checked plan of the same config, nothing added (one launch; the
+    engagement evidence is read from what that launch reports)."""
+    plan = checked_plan(cfg)
+    exp = replace(expectations(cfg), engines=plan.layout.engines,
                   steps=StepsExpect(expected_of(
                       plan.arg("speculative_config"),
                       cfg.speculative.draft_tokens_rule == DraftTokensRule.exact)))

@@ -21,7 +21,6 @@ from dspark_cli.accuracy.records import AccuracyVerdict, words
 from dspark_cli.bench import records
 from dspark_cli.bench.workflow import ask_vllm_ahead, bench_in
 from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
-from dspark_cli.config.typed import plain
 from dspark_cli.console import json_text
 from dspark_cli.deploy.start import ensure_model
 from dspark_cli.errors import ExitCode, UsageError
@@ -76,7 +75,7 @@ def checkpoint(cfg: ValidatePrimary, directory: Path) -> StageResult:
     root = checkpoint_root(cfg.model.path)
     content = content_request(root, hash_blobs=stage.hash,
                               manifest=Path(stage.manifest) if stage.manifest else None)
-    report = verify_checkpoint(root, _pins(cfg), content)
+    report = verify_checkpoint(root, cfg.model.expected, content)
     _write_json(directory / CHECKPOINT_JSON, report.to_dict())
     hashed = (f", {report.content.hashed_files} files hashed" if report.content else "")
     if report.ok:
@@ -256,8 +255,7 @@ def _smoke(cfg: ValidatePrimary, script: str) -> list[str]:
 def _accuracy(cfg: ValidatePrimary, directory: Path) -> tuple[Any, list[str]]:
     """The accuracy stage's spec (None: skipped) and its lines: every arm, lm_eval's command
     with the arm's server URL and served name left to the boot."""
-    # accuracy/ (another owner) takes the stage's settings as plain data for now.
-    spec = accuracy_spec(plain(cfg.validate.accuracy), default_python(),
+    spec = accuracy_spec(cfg.validate.accuracy, default_python(),
                          list(cfg.bench.arms))
     if spec is None:
         return None, ["5. accuracy: skipped (validate.accuracy=null)"]

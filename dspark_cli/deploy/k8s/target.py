@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dspark_cli.config.typed import plain
 from dspark_cli.console import progress
 from dspark_cli.deploy.cluster import cluster_json, url_refs
 from dspark_cli.deploy.k8s.manifests import (
@@ -35,12 +34,22 @@ if TYPE_CHECKING:
 
 def k8s_spec(cfg: LaunchConf) -> K8sSpec:
     """`deploy.k8s`, the CPU and memory requests defaulting to the profile's node."""
-    k = plain(cfg.deploy.k8s)
+    k = cfg.deploy.k8s
     assert cfg.hw is not None  # composed by every command that launches (null: verify-checkpoint's)
     node_cpus, node_memory = cfg.hw.node_cpus, cfg.hw.node_memory
-    k["cpu"] = k["cpu"] or (None if node_cpus is None else str(node_cpus))
-    k["memory"] = k["memory"] or (None if node_memory is None else str(node_memory))
-    return K8sSpec(platform=str(cfg.hw.platform), model_path=str(cfg.model.path), **k)
+    return K8sSpec(
+        name=k.name, image=k.image, platform=str(cfg.hw.platform),
+        model_path=str(cfg.model.path), model_pvc=k.model_pvc,
+        model_host_path=k.model_host_path, namespace=k.namespace, replicas=k.replicas,
+        shm_size=k.shm_size, secret_name=k.secret_name, probe_period_s=k.probe_period_s,
+        startup_failure_threshold=k.startup_failure_threshold,
+        readiness_failure_threshold=k.readiness_failure_threshold,
+        liveness_period_s=k.liveness_period_s,
+        liveness_failure_threshold=k.liveness_failure_threshold,
+        probe_timeout_s=k.probe_timeout_s, node_selector=k.node_selector,
+        cpu=k.cpu or (None if node_cpus is None else str(node_cpus)),
+        memory=k.memory or (None if node_memory is None else str(node_memory)),
+        nccl_socket_ifname=k.nccl_socket_ifname, gloo_socket_ifname=k.gloo_socket_ifname)
 
 
 def k8s_objects(cfg: LaunchConf, plan: LaunchPlan) -> list[dict[str, Any]]:
