@@ -37,9 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from dspark_cli.bench import records
 from dspark_cli.bench.arms import Arm
@@ -86,9 +84,13 @@ from dspark_cli.server.metrics import (
     request_steps,
     spec_decode,
 )
-from dspark_cli.server.session import ServerSession
 from dspark_cli.untrusted import write_atomic
 from dspark_cli.vllm.accepts import Verdicts
+
+if TYPE_CHECKING:  # the live session and its HTTP client load when a cell boots (`run`)
+    import httpx
+
+    from dspark_cli.server.session import ServerSession
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ def _now() -> str:
 
 # Called with the cell's id, arm, launch and session once its load and probes are done, while
 # its server is still up and watched (validate's accuracy stage scores an arm there).
-CellHook = Callable[[str, Arm, ArmLaunch, ServerSession], None]
+CellHook = Callable[[str, Arm, ArmLaunch, "ServerSession"], None]
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,8 @@ class _CellRun:
 
     def run(self) -> CellRecord:
         """Boot, load and probe the cell's server, stop it, and judge what was seen."""
+        from dspark_cli.server.session import ServerSession
+
         self.dir.mkdir(parents=True)
         started_at, start = _now(), time.monotonic()
         watch = self._watch()
@@ -506,6 +510,8 @@ MAX_TOKENS = 256
 def _one(client: httpx.Client, url: str, body: dict[str, Any],
          timeout_s: float) -> RequestSteps | str | None:
     """One answer's steps (None: it carried none), or why it could not be read."""
+    import httpx
+
     try:
         response = exchange(client, "POST", url, json=body, deadline_s=timeout_s)
         response.raise_for_status()

@@ -17,6 +17,7 @@ from dspark_cli.bench.proposal_files import this_launch
 from dspark_cli.bench.protocol import Protocol, build_protocol
 from dspark_cli.bench.records import Merged, merge
 from dspark_cli.bench.render import for_terminal, table
+from dspark_cli.bench.runner import ArmLaunch, CellContext, arm_launch, run_cells
 from dspark_cli.console import output, print_json, progress
 from dspark_cli.deploy.start import ask_vllm_together, deploy_target
 from dspark_cli.errors import DsparkError, ExitCode
@@ -77,9 +78,6 @@ def run_protocol(cfg: BenchPrimary, protocol: Protocol, dataset: DatasetSpec,
     """Run every pending cell into `directory` and summarize it (the bench Report); `after`:
     called in each cell once its load and probes are done (runner.CellHook); `verdicts`:
     vLLM's answers the command already has (the arms are asked together into it)."""
-    # The runner loads the live server session: imported when cells run.
-    from dspark_cli.bench.runner import ArmLaunch, CellContext, arm_launch, run_cells
-
     inputs = checked_inputs(protocol, dataset)
     checked, prompts = inputs.dataset, inputs.prompts
     print(f"dspark: run directory {shlex.quote(str(directory))}", file=sys.stderr)

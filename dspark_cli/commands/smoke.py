@@ -22,6 +22,8 @@ from dspark_cli.deploy.start import dry_launch
 from dspark_cli.launch import checks
 from dspark_cli.launch.record import run_dir
 from dspark_cli.paths import SMOKE_JSON
+from dspark_cli.smoke.result import render
+from dspark_cli.smoke.workflow import smoke_in
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,11 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg: SmokePrimary, opts: argparse.Namespace) -> int:
     if opts.dry_run:
         return _dry_run(cfg, opts)
-    # Lazy: the smoke's live path loads the server session (and its HTTP client), which a dry
-    # run never does.
-    from dspark_cli.smoke.result import render
-    from dspark_cli.smoke.workflow import smoke_in
-
     directory = run_dir()
     doc = smoke_in(cfg, directory)
     if opts.json:

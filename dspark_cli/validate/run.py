@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark_cli.accuracy.run import Scorer, prepare
+from dspark_cli.accuracy.run import input_findings as accuracy_findings
 from dspark_cli.bench.arms import compose_arms
 from dspark_cli.bench.dataset import checked_inputs, input_findings
 from dspark_cli.bench.dry_run import estimate_of
@@ -40,9 +42,6 @@ def dry_run(cfg: ValidatePrimary, as_json: bool, commands: bool) -> int:
     """Every stage's plan as the run would start it: the smoke's launch where `deploy.target`
     runs it (its node layout checked, the target's own checks), the bench's every arm; the
     worst finding's exit code."""
-    # The accuracy stage's machinery loads the live server session: imported when it is used.
-    from dspark_cli.accuracy.run import input_findings as accuracy_findings
-
     directory = Path.cwd() / "runs" / "validate" / "<time>"
     launch = dry_launch(cfg)  # a broken node layout is refused as the smoke would refuse it
     findings: list[Finding] = list(launch.findings)
@@ -75,8 +74,6 @@ def dry_run(cfg: ValidatePrimary, as_json: bool, commands: bool) -> int:
 def run(cfg: ValidatePrimary, directory: Path, keep_going: bool, as_json: bool) -> int:
     """Every stage into `directory`, validate.json, then the report (report.md on stdout, or
     report.json with `as_json`); the worst stage's exit code."""
-    from dspark_cli.accuracy.run import Scorer, prepare  # loads the live server session
-
     prepared = prepare(cfg)  # the accuracy stage's dataset and lm_eval, before anything boots
     if cfg.validate.bench is not None:  # and the bench's request set and prompts
         checked_inputs(*protocol_of(cfg))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dspark_cli.accuracy.plan import TASK, accuracy_spec, default_python, eval_argv
 from dspark_cli.accuracy.records import AccuracyVerdict, words
+from dspark_cli.accuracy.run import accuracy_in
 from dspark_cli.bench import records
 from dspark_cli.bench.workflow import ask_vllm_ahead, bench_in
 from dspark_cli.checkpoint.verify import checkpoint_root, content_request, verify_checkpoint
@@ -36,6 +37,7 @@ from dspark_cli.paths import (
     TESTS_JSON,
 )
 from dspark_cli.smoke.expectations import expectations
+from dspark_cli.smoke.workflow import smoke_in
 from dspark_cli.status import Status
 from dspark_cli.untrusted import write_atomic
 from dspark_cli.validate.source import LintPlan, changed_python, lint, revision
@@ -155,8 +157,6 @@ def _revision_and_lint(cfg: ValidatePrimary, tree: Path, directory: Path) -> str
 def smoke(cfg: ValidatePrimary, directory: Path, verdicts: Verdicts) -> StageResult:
     """The smoke; vLLM's verdict on its command also answers for the bench's arms (into
     `verdicts`, which the bench stage is given)."""
-    from dspark_cli.smoke.workflow import smoke_in  # loads the live server session
-
     if cfg.validate.bench is not None:
         ask_vllm_ahead(cfg, verdicts)
     doc = smoke_in(cfg, directory, verdicts)
@@ -183,8 +183,6 @@ def bench(cfg: ValidatePrimary, directory: Path, scorer: Scorer | None,
 def accuracy(cfg: ValidatePrimary, scorer: Scorer | None, verdicts: Verdicts) -> StageResult:
     """lm_eval against every bench arm's server (those the bench stage lent already scored);
     fails when an arm could not be scored or scores differently from the baseline."""
-    from dspark_cli.accuracy.run import accuracy_in  # loads the live server session
-
     if scorer is None:
         return StageResult("accuracy", Status.skipped, 0, "validate.accuracy=null")
     record = accuracy_in(cfg, scorer, verdicts)
