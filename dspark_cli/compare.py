@@ -42,6 +42,7 @@ from typing import Any
 
 from dspark_cli.bench import stats
 from dspark_cli.bench.protocol import variant
+from dspark_cli.console import json_text
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.secrets import redact, redact_text, redacted
 from dspark_cli.paths import COMPARE_JSON, COMPARE_PNG
@@ -513,7 +514,7 @@ def write(found: Comparison, directory: Path) -> list[Path]:
     replaced atomically (a link planted at either name is replaced, never written through)."""
     directory = output_dir(directory)
     out = [write_atomic(directory / COMPARE_JSON,
-                        json.dumps(redacted(found.to_dict()), indent=2) + "\n")]
+                        json_text(redacted(found.to_dict())))]
     if importlib.util.find_spec("matplotlib"):
         out.append(write_atomic(directory / COMPARE_PNG, _plot(found)))
     return out

@@ -126,3 +126,13 @@ def test_a_hydra_flag_without_its_value(capsys: pytest.CaptureFixture[str], here
     captured = capsys.readouterr()
     assert captured.err == ("dspark: argument --cfg/-c: expected one argument; "
                             "`dspark serve --help` lists the flags.\n")
+
+
+@pytest.mark.parametrize("removed", ["~hw", "~hw=cpu", "hw=null", "+hw="])
+def test_removing_the_hardware_profile_is_refused_before_anything_is_planned(
+        capsys: pytest.CaptureFixture[str], here: Path, removed: str) -> None:
+    """A launch is planned for a profile: removing it was an internal error (exit 70)."""
+    for command in ("serve", "smoke", "bench"):
+        said = refused(capsys, here, command, removed)
+        assert f"{removed} removes the hardware profile" in said
+        assert "hint: name one with +hw=<profile>" in said

@@ -38,6 +38,7 @@ from dspark_cli.config.typed import to_typed, values_of
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.secrets import hide, learn, learn_reads, secret_reads
 from dspark_cli.machine.profiles import detection
+from dspark_cli.untrusted import printable
 
 
 def compose_and_run(command: Command, opts: argparse.Namespace, rest: list[str],
@@ -78,6 +79,8 @@ def store_schema(command: Command) -> None:
 
 
 _HW_OVERRIDE = re.compile(r"^(\+{0,2})hw=")
+# `~hw`, `~hw=X`, `hw=null`: the group removed (Hydra would compose no `hw`, or fail on null).
+_HW_REMOVED = re.compile(r"^(~hw(=.*)?|\+{0,2}hw=(null|~)?)$")
 
 
 def with_hardware(overrides: list[str], detect: bool) -> list[str]:
@@ -85,6 +88,11 @@ def with_hardware(overrides: list[str], detect: bool) -> list[str]:
     for commands that plan a launch on this machine (`detect`)."""
     out, has_hw = [], False
     for item in overrides:
+        if _HW_REMOVED.match(item):
+            raise UsageError(f"{printable(item)} removes the hardware profile, and every launch "
+                             "is planned for one.",
+                             hint="name one with +hw=<profile> (`dspark env` lists them), or give "
+                             "no hw to detect this machine's")
         match = _HW_OVERRIDE.match(item)
         if match:
             has_hw = True

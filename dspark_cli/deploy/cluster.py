@@ -17,12 +17,11 @@ teardown runs, and the record still names the job or objects and the shell lines
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dspark_cli.console import progress
+from dspark_cli.console import json_text, progress
 from dspark_cli.errors import UsageError
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.layout import HEAD_ADDR, NodeLayout
@@ -30,6 +29,7 @@ from dspark_cli.launch.render import export_line, is_secret, layout_dict
 from dspark_cli.launch.secrets import ShellRefs
 from dspark_cli.paths import DEPLOYMENT_JSON
 from dspark_cli.status import Finding
+from dspark_cli.untrusted import write_atomic
 
 HEAD_VAR = "DSPARK_HEAD_ADDR"
 BAD_RANK_EXIT = 64  # EX_USAGE: the engine gave a rank the layout has no command for
@@ -155,8 +155,7 @@ def cluster_json(target: str, layout: NodeLayout, rendered: Mapping[str, Any],
 def record_deployment(directory: Path, deployment: str, cancel: Sequence[str]) -> Path:
     """Write the record and say how to end the deployment by hand."""
     path = directory / DEPLOYMENT_JSON
-    path.write_text(json.dumps({"deployment": deployment, "cancel": list(cancel)}, indent=2)
-                    + "\n")
+    write_atomic(path, json_text({"deployment": deployment, "cancel": list(cancel)}))
     progress(f"{deployment} is recorded in {path}; should dspark die before it ends it: "
              + " && ".join(cancel))
     return path

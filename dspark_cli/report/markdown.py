@@ -14,12 +14,12 @@ string of the report goes through the secret filter before it is rendered."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dspark_cli.console import json_text
 from dspark_cli.errors import UsageError
 from dspark_cli.launch.secrets import redact_text, redacted
 from dspark_cli.paths import REPORT_JSON, REPORT_MD
@@ -170,6 +170,5 @@ def write_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Report, str]:
     md = printable(redact_text(render(report)), newlines=True)
     output_dir(out)
     write_atomic(out / REPORT_MD, md)
-    write_atomic(out / REPORT_JSON, json.dumps(report.to_dict(), indent=2, sort_keys=True)
-                 + "\n")
+    write_atomic(out / REPORT_JSON, json_text(report.to_dict(), sort_keys=True))
     return report, md
