@@ -28,12 +28,13 @@ from dspark_cli.config import schema
 from dspark_cli.config import smoke as smoke_schema
 from dspark_cli.config import validate as validate_schema
 from dspark_cli.config.strict import check_known_keys
+from dspark_cli.config.typed import to_typed
 from dspark_cli.launch import vllm_options
 from dspark_cli.launch.plan import build_plan
 from dspark_cli.launch.render import plan_dict, shell_script
 from dspark_cli.machine.profiles import profile_patterns
 from dspark_cli.paths import conf_dir
-from tests.conftest import compose_config, run_dspark, seed_cache
+from tests.conftest import compose_config, compose_typed, run_dspark, seed_cache
 
 CONF = conf_dir()
 BASES = CONF / "bases"
@@ -60,7 +61,7 @@ def rendering(profile: str, overrides: list[str]) -> dict[str, object]:
     `--json` plan (less its preflight findings, which belong to the rules, not the config),
     and the resolved hw and model groups (what `--cfg job --resolve` prints for them)."""
     cfg = compose_config([f"+hw={profile}", *overrides])
-    plan = build_plan(cfg, golden_libraries)  # the same on every host
+    plan = build_plan(to_typed(cfg), golden_libraries)  # the same on every host
     return {
         "script": shell_script(plan),
         "plan": plan_dict(plan),
@@ -125,7 +126,7 @@ def assert_composes(cfg: DictConfig) -> None:
     check_known_keys(cfg)
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     if "hw" in cfg:
-        build_plan(cfg)
+        build_plan(to_typed(cfg))
 
 
 def launch_cases() -> Iterator[tuple[str, list[str]]]:
@@ -340,7 +341,7 @@ def test_gpu_profile_tp_is_its_gpu_count_by_interpolation(profile: str) -> None:
     raw = OmegaConf.to_container(cfg.hw.args, resolve=False)
     assert raw["tensor_parallel_size"] == "${hw.num_gpus}"
     assert cfg.hw.args.tensor_parallel_size == cfg.hw.num_gpus == 8
-    argv = build_plan(compose_config([f"+hw={profile}", "hw.num_gpus=4"])).argv
+    argv = build_plan(compose_typed([f"+hw={profile}", "hw.num_gpus=4"])).argv
     i = argv.index("--tensor-parallel-size")
     assert argv[i + 1] == "4"
 
@@ -355,7 +356,8 @@ def test_the_cli_renders_tp_from_an_overridden_gpu_count() -> None:
 def test_mi350x_and_mi355x_render_the_same_deployment(overrides: list[str]) -> None:
     mi350x = compose_config(["+hw=mi350x", *overrides])
     mi355x = compose_config(["+hw=mi355x", *overrides])
-    assert shell_script(build_plan(mi350x)) == shell_script(build_plan(mi355x))
+    assert (shell_script(build_plan(to_typed(mi350x)))
+            == shell_script(build_plan(to_typed(mi355x))))
     a, b = (OmegaConf.to_container(c.hw, resolve=True) for c in (mi350x, mi355x))
     assert {k: v for k, v in a.items() if k not in ("name", "detect")} == {
         k: v for k, v in b.items() if k not in ("name", "detect")}
