@@ -334,8 +334,10 @@ def main(argv: list[str] | None = None) -> None:
             log(line, prefix)
         if args.scenario == "never_healthy":
             return
-        engine.ready.set()
+        # The line first, as uvicorn logs it before answering: a request answered between the
+        # two would otherwise be logged before it (a stall's log tail read it as pre-startup).
         say("INFO:     Application startup complete.", flush=True)
+        engine.ready.set()
 
     threading.Thread(target=boot, daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
