@@ -1,5 +1,5 @@
 """The composed config as the schema's dataclasses: the one form every layer below the command
-edge takes (`commands/` and `config/` are the only places that see OmegaConf).
+edge takes (`cli/` and `config/` are the only places that see OmegaConf).
 
 `to_typed` runs once per command, after Hydra composed and the strict checks passed; from then on
 a config is plain Python (dataclass instances, dicts, lists, enums), so a planner can be called
